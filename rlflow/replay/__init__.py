@@ -1,0 +1,30 @@
+"""Replay: step storage, tables of items, selectors, rate limiters and checkpoints."""
+
+from rlflow.replay.checkpoint import CheckpointError, load, save
+from rlflow.replay.rate_limiters import MinSize, Queue, RateLimiter, SampleToInsertRatio, Stack
+from rlflow.replay.sample import Sample
+from rlflow.replay.selectors import Fifo, Lifo, MaxHeap, MinHeap, Prioritized, Selector, Uniform
+from rlflow.replay.storage import StepStore
+from rlflow.replay.table import RateLimitTimeout, Table
+
+__all__ = [
+    "CheckpointError",
+    "Fifo",
+    "Lifo",
+    "MaxHeap",
+    "MinHeap",
+    "MinSize",
+    "Prioritized",
+    "Queue",
+    "RateLimitTimeout",
+    "RateLimiter",
+    "Sample",
+    "SampleToInsertRatio",
+    "Selector",
+    "Stack",
+    "StepStore",
+    "Table",
+    "Uniform",
+    "load",
+    "save",
+]

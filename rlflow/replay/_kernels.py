@@ -1,0 +1,260 @@
+"""Compiled kernels for the selectors (numba, cached on disk after the first call).
+
+Every kernel applies a batch in order, one element after another, so a batch equals the same calls made
+one by one (duplicate slots in one batch: the last value wins). Trees are stored heap-style: node ``i``
+has children ``2i`` and ``2i + 1``, the root is node 1, leaves are ``size .. 2 * size - 1``.
+
+Sum tree: every internal node is recomputed as ``left + right`` from its children (never by adding a
+delta), so float64 sums do not drift however many updates are made, and a tree is a pure function of
+its leaves. The min tree beside it holds ``inf`` for empty or zero-priority leaves.
+
+Tournament tree: every node holds the winning slot of its subtree under the lexicographic order of
+``(k1[slot], k2[slot])`` (smallest wins), or -1 for an empty subtree; FIFO, LIFO, min-heap and max-heap
+selectors are this one tree with different keys.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+_OPTS = {"cache": True, "nogil": True}
+
+
+@njit(**_OPTS)
+def sum_update(tree: np.ndarray, mins: np.ndarray, size: int, slots: np.ndarray, values: np.ndarray) -> None:
+    for j in range(slots.shape[0]):
+        i = slots[j] + size
+        v = values[j]
+        tree[i] = v
+        mins[i] = v if v > 0.0 else np.inf
+        i >>= 1
+        while i >= 1:
+            a = 2 * i
+            tree[i] = tree[a] + tree[a + 1]
+            mins[i] = min(mins[a], mins[a + 1])
+            i >>= 1
+
+
+@njit(**_OPTS)
+def sum_rebuild(tree: np.ndarray, mins: np.ndarray, size: int) -> None:
+    for i in range(size, 2 * size):
+        mins[i] = tree[i] if tree[i] > 0.0 else np.inf
+    for i in range(size - 1, 0, -1):
+        tree[i] = tree[2 * i] + tree[2 * i + 1]
+        mins[i] = min(mins[2 * i], mins[2 * i + 1])
+
+
+@njit(**_OPTS)
+def sum_find(tree: np.ndarray, size: int, targets: np.ndarray) -> np.ndarray:
+    """For each target mass ``u`` in ``[0, total)``: the leaf where the prefix sum passes ``u``.
+
+    Never returns a zero-priority leaf while the total is positive: at each node it descends left when
+    ``u`` falls in the left mass or the right subtree is empty, otherwise right.
+    """
+    out = np.empty(targets.shape[0], np.int64)
+    for j in range(targets.shape[0]):
+        u = targets[j]
+        i = 1
+        while i < size:
+            a = 2 * i
+            if u < tree[a] or tree[a + 1] <= 0.0:
+                i = a
+            else:
+                u -= tree[a]
+                i = a + 1
+        out[j] = i - size
+    return out
+
+
+@njit(**_OPTS)
+def _better(a: int, b: int, k1: np.ndarray, k2: np.ndarray) -> int:
+    if a < 0:
+        return b
+    if b < 0:
+        return a
+    if k1[a] < k1[b] or (k1[a] == k1[b] and k2[a] < k2[b]):
+        return a
+    return b
+
+
+@njit(**_OPTS)
+def _tt_fix(win: np.ndarray, k1: np.ndarray, k2: np.ndarray, i: int) -> None:
+    i >>= 1
+    while i >= 1:
+        win[i] = _better(win[2 * i], win[2 * i + 1], k1, k2)
+        i >>= 1
+
+
+@njit(**_OPTS)
+def tt_set(
+    win: np.ndarray, k1: np.ndarray, k2: np.ndarray, size: int,
+    slots: np.ndarray, new_k1: np.ndarray, new_k2: np.ndarray,
+) -> None:
+    for j in range(slots.shape[0]):
+        s = slots[j]
+        k1[s] = new_k1[j]
+        k2[s] = new_k2[j]
+        win[s + size] = s
+        _tt_fix(win, k1, k2, s + size)
+
+
+@njit(**_OPTS)
+def tt_clear(win: np.ndarray, k1: np.ndarray, k2: np.ndarray, size: int, slots: np.ndarray) -> None:
+    for j in range(slots.shape[0]):
+        win[slots[j] + size] = -1
+        _tt_fix(win, k1, k2, slots[j] + size)
+
+
+@njit(**_OPTS)
+def tt_rebuild(win: np.ndarray, k1: np.ndarray, k2: np.ndarray, size: int) -> None:
+    for i in range(size - 1, 0, -1):
+        win[i] = _better(win[2 * i], win[2 * i + 1], k1, k2)
+
+
+@njit(**_OPTS)
+def tt_top(win: np.ndarray, k1: np.ndarray, k2: np.ndarray, size: int, n: int) -> np.ndarray:
+    """The ``n`` best slots in order (fewer if fewer are live); the tree is left as it was."""
+    out = np.empty(n, np.int64)
+    m = 0
+    while m < n and win[1] >= 0:
+        s = win[1]
+        out[m] = s
+        m += 1
+        win[s + size] = -1
+        _tt_fix(win, k1, k2, s + size)
+    for j in range(m):
+        s = out[j]
+        win[s + size] = s
+        _tt_fix(win, k1, k2, s + size)
+    return out[:m]
+
+
+@njit(**_OPTS)
+def dense_insert(items: np.ndarray, where: np.ndarray, count: int, slots: np.ndarray) -> int:
+    """Append slots to a dense set (``items[:count]``, ``where[slot]`` its position); new count."""
+    for j in range(slots.shape[0]):
+        s = slots[j]
+        if where[s] < 0:
+            items[count] = s
+            where[s] = count
+            count += 1
+    return count
+
+
+@njit(**_OPTS)
+def dense_delete(items: np.ndarray, where: np.ndarray, count: int, slots: np.ndarray) -> int:
+    """Remove slots from a dense set by moving the last element into the hole; new count."""
+    for j in range(slots.shape[0]):
+        s = slots[j]
+        p = where[s]
+        if p >= 0:
+            count -= 1
+            last = items[count]
+            items[p] = last
+            where[last] = p
+            where[s] = -1
+    return count
+
+
+@njit(**_OPTS)
+def ring_push(ring_slot: np.ndarray, ring_seq: np.ndarray, ht: np.ndarray, seq_of: np.ndarray,
+              slots: np.ndarray, seqs: np.ndarray) -> None:
+    """Append items to an insertion-ordered ring (``ht = [head, tail]`` absolute positions)."""
+    r = ring_slot.shape[0]
+    if ht[1] - ht[0] + slots.shape[0] > r:
+        ring_compact(ring_slot, ring_seq, ht, seq_of)
+    t = ht[1]
+    for j in range(slots.shape[0]):
+        ring_slot[(t + j) % r] = slots[j]
+        ring_seq[(t + j) % r] = seqs[j]
+        seq_of[slots[j]] = seqs[j]
+    ht[1] = t + slots.shape[0]
+
+
+@njit(**_OPTS)
+def ring_compact(ring_slot: np.ndarray, ring_seq: np.ndarray, ht: np.ndarray, seq_of: np.ndarray) -> None:
+    """Drop dead entries (``seq_of[slot] != seq``), keeping the live ones in order from position 0."""
+    r = ring_slot.shape[0]
+    keep_slot = np.empty(ht[1] - ht[0], np.int64)
+    keep_seq = np.empty(ht[1] - ht[0], np.int64)
+    m = 0
+    for q in range(ht[0], ht[1]):
+        s = ring_slot[q % r]
+        if seq_of[s] == ring_seq[q % r]:
+            keep_slot[m] = s
+            keep_seq[m] = ring_seq[q % r]
+            m += 1
+    ring_slot[:m] = keep_slot[:m]
+    ring_seq[:m] = keep_seq[:m]
+    ht[0] = 0
+    ht[1] = m
+
+
+@njit(**_OPTS)
+def ring_first(ring_slot: np.ndarray, ring_seq: np.ndarray, ht: np.ndarray, seq_of: np.ndarray,
+               n: int, newest: bool) -> np.ndarray:
+    """The ``n`` oldest (or newest) live items in order; dead entries at the scanned end are dropped."""
+    r = ring_slot.shape[0]
+    out = np.empty(n, np.int64)
+    m = 0
+    if newest:
+        while ht[1] > ht[0] and seq_of[ring_slot[(ht[1] - 1) % r]] != ring_seq[(ht[1] - 1) % r]:
+            ht[1] -= 1
+        q = ht[1] - 1
+        while m < n and q >= ht[0]:
+            if seq_of[ring_slot[q % r]] == ring_seq[q % r]:
+                out[m] = ring_slot[q % r]
+                m += 1
+            q -= 1
+    else:
+        while ht[1] > ht[0] and seq_of[ring_slot[ht[0] % r]] != ring_seq[ht[0] % r]:
+            ht[0] += 1
+        q = ht[0]
+        while m < n and q < ht[1]:
+            if seq_of[ring_slot[q % r]] == ring_seq[q % r]:
+                out[m] = ring_slot[q % r]
+                m += 1
+            q += 1
+    return out[:m]
+
+
+@njit(**_OPTS)
+def draw_rows(meta: np.ndarray, slots: np.ndarray, times_col: int) -> np.ndarray:
+    """Count one sample for each drawn slot, in order; return a copy of each draw's row as of that draw."""
+    out = np.empty((slots.shape[0], meta.shape[1]), np.int64)
+    for j in range(slots.shape[0]):
+        s = slots[j]
+        meta[s, times_col] += 1
+        out[j] = meta[s]
+    return out
+
+
+@njit(**_OPTS)
+def window_index(meta: np.ndarray, lane_col: int, start_col: int, length_col: int, valid_col: int,
+                 capacity: int) -> tuple[np.ndarray, np.ndarray, bool]:
+    """Flat store indices ``[B, L]`` of the item windows in ``meta`` rows (``L`` = longest window).
+
+    Rows at or past an item's valid length are masked; their index repeats the window's first row (any
+    stored row will do, the caller zero-fills them). The flag tells whether every row is valid.
+    """
+    b_count = meta.shape[0]
+    length = 0
+    for b in range(b_count):
+        length = max(length, meta[b, length_col])
+    idx = np.empty((b_count, length), np.int64)
+    mask = np.empty((b_count, length), np.bool_)
+    full = True
+    for b in range(b_count):
+        base = meta[b, lane_col] * capacity
+        start = meta[b, start_col]
+        valid = meta[b, valid_col]
+        for i in range(length):
+            if i < valid:
+                idx[b, i] = base + (start + i) % capacity
+                mask[b, i] = True
+            else:
+                idx[b, i] = base + start % capacity
+                mask[b, i] = False
+                full = False
+    return idx, mask, full

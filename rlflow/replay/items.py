@@ -1,0 +1,145 @@
+"""Items: a table's slots and their bookkeeping, indexed by the store row each item starts at.
+
+A table holds up to ``max_size`` items, each in a *slot*. Per slot: the item's key, its window
+``(lane, start, length)``, ``valid`` (how many of the window's rows belong to the episode of its first
+row), priority, times sampled and item fields. Keys are ``seq * max_size + slot`` where ``seq`` counts
+inserts: unique for the table's life, and a key names its slot without a lookup, so stale keys are
+recognised at once (``key[slot] != key``).
+
+The row index finds every item starting at a given store row, which is what an overwrite needs: one
+slot per row in an array, plus an overflow dict for rows where several items start.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from rlflow.specs import Field
+
+__all__ = ["Items"]
+
+KEY, LANE, START, LENGTH, VALID, TIMES = range(6)
+
+
+class Items:
+    def __init__(self, max_size: int, lanes: int, capacity: int, fields: dict[str, Field]) -> None:
+        self.max_size = max_size
+        self.capacity = capacity
+        # One row per slot, so that a draw reads one cache line: KEY, LANE, START, LENGTH, VALID, TIMES.
+        self.meta = np.zeros((max_size, 6), np.int64)
+        self.meta[:, KEY] = -1
+        self.priority = np.zeros(max_size, np.float64)
+        self.columns = {k: np.zeros((max_size, *f.shape), f.dtype) for k, f in fields.items()}
+        self.free = np.arange(max_size - 1, -1, -1, dtype=np.int64)  # a stack; the top is at num_free - 1
+        self.num_free = max_size
+        self.next_seq = 0
+        self.times_total = 0  # times sampled, summed over live items
+        self.row_slot = np.full((lanes, capacity), -1, np.int64)
+        self.overflow: dict[tuple[int, int], list[int]] = {}
+
+    @property
+    def size(self) -> int:
+        return self.max_size - self.num_free
+
+    @property
+    def keys(self) -> np.ndarray:
+        return self.meta[:, KEY]
+
+    @property
+    def times(self) -> np.ndarray:
+        return self.meta[:, TIMES]
+
+    def slots_of(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Slots of ``keys`` and whether each key is still live."""
+        slots = keys % self.max_size
+        return slots, (keys >= 0) & (self.meta[slots, KEY] == keys)
+
+    def add(self, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray, valid: np.ndarray,
+            priorities: np.ndarray, cols: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Place ``n <= num_free`` new items; return their slots, keys and insertion sequence numbers."""
+        n = lanes.size
+        slots = self.free[self.num_free - n: self.num_free][::-1].copy()
+        self.num_free -= n
+        seqs = np.arange(self.next_seq, self.next_seq + n, dtype=np.int64)
+        self.next_seq += n
+        keys = seqs * self.max_size + slots
+        self.meta[slots] = np.stack([keys, lanes, starts, lengths, valid, np.zeros_like(keys)], axis=1)
+        self.priority[slots] = priorities
+        for name, col in cols.items():
+            self.columns[name][slots] = col
+        self._index(slots, lanes, starts % self.capacity)
+        return slots, keys, seqs
+
+    def _index(self, slots: np.ndarray, lanes: np.ndarray, pos: np.ndarray) -> None:
+        empty = self.row_slot[lanes, pos] < 0
+        self.row_slot[lanes[empty], pos[empty]] = slots[empty]
+        placed = self.row_slot[lanes, pos] == slots  # False for rows taken before or earlier in this batch
+        if not placed.all():
+            for s, lane, p in zip(slots[~placed].tolist(), lanes[~placed].tolist(), pos[~placed].tolist(),
+                                  strict=True):
+                self.overflow.setdefault((lane, p), []).append(s)
+
+    def remove(self, slots: np.ndarray) -> None:
+        """Free live ``slots`` (distinct)."""
+        lanes = self.meta[slots, LANE]
+        pos = self.meta[slots, START] % self.capacity
+        direct = self.row_slot[lanes, pos] == slots
+        self.row_slot[lanes[direct], pos[direct]] = -1
+        if not direct.all():
+            for s, lane, p in zip(slots[~direct].tolist(), lanes[~direct].tolist(), pos[~direct].tolist(),
+                                  strict=True):
+                bucket = self.overflow[(lane, p)]
+                bucket.remove(s)
+                if not bucket:
+                    del self.overflow[(lane, p)]
+        self.times_total -= int(self.meta[slots, TIMES].sum())
+        self.meta[slots, KEY] = -1
+        self.free[self.num_free: self.num_free + slots.size] = slots
+        self.num_free += slots.size
+
+    def starting_at(self, lanes: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Slots of every item whose window starts at ``rows[i]`` of ``lanes[i]``."""
+        pos = rows % self.capacity
+        slots = self.row_slot[lanes, pos]
+        slots = slots[slots >= 0]
+        if self.overflow:
+            extra = [s for lane, p in zip(lanes.tolist(), pos.tolist(), strict=True)
+                     for s in self.overflow.get((lane, p), ())]
+            if extra:
+                # In insertion order, so the result does not depend on which item holds the index cell.
+                slots = np.concatenate([slots, np.asarray(extra, np.int64)])
+                slots = slots[np.argsort(self.meta[slots, KEY], kind="stable")]
+        return slots
+
+    def live_in_order(self) -> np.ndarray:
+        """Live slots in insertion order."""
+        slots = np.flatnonzero(self.meta[:, KEY] >= 0)
+        return slots[np.argsort(self.meta[slots, KEY] // self.max_size, kind="stable")]
+
+    # ------------------------------------------------------------------ checkpoint state
+    def state_dict(self) -> dict[str, Any]:
+        live = np.flatnonzero(self.meta[:, KEY] >= 0)
+        arrays = {"slot": live, "meta": self.meta[live], "priority": self.priority[live],
+                  "free": self.free[: self.num_free].copy()}
+        arrays.update({f"field/{n}": c[live] for n, c in self.columns.items()})
+        return {"next_seq": self.next_seq, "arrays": arrays}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        a = state["arrays"]
+        live = np.asarray(a["slot"], np.int64)
+        self.meta[:] = 0
+        self.meta[:, KEY] = -1
+        self.meta[live] = a["meta"]
+        self.priority[live] = a["priority"]
+        for n, c in self.columns.items():
+            c[live] = a[f"field/{n}"]
+        self.num_free = int(a["free"].size)
+        self.free[: self.num_free] = a["free"]
+        self.next_seq = int(state["next_seq"])
+        self.times_total = int(self.meta[live, TIMES].sum())
+        self.row_slot[:] = -1
+        self.overflow = {}
+        order = self.live_in_order()
+        self._index(order, self.meta[order, LANE], self.meta[order, START] % self.capacity)

@@ -1,0 +1,71 @@
+"""Sample: what :meth:`rlflow.replay.Table.sample` returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Sample", "map_structure"]
+
+
+def map_structure(fn: Any, tree: Any) -> Any:
+    """Apply ``fn`` to every array leaf of nested dicts/tuples/lists."""
+    if isinstance(tree, dict):
+        return {k: map_structure(fn, v) for k, v in tree.items()}
+    if isinstance(tree, tuple | list):
+        return type(tree)(map_structure(fn, v) for v in tree)
+    return fn(tree)
+
+
+@dataclass
+class Sample:
+    """A batch of ``B`` items.
+
+    Attributes:
+        keys: ``[B]`` int64 item keys (pass them to ``update_priorities``).
+        probabilities: ``[B]`` float64, the probability with which each item was drawn (1.0 for
+            deterministic selectors).
+        weights: ``[B]`` float32 importance weights (1.0 unless the sampler is prioritized).
+        times_sampled: ``[B]`` int64, how many times each item has been sampled, this draw included.
+        lanes, starts, lengths: ``[B]`` int64, each item's window of rows.
+        data: the window's rows in the store's spec nesting, each leaf ``[B, L, ...]``.
+        mask: ``[B, L]`` bool, True where a row belongs to the window (and its episode).
+        fields: the item fields in the table's ``item_spec`` nesting, each leaf ``[B, ...]``
+            (``None`` when the table has no item fields).
+    """
+
+    keys: Any
+    probabilities: Any
+    weights: Any
+    times_sampled: Any
+    lanes: Any
+    starts: Any
+    lengths: Any
+    data: Any
+    mask: Any
+    fields: Any = None
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def to_torch(self, device: Any = None, *, pin_memory: bool = False) -> Sample:
+        """The same sample as torch tensors (sharing memory with the numpy arrays when on the CPU).
+
+        ``pin_memory`` copies into page-locked memory (for fast, asynchronous host-to-GPU copies);
+        with a CUDA ``device`` the copy is then made with ``non_blocking=True``.
+        """
+        import torch
+
+        def convert(a: Any) -> Any:
+            if a is None:
+                return None
+            t = torch.from_numpy(np.ascontiguousarray(a))
+            if pin_memory:
+                t = t.pin_memory()
+            if device is not None:
+                t = t.to(device, non_blocking=pin_memory)
+            return t
+
+        return replace(self, **{f.name: map_structure(convert, getattr(self, f.name)) for f in fields(self)})

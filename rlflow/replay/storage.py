@@ -1,0 +1,323 @@
+"""StepStore: preallocated columnar rings of step rows, one ring per lane.
+
+A *lane* is one env stream (one env of a vector env, or one (env, agent) pair of a turn-based game).
+Each lane is a ring of ``capacity`` rows; every column of the spec is one array of shape
+``(lanes, capacity, *field.shape)``. Rows are addressed by their *absolute* index in their lane: the
+n-th row ever written to a lane has index ``n``, stored at position ``n % capacity``. A row is alive
+while ``count[lane] - capacity <= index < count[lane]``.
+
+Every row records its episode (``episode_id``, counted per lane) and its position in that episode
+(``episode_step``); a row starts a new episode when written with ``first=True`` (the first row of a lane
+always does). Windows gathered with :meth:`StepStore.gather_windows` stop at the episode boundary unless
+asked to cross it.
+
+Tables reference rows by ``(lane, start, length)``. Before a write overwrites a row, the store tells every
+subscribed table (:meth:`subscribe`), which removes each item whose window starts at that row: the oldest
+row of a window is always its start, so this removes every item that references an overwritten row.
+
+Backends: ``"memory"`` (numpy arrays) and ``"disk"`` (numpy memmaps, one ``.npy`` file per column, under
+a directory the caller names). Both behave the same.
+
+Thread safety: the store's ``lock`` (a re-entrant lock) guards writes; Tables on the store share it, so
+a sample never sees a row half overwritten.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from rlflow import specs as _specs
+from rlflow.specs import Field, Spec, SpecError
+
+__all__ = ["OverwriteListener", "StepStore"]
+
+
+class OverwriteListener(Protocol):
+    def on_overwrite(self, lanes: np.ndarray, rows: np.ndarray) -> None:
+        """Rows ``rows[i]`` (absolute) of lanes ``lanes[i]`` are about to be overwritten."""
+
+
+class StepStore:
+    """Columnar rings of step rows. See the module docstring for the addressing model.
+
+    Args:
+        spec: the columns of one row (nested dict/tuple of :class:`~rlflow.specs.Field`).
+        capacity: rows per lane.
+        lanes: number of lanes (env streams).
+        backend: ``"memory"`` or ``"disk"``.
+        directory: where the disk backend puts its column files (created; must be empty).
+    """
+
+    def __init__(
+        self,
+        spec: Spec,
+        capacity: int,
+        lanes: int = 1,
+        *,
+        backend: str = "memory",
+        directory: str | Path | None = None,
+    ) -> None:
+        if int(capacity) < 2:
+            raise ValueError(f"capacity must be >= 2 rows per lane, got {capacity}")
+        if int(lanes) < 1:
+            raise ValueError(f"lanes must be >= 1, got {lanes}")
+        self.spec = spec
+        self.fields: dict[str, Field] = _specs.flatten_spec(spec)
+        if not self.fields:
+            raise SpecError("the spec has no fields")
+        self.capacity = int(capacity)
+        self.num_lanes = int(lanes)
+        self.backend = backend
+        self.directory = Path(directory) if directory is not None else None
+        self.lock = threading.RLock()
+        self._listeners: list[OverwriteListener] = []
+        shape2 = (self.num_lanes, self.capacity)
+        if backend == "memory":
+            self.columns = {n: np.zeros((*shape2, *f.shape), f.dtype) for n, f in self.fields.items()}
+        elif backend == "disk":
+            self.columns = self._open_disk_columns(shape2)
+        else:
+            raise ValueError(f"backend must be 'memory' or 'disk', got {backend!r}")
+        # Flat views (lanes * capacity, ...) for one-index gathers.
+        self._flat = {n: c.reshape(-1, *self.fields[n].shape) for n, c in self.columns.items()}
+        self.episode_id = np.full(shape2, -1, np.int64)
+        self.episode_step = np.full(shape2, -1, np.int64)
+        self.count = np.zeros(self.num_lanes, np.int64)
+        self._next_episode = np.zeros(self.num_lanes, np.int64)
+        self._next_step = np.zeros(self.num_lanes, np.int64)
+        self._all_lanes = np.arange(self.num_lanes)
+
+    def _open_disk_columns(self, shape2: tuple[int, int]) -> dict[str, np.ndarray]:
+        if self.directory is None:
+            raise ValueError("the disk backend needs a directory")
+        self.directory.mkdir(parents=True, exist_ok=True)
+        if any(self.directory.iterdir()):
+            raise ValueError(f"the disk backend needs an empty directory, {self.directory} is not empty")
+        names = list(self.fields)
+        (self.directory / "columns.json").write_text(json.dumps(names))
+        return {
+            n: np.lib.format.open_memmap(
+                self.directory / f"column_{i:04d}.npy", mode="w+", dtype=f.dtype, shape=(*shape2, *f.shape)
+            )
+            for i, (n, f) in enumerate(self.fields.items())
+        }
+
+    # ------------------------------------------------------------------ listeners
+    def subscribe(self, listener: OverwriteListener) -> None:
+        with self.lock:
+            self._listeners.append(listener)
+
+    def unsubscribe(self, listener: OverwriteListener) -> None:
+        with self.lock:
+            self._listeners.remove(listener)
+
+    # ------------------------------------------------------------------ writes
+    def _check_lanes(self, lanes: Any) -> np.ndarray:
+        if lanes is None:
+            return self._all_lanes
+        arr = np.asarray(lanes)
+        if arr.ndim != 1 or arr.dtype.kind not in "iu":
+            raise ValueError(f"lanes: expected a 1-d integer array, got shape {arr.shape} dtype {arr.dtype}")
+        if arr.size and (arr.min() < 0 or arr.max() >= self.num_lanes):
+            raise ValueError(f"lanes: expected values in [0, {self.num_lanes}), got {arr.min()}..{arr.max()}")
+        if np.unique(arr).size != arr.size:
+            raise ValueError("lanes: each lane may appear once per append")
+        return arr.astype(np.int64, copy=False)
+
+    def append(self, data: Any, lanes: Any = None, first: Any = None, *, checked: bool = True) -> np.ndarray:
+        """Write one row to each of ``lanes`` (default: every lane) and return their absolute indices.
+
+        ``data`` has the spec's structure with a leading axis of ``len(lanes)``. ``first[i]`` marks the
+        row as the start of a new episode in its lane. Invalid data raises and writes nothing.
+        """
+        with self.lock:
+            lanes_arr = self._check_lanes(lanes)
+            n = lanes_arr.size
+            flat = _specs.flatten_data(self.spec, data)
+            cols = _specs.validate(self.fields, flat, (n,)) if checked else flat
+            first_arr = self._check_first(first, n)
+            rows = self.count[lanes_arr].copy()
+            self._notify(lanes_arr, rows)
+            pos = rows % self.capacity
+            flat_idx = lanes_arr * self.capacity + pos
+            for name, col in cols.items():
+                self._flat[name][flat_idx] = col
+            starts = first_arr | (rows == 0)
+            self._next_episode[lanes_arr] += starts
+            self._next_step[lanes_arr] = np.where(starts, 0, self._next_step[lanes_arr])
+            self.episode_id[lanes_arr, pos] = self._next_episode[lanes_arr] - 1
+            self.episode_step[lanes_arr, pos] = self._next_step[lanes_arr]
+            self._next_step[lanes_arr] += 1
+            self.count[lanes_arr] += 1
+            return rows
+
+    def extend(self, lane: int, data: Any, first: Any = None, *, checked: bool = True) -> np.ndarray:
+        """Write ``T`` consecutive rows to one lane (``data`` leads with axis ``T``); return their indices.
+
+        ``first`` (bool, shape ``[T]``) marks rows that start an episode. ``T`` must not exceed capacity.
+        """
+        with self.lock:
+            lane = int(self._check_lanes(np.array([lane]))[0])
+            flat = _specs.flatten_data(self.spec, data)
+            lengths = {np.shape(v)[0] if np.ndim(v) else -1 for v in flat.values()}
+            if len(lengths) != 1 or -1 in lengths:
+                raise SpecError(f"extend: every field needs the same leading length T, got lengths {lengths}")
+            t = lengths.pop()
+            if t > self.capacity:
+                raise ValueError(f"extend: {t} rows exceed the lane capacity {self.capacity}; write fewer")
+            cols = _specs.validate(self.fields, flat, (t,)) if checked else flat
+            first_arr = self._check_first(first, t)
+            start = int(self.count[lane])
+            rows = np.arange(start, start + t, dtype=np.int64)
+            self._notify(np.full(t, lane, np.int64), rows)
+            pos = rows % self.capacity
+            for name, col in cols.items():
+                self.columns[name][lane, pos] = col
+            starts = first_arr.copy()
+            if start == 0 and t:
+                starts[0] = True
+            episode = self._next_episode[lane] + np.cumsum(starts) - 1
+            # Step within the episode: distance to the latest start at or before each row.
+            idx = np.arange(t)
+            last_start = np.maximum.accumulate(np.where(starts, idx, -1))
+            step = np.where(last_start >= 0, idx - last_start, self._next_step[lane] + idx)
+            self.episode_id[lane, pos] = episode
+            self.episode_step[lane, pos] = step
+            if t:
+                self._next_episode[lane] = episode[-1] + 1
+                self._next_step[lane] = step[-1] + 1
+            self.count[lane] += t
+            return rows
+
+    @staticmethod
+    def _check_first(first: Any, n: int) -> np.ndarray:
+        if first is None:
+            return np.zeros(n, bool)
+        arr = np.asarray(first)
+        if arr.ndim == 0:
+            arr = np.full(n, bool(arr))
+        if arr.shape != (n,) or arr.dtype != np.bool_:
+            raise ValueError(f"first: expected a bool array of shape ({n},), got {arr.dtype} {arr.shape}")
+        return arr
+
+    def _notify(self, lanes: np.ndarray, rows: np.ndarray) -> None:
+        old = rows - self.capacity
+        mask = old >= 0
+        if self._listeners and mask.any():
+            lanes_o, old_o = lanes[mask], old[mask]
+            for listener in self._listeners:
+                listener.on_overwrite(lanes_o, old_o)
+
+    # ------------------------------------------------------------------ reads
+    def alive(self, lanes: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Whether each absolute row is still stored."""
+        count = self.count[lanes]
+        return (rows < count) & (rows >= count - self.capacity) & (rows >= 0)
+
+    def _require_alive(self, lanes: np.ndarray, rows: np.ndarray) -> None:
+        ok = self.alive(lanes, rows)
+        if not ok.all():
+            i = int(np.flatnonzero(~ok)[0])
+            raise IndexError(
+                f"row {rows[i]} of lane {lanes[i]} is not stored: lane holds rows "
+                f"[{max(0, self.count[lanes[i]] - self.capacity)}, {self.count[lanes[i]]})"
+            )
+
+    def gather(self, lanes: Any, rows: Any, *, checked: bool = True) -> dict[str, np.ndarray]:
+        """Rows ``rows[i]`` of lanes ``lanes[i]`` as flat columns ``[B, ...]``."""
+        lanes_arr = np.asarray(lanes, np.int64)
+        rows_arr = np.asarray(rows, np.int64)
+        if checked:
+            self._require_alive(lanes_arr, rows_arr)
+        return self.take(lanes_arr * self.capacity + rows_arr % self.capacity)
+
+    def take(self, flat_index: np.ndarray) -> dict[str, np.ndarray]:
+        """Every column at flat indices ``lane * capacity + row % capacity`` (any index shape)."""
+        # np.take beats fancy indexing for rows of several values; plain indexing wins for scalars.
+        return {name: np.take(col, flat_index, axis=0) if col.ndim > 1 else col[flat_index]
+                for name, col in self._flat.items()}
+
+    def gather_windows(
+        self,
+        lanes: Any,
+        starts: Any,
+        lengths: Any,
+        *,
+        max_length: int | None = None,
+        cross_episodes: bool = False,
+        checked: bool = True,
+    ) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """Windows ``rows[starts[i] : starts[i] + lengths[i]]`` of lanes ``lanes[i]`` as ``[B, L, ...]``.
+
+        ``L = max_length`` (default: the longest window). Returns the columns and a bool ``mask [B, L]``
+        that is True for rows inside the window and (unless ``cross_episodes``) in the same episode as
+        the window's first row; masked rows are zero-filled.
+        """
+        lanes_arr = np.asarray(lanes, np.int64)
+        starts_arr = np.asarray(starts, np.int64)
+        lengths_arr = np.broadcast_to(np.asarray(lengths, np.int64), starts_arr.shape)
+        length = int(lengths_arr.max(initial=0)) if max_length is None else int(max_length)
+        offsets = np.arange(length, dtype=np.int64)
+        rows = starts_arr[:, None] + offsets[None, :]
+        mask = offsets[None, :] < lengths_arr[:, None]
+        if checked:
+            self._require_alive(np.broadcast_to(lanes_arr[:, None], rows.shape)[mask], rows[mask])
+        idx = lanes_arr[:, None] * self.capacity + rows % self.capacity
+        if not cross_episodes:
+            ep = self.episode_id.reshape(-1)[idx]
+            mask &= ep == ep[:, :1]
+        out = self.take(idx)
+        if not mask.all():
+            hole = ~mask
+            for arr in out.values():
+                arr[hole] = 0
+        return out, mask
+
+    def unflatten(self, flat: Mapping[str, Any]) -> Any:
+        """Flat columns back into the spec's nesting."""
+        return _specs.unflatten(self.spec, flat)
+
+    # ------------------------------------------------------------------ checkpoint state
+    def config(self) -> dict[str, Any]:
+        """What must match for a checkpoint of this store to load into it."""
+        return {"capacity": self.capacity, "lanes": self.num_lanes,
+                "fields": {n: [list(f.shape), f.dtype.str] for n, f in self.fields.items()}}
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Every column and cursor, as numpy arrays (views of the live data; copy before mutating)."""
+        state = {f"column/{n}": c for n, c in self.columns.items()}
+        state.update(episode_id=self.episode_id, episode_step=self.episode_step, count=self.count,
+                     next_episode=self._next_episode, next_step=self._next_step)
+        return state
+
+    def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
+        """Restore :meth:`state_dict`'s output (shapes already checked by the caller)."""
+        with self.lock:
+            for n, c in self.columns.items():
+                c[...] = state[f"column/{n}"]
+            self.episode_id[...] = state["episode_id"]
+            self.episode_step[...] = state["episode_step"]
+            self.count[...] = state["count"]
+            self._next_episode[...] = state["next_episode"]
+            self._next_step[...] = state["next_step"]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the data columns (excluding bookkeeping)."""
+        return sum(int(c.nbytes) for c in self.columns.values())
+
+    def __len__(self) -> int:
+        """Rows alive, over all lanes."""
+        return int(np.minimum(self.count, self.capacity).sum())
+
+    def __repr__(self) -> str:
+        return (
+            f"StepStore(lanes={self.num_lanes}, capacity={self.capacity}, backend={self.backend!r}, "
+            f"rows={len(self)}, fields={list(self.fields)})"
+        )

@@ -1,0 +1,429 @@
+"""Table: items (windows of rows in a StepStore) with a sampler, a remover and a rate limiter.
+
+An item is a window ``(lane, start, length)`` of a :class:`~rlflow.replay.StepStore`'s rows, plus item
+fields (e.g. an n-step return and discount, declared by ``item_spec``) and a priority. Several tables
+can reference one store; each subscribes to it, and when the store is about to overwrite a row, every
+item whose window starts there is removed from every table (counted as a delete by the rate limiter).
+
+Semantics (Reverb's):
+
+- ``insert`` admits items as the rate limiter allows, blocking (up to ``timeout``) for the rest; when
+  the table holds ``max_size`` items the remover chooses whom to evict first.
+- ``sample(B)`` draws ``B`` items one after another: random samplers draw with replacement,
+  deterministic ones return their first item (again and again unless ``max_times_sampled`` retires it).
+  An item sampled ``max_times_sampled`` times is removed at once; a draw that lands on an item already
+  retired within the same batch is drawn again (exactly the sequential draws, vectorised).
+  Sampling blocks until the rate limiter allows ``B`` samples and, with ``max_times_sampled``, the
+  items left can supply ``B`` draws.
+- ``update_priorities(keys, priorities)`` skips keys that no longer exist; a key repeated in one call
+  takes its last priority; negative, NaN or infinite priorities raise and change nothing.
+
+Every method takes the store's lock, so tables are safe to use from several threads.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+from rlflow import specs as _specs
+from rlflow.replay import _kernels as K
+from rlflow.replay.items import KEY, LANE, LENGTH, START, TIMES, VALID, Items
+from rlflow.replay.rate_limiters import MinSize, RateLimiter
+from rlflow.replay.sample import Sample
+from rlflow.replay.selectors import Fifo, Selector, Uniform
+from rlflow.replay.storage import StepStore
+from rlflow.specs import Spec
+
+__all__ = ["RateLimitTimeout", "Table"]
+
+
+class RateLimitTimeout(TimeoutError):
+    """A blocking insert or sample waited ``timeout`` seconds without the rate limiter allowing it."""
+
+
+def _int_array(name: str, value: Any, n: int | None = None) -> np.ndarray:
+    arr = np.asarray(value)
+    if arr.ndim == 0:
+        arr = arr.reshape(1) if n is None else np.full(n, arr)
+    if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
+        raise ValueError(f"{name}: expected a 1-d integer array, got dtype {arr.dtype} shape {arr.shape}")
+    if n is not None and arr.size != n:
+        raise ValueError(f"{name}: expected {n} values, got {arr.size}")
+    return arr.astype(np.int64, copy=False)
+
+
+def _check_priorities(value: Any, n: int) -> np.ndarray:
+    arr = np.asarray(value, dtype=np.float64) if not isinstance(value, np.ndarray) else value
+    if arr.ndim == 0:
+        arr = np.full(n, arr, np.float64)
+    if arr.shape != (n,):
+        raise ValueError(f"priorities: expected shape ({n},), got {arr.shape}")
+    if arr.dtype.kind not in "fiu":
+        raise ValueError(f"priorities: expected real numbers, got dtype {arr.dtype}")
+    arr = arr.astype(np.float64, copy=False)
+    bad = ~np.isfinite(arr) | (arr < 0)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"priorities: expected finite values >= 0, got {arr[i]} at position {i}")
+    return arr
+
+
+class Table:
+    """A replay table over a :class:`StepStore` (see the module docstring for the semantics).
+
+    Args:
+        store: the rows the items reference.
+        sampler: chooses items to sample (default :class:`Uniform`).
+        remover: chooses items to evict when full (default :class:`Fifo`).
+        max_size: most items held (default: one per row of the store).
+        max_times_sampled: remove an item after this many samples (default: never).
+        rate_limiter: default :class:`MinSize(1) <rlflow.replay.rate_limiters.MinSize>`.
+        item_spec: the item fields written with each insert (nested dict/tuple of Fields).
+        cross_episodes: let sampled windows show rows of the next episode (default: masked out).
+        name: shown in errors and checkpoints.
+    """
+
+    def __init__(
+        self,
+        store: StepStore,
+        *,
+        sampler: Selector | None = None,
+        remover: Selector | None = None,
+        max_size: int | None = None,
+        max_times_sampled: int | None = None,
+        rate_limiter: RateLimiter | None = None,
+        item_spec: Spec | None = None,
+        cross_episodes: bool = False,
+        name: str = "table",
+    ) -> None:
+        self.store = store
+        self.name = name
+        self.sampler = sampler if sampler is not None else Uniform()
+        self.remover = remover if remover is not None else Fifo()
+        if self.sampler is self.remover:
+            raise ValueError("sampler and remover must be two selector objects")
+        self.max_size = int(max_size) if max_size is not None else store.capacity * store.num_lanes
+        if self.max_size < 1:
+            raise ValueError(f"max_size must be >= 1, got {max_size}")
+        if max_times_sampled is not None and int(max_times_sampled) < 1:
+            raise ValueError(f"max_times_sampled must be >= 1 or None, got {max_times_sampled}")
+        self.max_times_sampled = None if max_times_sampled is None else int(max_times_sampled)
+        self.rate_limiter = rate_limiter if rate_limiter is not None else MinSize(1)
+        required = getattr(self.rate_limiter, "required_max_times_sampled", None)
+        if required is not None and self.max_times_sampled != required:
+            raise ValueError(
+                f"{self.rate_limiter!r} needs max_times_sampled={required}, got {self.max_times_sampled}"
+            )
+        self.rate_limiter.check_deadlock_free(self.max_size, self.max_times_sampled)
+        self.item_spec = item_spec
+        self.item_fields = _specs.flatten_spec(item_spec) if item_spec is not None else {}
+        self.cross_episodes = bool(cross_episodes)
+        self.lock = store.lock
+        self._cond = threading.Condition(store.lock)
+        self.sampler.bind(self.max_size)
+        self.remover.bind(self.max_size)
+        self._items = Items(self.max_size, store.num_lanes, store.capacity, self.item_fields)
+        store.subscribe(self)
+
+    # ------------------------------------------------------------------ bookkeeping
+    @property
+    def size(self) -> int:
+        return self._items.size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def _remove(self, slots: np.ndarray) -> None:
+        if not slots.size:
+            return
+        self.sampler.delete(slots)
+        self.remover.delete(slots)
+        self._items.remove(slots)
+        self.rate_limiter.delete(int(slots.size))
+        self._cond.notify_all()
+
+    def on_overwrite(self, lanes: np.ndarray, rows: np.ndarray) -> None:
+        """Called by the store before it overwrites ``rows`` of ``lanes``: drop items starting there."""
+        self._remove(self._items.starting_at(lanes, rows))
+
+    # ------------------------------------------------------------------ insert
+    def insert(
+        self,
+        lanes: Any,
+        starts: Any,
+        lengths: Any,
+        *,
+        priorities: Any = 1.0,
+        fields: Any = None,
+        timeout: float | None = None,
+    ) -> np.ndarray:
+        """Insert items ``(lanes[i], starts[i], lengths[i])`` and return their keys.
+
+        ``starts`` are absolute row indices (as returned by the store's writes); each window must be
+        stored in full. Blocks while the rate limiter refuses inserts; raises :class:`RateLimitTimeout`
+        after ``timeout`` seconds (items admitted before then stay inserted).
+        """
+        with self._cond:
+            starts_arr = _int_array("starts", starts)
+            n = starts_arr.size
+            lanes_arr = _int_array("lanes", lanes, n)
+            lengths_arr = _int_array("lengths", lengths, n)
+            prios = _check_priorities(priorities, n)
+            cols = self._check_fields(fields, n)
+            self._check_windows(lanes_arr, starts_arr, lengths_arr)
+            keys = np.empty(n, np.int64)
+            done = 0
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while done < n:
+                k = self._admissible(n - done)
+                if k == 0:
+                    self._wait(deadline, f"insert {n - done} more item(s)")
+                    continue
+                sl = slice(done, done + k)
+                keys[sl] = self._insert_now(lanes_arr[sl], starts_arr[sl], lengths_arr[sl], prios[sl],
+                                            {name: c[sl] for name, c in cols.items()})
+                done += k
+            return keys
+
+    def _check_fields(self, fields: Any, n: int) -> dict[str, np.ndarray]:
+        if not self.item_fields:
+            if fields is not None:
+                raise _specs.SpecError(f"table {self.name!r} has no item_spec, but fields were given")
+            return {}
+        if fields is None:
+            raise _specs.SpecError(f"table {self.name!r} needs item fields {list(self.item_fields)}")
+        flat = _specs.flatten_data(self.item_spec, fields)
+        return _specs.validate(self.item_fields, flat, (n,))
+
+    def _check_windows(self, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> None:
+        store = self.store
+        if not lanes.size:
+            return
+        if lanes.min() < 0 or lanes.max() >= store.num_lanes:
+            raise ValueError(f"lanes: expected values in [0, {store.num_lanes}), got {lanes.min()}..{lanes.max()}")
+        if lengths.min() < 1 or lengths.max() > store.capacity:
+            raise ValueError(f"lengths: expected values in [1, {store.capacity}], got {lengths.min()}..{lengths.max()}")
+        count = store.count[lanes]
+        bad = (starts < np.maximum(count - store.capacity, 0)) | (starts + lengths > count)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise ValueError(
+                f"item {i}: window [{starts[i]}, {starts[i] + lengths[i]}) of lane {lanes[i]} is not stored; "
+                f"the lane holds rows [{max(0, count[i] - store.capacity)}, {count[i]})"
+            )
+
+    def _admissible(self, n: int) -> int:
+        """The most of ``n`` items the rate limiter admits now (at most ``max_size``)."""
+        limiter = self.rate_limiter
+        n = min(n, self.max_size)
+        if limiter.can_insert(n):
+            return n
+        lo, hi = 0, n  # can_insert(lo) holds, can_insert(hi) does not
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if limiter.can_insert(mid) else (lo, mid)
+        return lo
+
+    def _valid_lengths(self, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        """Rows of each window in the episode of its first row (episodes are contiguous in a lane)."""
+        if self.cross_episodes:
+            return lengths
+        store = self.store
+        ep = store.episode_id
+        cap = store.capacity
+        first = ep[lanes, starts % cap]
+        same = ep[lanes, (starts + lengths - 1) % cap] == first
+        if same.all():
+            return lengths
+        valid = lengths.copy()
+        for i in np.flatnonzero(~same).tolist():
+            rows = (starts[i] + np.arange(lengths[i])) % cap
+            valid[i] = int(np.argmin(ep[lanes[i], rows] == first[i]))
+        return valid
+
+    def _insert_now(self, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray, prios: np.ndarray,
+                    cols: dict[str, np.ndarray]) -> np.ndarray:
+        n = lanes.size
+        overflow = self.size + n - self.max_size
+        if overflow > 0:
+            self._remove(self.remover.choose_for_removal(overflow))
+        valid = self._valid_lengths(lanes, starts, lengths)
+        slots, keys, seqs = self._items.add(lanes, starts, lengths, valid, prios, cols)
+        self.sampler.insert(slots, prios, seqs)
+        self.remover.insert(slots, prios, seqs)
+        self.rate_limiter.insert(n)
+        self._cond.notify_all()
+        return keys
+
+    def _wait(self, deadline: float | None, what: str) -> None:
+        remaining = None if deadline is None else deadline - time.monotonic()
+        if remaining is not None and remaining <= 0:
+            raise RateLimitTimeout(
+                f"table {self.name!r}: timed out waiting to {what}; {self.rate_limiter!r}, "
+                f"size {self.size}/{self.max_size}"
+            )
+        self._cond.wait(remaining)
+
+    # ------------------------------------------------------------------ sample
+    def can_sample(self, batch_size: int) -> bool:
+        """Whether ``sample(batch_size)`` would return without waiting."""
+        with self.lock:
+            if self.size == 0 or not self.rate_limiter.can_sample(batch_size):
+                return False
+            if self.max_times_sampled is not None:
+                return self.size * self.max_times_sampled - self._items.times_total >= batch_size
+            return True
+
+    def can_insert(self, n: int = 1) -> bool:
+        """Whether ``n`` items would be admitted without waiting."""
+        with self.lock:
+            return self.rate_limiter.can_insert(n)
+
+    def sample(self, batch_size: int, *, timeout: float | None = None) -> Sample:
+        """Draw ``batch_size`` items and gather their rows (see the module docstring)."""
+        if int(batch_size) < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        batch_size = int(batch_size)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while not self.can_sample(batch_size):
+                self._wait(deadline, f"sample {batch_size} item(s)")
+            slots, meta, probs, weights, times = self._draw(batch_size)
+            self.rate_limiter.sample(batch_size)
+            lanes, starts, lengths = meta[:, LANE], meta[:, START], meta[:, LENGTH]
+            idx, mask, full = K.window_index(meta, LANE, START, LENGTH, VALID, self.store.capacity)
+            data = self.store.take(idx)
+            if not full:
+                hole = ~mask
+                for arr in data.values():
+                    arr[hole] = 0
+            fields = {n: c[slots] for n, c in self._items.columns.items()}
+            if self.max_times_sampled is not None:
+                self._retire(slots)
+        return Sample(
+            keys=meta[:, KEY], probabilities=probs, weights=weights, times_sampled=times, lanes=lanes,
+            starts=starts, lengths=lengths, data=self.store.unflatten(data), mask=mask,
+            fields=_specs.unflatten(self.item_spec, fields) if self.item_spec is not None else None,
+        )
+
+    def _draw(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Slots, item metadata, probabilities, weights and times sampled of ``n`` sequential draws."""
+        limit = self.max_times_sampled
+        items = self._items
+        parts: list[tuple[np.ndarray, ...]] = []
+        got = 0
+        while got < n:
+            need = n - got
+            if self.sampler.deterministic:
+                cand, p = self.sampler.sample(1 if limit is None else need)
+                if limit is None:
+                    take = np.array([need])
+                else:
+                    budget = limit - items.times[cand]
+                    before = np.cumsum(budget) - budget
+                    take = np.clip(need - before, 0, budget)
+                slots, probs = np.repeat(cand, take), np.repeat(p, take)
+            else:
+                slots, probs = self.sampler.sample(need)
+                if limit is not None:
+                    keep = _occurrence(slots) < limit - items.times[slots]
+                    slots, probs = slots[keep], probs[keep]
+            meta = K.draw_rows(items.meta, slots, TIMES)
+            items.times_total += slots.size
+            parts.append((slots, meta, probs, self.sampler.weights(probs), meta[:, TIMES]))
+            got += slots.size
+            if limit is not None and got < n:
+                self._retire(slots)
+        if len(parts) == 1:
+            return parts[0]
+        slots, meta, probs, weights, times = (np.concatenate(col) for col in zip(*parts, strict=True))
+        return slots, meta, probs, weights, times
+
+    def _retire(self, slots: np.ndarray) -> None:
+        """Remove the live items among ``slots`` that reached ``max_times_sampled``."""
+        uniq = np.unique(slots)
+        uniq = uniq[self._items.keys[uniq] >= 0]
+        self._remove(uniq[self._items.times[uniq] >= self.max_times_sampled])
+
+    # ------------------------------------------------------------------ priorities
+    def update_priorities(self, keys: Any, priorities: Any) -> int:
+        """Set the priorities of the items still present; return how many were updated."""
+        keys_arr = _int_array("keys", keys)
+        prios = _check_priorities(priorities, keys_arr.size)
+        with self.lock:
+            # Keep the last occurrence of each key.
+            rev_unique, rev_idx = np.unique(keys_arr[::-1], return_index=True)
+            last = keys_arr.size - 1 - rev_idx
+            keys_u, prios_u = rev_unique, prios[last]
+            slots, live = self._items.slots_of(keys_u)
+            slots, prios_u = slots[live], prios_u[live]
+            self._items.priority[slots] = prios_u
+            self.sampler.update(slots, prios_u)
+            self.remover.update(slots, prios_u)
+            return int(slots.size)
+
+    def delete(self, keys: Any) -> int:
+        """Remove the items still present; return how many were removed."""
+        keys_arr = _int_array("keys", keys)
+        with self.lock:
+            slots, live = self._items.slots_of(np.unique(keys_arr))
+            self._remove(slots[live])
+            return int(live.sum())
+
+    def items(self) -> dict[str, np.ndarray]:
+        """A copy of every live item's bookkeeping, in insertion order."""
+        with self.lock:
+            it = self._items
+            slots = it.live_in_order()
+            meta = it.meta[slots]
+            out = {"key": meta[:, KEY], "lane": meta[:, LANE], "start": meta[:, START],
+                   "length": meta[:, LENGTH], "valid": meta[:, VALID], "priority": it.priority[slots],
+                   "times_sampled": it.times[slots]}
+            out.update({f"field/{n}": c[slots] for n, c in it.columns.items()})
+            return {k: v.copy() for k, v in out.items()}
+
+    # ------------------------------------------------------------------ checkpoint state
+    def config(self) -> dict[str, Any]:
+        """What must match for a checkpoint of this table to load into it."""
+        return {
+            "name": self.name, "max_size": self.max_size, "max_times_sampled": self.max_times_sampled,
+            "cross_episodes": self.cross_episodes,
+            "sampler": [type(self.sampler).__name__, self.sampler.config()],
+            "remover": [type(self.remover).__name__, self.remover.config()],
+            "item_fields": {n: [list(f.shape), f.dtype.str] for n, f in self.item_fields.items()},
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        """Every array and counter of the table (numpy arrays and plain values only)."""
+        with self.lock:
+            return {"config": self.config(), **self._items.state_dict(), "sampler": self.sampler.state_dict(),
+                    "remover": self.remover.state_dict(), "rate_limiter": self.rate_limiter.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output (the caller checked it matches :meth:`config`)."""
+        with self._cond:
+            self.rate_limiter.load_state_dict(state["rate_limiter"])
+            self.sampler.load_state_dict(state["sampler"])
+            self.remover.load_state_dict(state["remover"])
+            self._items.load_state_dict(state)
+            self._cond.notify_all()
+
+    def __repr__(self) -> str:
+        return (f"Table({self.name!r}, size={self.size}/{self.max_size}, sampler={self.sampler!r}, "
+                f"remover={self.remover!r}, rate_limiter={self.rate_limiter!r})")
+
+
+def _occurrence(slots: np.ndarray) -> np.ndarray:
+    """For each position, how many earlier positions hold the same slot."""
+    order = np.argsort(slots, kind="stable")
+    s = slots[order]
+    first = np.r_[True, s[1:] != s[:-1]]
+    group_start = np.maximum.accumulate(np.where(first, np.arange(s.size), 0))
+    out = np.empty(slots.size, np.int64)
+    out[order] = np.arange(s.size) - group_start
+    return out
+

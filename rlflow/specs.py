@@ -1,0 +1,217 @@
+"""Specs: the columns of a step, declared once and checked on every write.
+
+A spec is a nested structure (``dict`` of specs, ``tuple`` of specs, or a leaf :class:`Field`). Each
+leaf is one column of the :class:`~rlflow.replay.StepStore`: a fixed per-row ``shape`` and ``dtype``.
+Specs come from gymnasium spaces (:func:`from_space`) or are written by hand for extras::
+
+    >>> import numpy as np
+    >>> from gymnasium import spaces
+    >>> from rlflow import specs
+    >>> obs = specs.from_space(spaces.Box(-1.0, 1.0, (3,), np.float32))
+    >>> step = {"observation": obs, "action": specs.from_space(spaces.Discrete(4)),
+    ...         "log_prob": specs.Field((), np.float32)}
+    >>> sorted(specs.flatten_spec(step))
+    ['action', 'log_prob', 'observation']
+
+Flat column names join the path with ``/`` (tuple members by index): ``{"pos": ..., "img": (a, b)}``
+gives ``pos``, ``img/0``, ``img/1``.
+
+Validation (:func:`validate`) checks structure (missing or extra keys, tuple length), shape, dtype
+(values must cast to the field's dtype under numpy's ``same_kind`` rule: a Python float fits a float32
+column, a float does not fit an integer column), integer bounds for discrete fields, and finiteness of
+float fields unless ``allow_nonfinite``. It raises :class:`SpecError` naming the field, what was
+expected and what came; nothing is written by the caller when it raises.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "Field",
+    "Spec",
+    "SpecError",
+    "add_agent_axis",
+    "flatten_data",
+    "flatten_spec",
+    "from_space",
+    "unflatten",
+    "validate",
+    "zeros",
+]
+
+
+class SpecError(ValueError):
+    """Data does not match its spec; the message names the field, what was expected and what came."""
+
+
+@dataclass(frozen=True)
+class Field:
+    """One column: the shape and dtype of a single row's value.
+
+    ``low``/``high`` (inclusive) are checked for integer fields only (e.g. ``Discrete(n)`` gives
+    ``low=0, high=n-1``). Float fields reject NaN and infinities unless ``allow_nonfinite``.
+    """
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    low: int | None = None
+    high: int | None = None
+    allow_nonfinite: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", tuple(int(s) for s in self.shape))
+        object.__setattr__(self, "dtype", np.dtype(self.dtype))
+        if any(s < 0 for s in self.shape):
+            raise SpecError(f"Field shape must be non-negative, got {self.shape}")
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+
+Spec = Field | Mapping[str, "Spec"] | tuple["Spec", ...]
+
+
+def from_space(space: Any) -> Spec:
+    """The spec of one value of a gymnasium space (Box, Discrete, MultiDiscrete, MultiBinary, Dict, Tuple)."""
+    from gymnasium import spaces
+
+    if isinstance(space, spaces.Box):
+        return Field(space.shape, space.dtype)
+    if isinstance(space, spaces.Discrete):
+        start = int(space.start)
+        return Field((), space.dtype, low=start, high=start + int(space.n) - 1)
+    if isinstance(space, spaces.MultiDiscrete):
+        start = np.asarray(space.start)
+        return Field(space.shape, space.dtype, low=int(start.min()), high=int((start + space.nvec).max()) - 1)
+    if isinstance(space, spaces.MultiBinary):
+        return Field(space.shape, space.dtype, low=0, high=1)
+    if isinstance(space, spaces.Dict):
+        return {key: from_space(sub) for key, sub in space.spaces.items()}
+    if isinstance(space, spaces.Tuple):
+        return tuple(from_space(sub) for sub in space.spaces)
+    raise SpecError(
+        f"cannot build a spec from {type(space).__name__}: expected Box, Discrete, MultiDiscrete, "
+        "MultiBinary, Dict or Tuple; declare the field by hand with rlflow.specs.Field"
+    )
+
+
+def add_agent_axis(spec: Spec, num_agents: int) -> Spec:
+    """The same spec with a leading agent axis of size ``num_agents`` on every field."""
+    if num_agents < 1:
+        raise SpecError(f"num_agents must be >= 1, got {num_agents}")
+    return _map(spec, lambda f: replace(f, shape=(num_agents, *f.shape)))
+
+
+def _map(spec: Spec, fn: Any) -> Spec:
+    if isinstance(spec, Field):
+        return fn(spec)
+    if isinstance(spec, Mapping):
+        return {k: _map(v, fn) for k, v in spec.items()}
+    if isinstance(spec, tuple):
+        return tuple(_map(v, fn) for v in spec)
+    raise SpecError(f"a spec is a Field, a dict or a tuple of specs, got {type(spec).__name__}")
+
+
+def _walk(spec: Spec, prefix: str) -> Iterator[tuple[str, Field]]:
+    if isinstance(spec, Field):
+        yield prefix, spec
+    elif isinstance(spec, Mapping):
+        for key, sub in spec.items():
+            if not isinstance(key, str) or "/" in key or not key:
+                raise SpecError(f"spec keys must be non-empty strings without '/', got {key!r}")
+            yield from _walk(sub, f"{prefix}/{key}" if prefix else key)
+    elif isinstance(spec, tuple):
+        for i, sub in enumerate(spec):
+            yield from _walk(sub, f"{prefix}/{i}" if prefix else str(i))
+    else:
+        raise SpecError(f"a spec is a Field, a dict or a tuple of specs, got {type(spec).__name__}")
+
+
+def flatten_spec(spec: Spec) -> dict[str, Field]:
+    """The leaves of ``spec`` by column name (path joined with ``/``), in declaration order."""
+    return dict(_walk(spec, ""))
+
+
+def flatten_data(spec: Spec, data: Any, prefix: str = "") -> dict[str, Any]:
+    """The leaves of ``data`` by column name, checking that its structure is exactly ``spec``'s."""
+    out: dict[str, Any] = {}
+    _flatten_into(spec, data, prefix, out)
+    return out
+
+
+def _flatten_into(spec: Spec, data: Any, path: str, out: dict[str, Any]) -> None:
+    where = path or "<root>"
+    if isinstance(spec, Field):
+        if isinstance(data, Mapping | tuple):
+            raise SpecError(f"field {where!r}: expected an array, got a {type(data).__name__}")
+        out[path] = data
+    elif isinstance(spec, Mapping):
+        if not isinstance(data, Mapping):
+            raise SpecError(f"field {where!r}: expected a dict with keys {sorted(spec)}, got {type(data).__name__}")
+        missing = [k for k in spec if k not in data]
+        extra = [k for k in data if k not in spec]
+        if missing or extra:
+            raise SpecError(
+                f"field {where!r}: expected keys {sorted(spec)}, got {sorted(map(str, data))}"
+                + (f"; missing {missing}" if missing else "")
+                + (f"; unexpected {extra}" if extra else "")
+            )
+        for key, sub in spec.items():
+            _flatten_into(sub, data[key], f"{path}/{key}" if path else key, out)
+    else:
+        if not isinstance(data, tuple | list) or len(data) != len(spec):
+            got = f"{type(data).__name__} of length {len(data)}" if isinstance(data, tuple | list) else (
+                type(data).__name__)
+            raise SpecError(f"field {where!r}: expected a tuple of length {len(spec)}, got {got}")
+        for i, (sub, item) in enumerate(zip(spec, data, strict=True)):
+            _flatten_into(sub, item, f"{path}/{i}" if path else str(i), out)
+
+
+def unflatten(spec: Spec, flat: Mapping[str, Any], prefix: str = "") -> Any:
+    """Rebuild ``spec``'s nesting from columns named as by :func:`flatten_spec`."""
+    if isinstance(spec, Field):
+        return flat[prefix]
+    if isinstance(spec, Mapping):
+        return {k: unflatten(v, flat, f"{prefix}/{k}" if prefix else k) for k, v in spec.items()}
+    return tuple(unflatten(v, flat, f"{prefix}/{i}" if prefix else str(i)) for i, v in enumerate(spec))
+
+
+def validate(
+    fields: Mapping[str, Field], flat: Mapping[str, Any], batch_shape: tuple[int, ...]
+) -> dict[str, np.ndarray]:
+    """Check and convert flat data whose every column has leading ``batch_shape``; return the arrays.
+
+    Raises :class:`SpecError` on the first mismatch; converts nothing in place.
+    """
+    out: dict[str, np.ndarray] = {}
+    for name, field in fields.items():
+        value = flat[name]
+        arr = np.asarray(value)
+        expected_shape = (*batch_shape, *field.shape)
+        if arr.shape != expected_shape:
+            raise SpecError(f"field {name!r}: expected shape {expected_shape}, got {arr.shape}")
+        if arr.dtype != field.dtype:
+            if not np.can_cast(arr.dtype, field.dtype, casting="same_kind"):
+                raise SpecError(f"field {name!r}: expected dtype {field.dtype}, got {arr.dtype}")
+            arr = arr.astype(field.dtype)
+        kind = field.dtype.kind
+        if kind in "fc" and not field.allow_nonfinite and arr.size and not np.isfinite(arr).all():
+            raise SpecError(f"field {name!r}: expected finite values, got NaN or infinity")
+        if kind in "iu" and arr.size:
+            if field.low is not None and arr.min() < field.low:
+                raise SpecError(f"field {name!r}: expected values >= {field.low}, got {arr.min()}")
+            if field.high is not None and arr.max() > field.high:
+                raise SpecError(f"field {name!r}: expected values <= {field.high}, got {arr.max()}")
+        out[name] = arr
+    return out
+
+
+def zeros(fields: Mapping[str, Field], batch_shape: tuple[int, ...]) -> dict[str, np.ndarray]:
+    """Zero-filled columns with leading ``batch_shape``."""
+    return {name: np.zeros((*batch_shape, *f.shape), f.dtype) for name, f in fields.items()}

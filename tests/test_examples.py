@@ -1,0 +1,15 @@
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_prioritized_table_example_runs():
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "prioritized_table.py"), "--steps", "1500", "--capacity", "800"],
+        capture_output=True, text=True, check=True, timeout=300,
+    ).stdout
+    assert "env steps: 1500" in out
+    assert "transition items" in out
+    assert "observation (64, 2, 4)" in out

@@ -1,0 +1,198 @@
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rlflow.replay import _kernels as K
+from rlflow.replay.selectors import Fifo, Lifo, MaxHeap, MinHeap, Prioritized, Uniform
+
+CAP = 13  # not a power of two on purpose
+
+# An op is (kind, slot, priority): kind 0 = insert (if absent), 1 = update (if present), 2 = delete (if present).
+ops = st.lists(st.tuples(st.integers(0, 2), st.integers(0, CAP - 1),
+                         st.sampled_from([0.0, 0.5, 1.0, 2.0, 3.25, 7.0, 1e-3])), max_size=60)
+
+
+def apply(sel, ops, batch=False):
+    """Apply ops to a selector and to a dict reference {slot: (priority, seq)}."""
+    ref: dict[int, tuple[float, int]] = {}
+    seq = 0
+    for kind, slot, p in ops:
+        s = np.array([slot])
+        if kind == 0 and slot not in ref:
+            sel.insert(s, np.array([p]), np.array([seq]))
+            ref[slot] = (p, seq)
+            seq += 1
+        elif kind == 1 and slot in ref:
+            sel.update(s, np.array([p]))
+            ref[slot] = (p, ref[slot][1])
+        elif kind == 2 and slot in ref:
+            sel.delete(s)
+            del ref[slot]
+    return ref
+
+
+@settings(max_examples=150, deadline=None)
+@given(ops=ops, alpha=st.sampled_from([0.0, 0.6, 1.0]), beta=st.sampled_from([0.0, 0.4, 1.0]))
+def test_prioritized_against_brute_force(ops, alpha, beta):
+    sel = Prioritized(alpha, beta, seed=0)
+    sel.bind(CAP)
+    ref = apply(sel, ops)
+    mass = {s: p**alpha if p > 0 else 0.0 for s, (p, _) in ref.items()}
+    total = sum(mass.values())
+    assert sel.size == len(ref)
+    assert sel.total == pytest.approx(total, rel=1e-12, abs=1e-300)
+    if total <= 0:
+        if ref:
+            with pytest.raises(ValueError, match="priority 0"):
+                sel.sample(1)
+        return
+    # The midpoint of each positive item's mass interval (in slot order) must find that item.
+    prefix, targets, expect = 0.0, [], []
+    for s in range(CAP):
+        m = mass.get(s, 0.0)
+        if m > 0:
+            targets.append(prefix + m / 2)
+            expect.append(s)
+        prefix += m
+    found = K.sum_find(sel._sum, sel._tree_size, np.array(targets))
+    assert found.tolist() == expect
+    slots, probs = sel.sample(64)
+    assert all(mass[s] > 0 for s in slots.tolist())
+    np.testing.assert_allclose(probs, [mass[s] / total for s in slots.tolist()], rtol=1e-12)
+    n = len(ref)
+    p_all = np.array([m / total for m in mass.values() if m > 0])
+    max_w = ((n * p_all) ** -beta).max()
+    np.testing.assert_allclose(sel.weights(probs), (n * probs) ** -beta / max_w, rtol=1e-6)
+
+
+@settings(max_examples=150, deadline=None)
+@given(ops=ops, cls=st.sampled_from([Fifo, Lifo, MinHeap, MaxHeap]), n=st.integers(1, CAP + 2))
+def test_ordered_against_sort(ops, cls, n):
+    sel = cls()
+    sel.bind(CAP)
+    ref = apply(sel, ops)
+    key = {
+        Fifo: lambda s: ref[s][1],
+        Lifo: lambda s: -ref[s][1],
+        MinHeap: lambda s: (ref[s][0], ref[s][1]),
+        MaxHeap: lambda s: (-ref[s][0], ref[s][1]),
+    }[cls]
+    expect = sorted(ref, key=key)[:n]
+    assert sel.sample(n)[0].tolist() == expect
+    assert sel.sample(n)[0].tolist() == expect  # sampling leaves the order untouched
+    assert sel.choose_for_removal(min(n, len(ref))).tolist() == expect[: min(n, len(ref))]
+    assert sel.size == len(ref)
+
+
+@settings(max_examples=100, deadline=None)
+@given(ops=ops)
+def test_uniform_holds_exactly_the_live_items(ops):
+    sel = Uniform(seed=1)
+    sel.bind(CAP)
+    ref = apply(sel, ops)
+    assert sel.size == len(ref)
+    assert sorted(sel._items[: sel.size].tolist()) == sorted(ref)
+    if ref:
+        slots, probs = sel.sample(50)
+        assert set(slots.tolist()) <= set(ref)
+        assert np.all(probs == 1 / len(ref))
+        removal = sel.choose_for_removal(len(ref))
+        assert sorted(removal.tolist()) == sorted(ref)
+
+
+def test_sum_tree_has_no_drift():
+    sel = Prioritized(alpha=1.0, seed=0)
+    sel.bind(1000)
+    rng = np.random.default_rng(0)
+    sel.insert(np.arange(1000), rng.random(1000) * 1e6, np.arange(1000))
+    for _ in range(300):
+        sel.update(rng.integers(0, 1000, 256), rng.random(256) * 10 ** rng.uniform(-6, 6))
+    leaves = sel._sum[sel._tree_size:].copy()
+    fresh = np.zeros_like(sel._sum)
+    fresh_min = np.zeros_like(sel._min)
+    fresh[sel._tree_size:] = leaves
+    K.sum_rebuild(fresh, fresh_min, sel._tree_size)
+    np.testing.assert_array_equal(sel._sum, fresh)  # bit-identical: parents always left + right
+    assert sel.total == pytest.approx(leaves.sum(), rel=1e-12)
+
+
+def test_duplicate_slots_in_one_update_last_wins():
+    sel = Prioritized(alpha=1.0, seed=0)
+    sel.bind(4)
+    sel.insert(np.arange(4), np.ones(4), np.arange(4))
+    sel.update(np.array([2, 1, 2, 2]), np.array([5.0, 3.0, 9.0, 4.0]))
+    assert sel.priority_mass(np.arange(4)).tolist() == [1.0, 3.0, 4.0, 1.0]
+    heap = MaxHeap()
+    heap.bind(4)
+    heap.insert(np.arange(4), np.ones(4), np.arange(4))
+    heap.update(np.array([3, 3]), np.array([10.0, 0.5]))
+    assert heap.sample(4)[0].tolist() == [0, 1, 2, 3]
+
+
+def test_stratified_draws_one_per_slice():
+    sel = Prioritized(alpha=1.0, seed=3)
+    sel.bind(8)
+    sel.insert(np.arange(4), np.array([1.0, 1.0, 2.0, 0.0]), np.arange(4))
+    for _ in range(20):
+        assert sel.sample(4)[0].tolist() == [0, 1, 2, 2]
+
+
+def chi2_ok(counts, probs):
+    """Every cell within 5 standard deviations of its binomial expectation."""
+    n = counts.sum()
+    exp = n * probs
+    return np.all(np.abs(counts - exp) <= 5 * np.sqrt(exp * (1 - probs)) + 1)
+
+
+@pytest.mark.parametrize("stratified", [True, False])
+def test_prioritized_distribution(stratified):
+    p = np.array([1.0, 2.0, 4.0, 8.0, 0.0, 0.5])
+    alpha = 0.6
+    sel = Prioritized(alpha, seed=12, stratified=stratified)
+    sel.bind(6)
+    sel.insert(np.arange(6), p, np.arange(6))
+    counts = np.zeros(6)
+    for _ in range(400):
+        np.add.at(counts, sel.sample(50)[0], 1)
+    probs = p**alpha / (p**alpha).sum()
+    assert counts[4] == 0
+    assert chi2_ok(counts, probs)
+
+
+def test_uniform_distribution():
+    sel = Uniform(seed=5)
+    sel.bind(10)
+    sel.insert(np.arange(7), np.ones(7), np.arange(7))
+    sel.delete(np.array([2]))
+    counts = np.bincount(sel.sample(60_000)[0], minlength=10)
+    assert counts[[2, 7, 8, 9]].sum() == 0
+    assert chi2_ok(counts[[0, 1, 3, 4, 5, 6]], np.full(6, 1 / 6))
+
+
+@pytest.mark.parametrize("cls", [Uniform, Prioritized, Fifo, MaxHeap])
+def test_state_round_trip_continues_identically(cls):
+    a = cls(seed=7)
+    a.bind(20)
+    rng = np.random.default_rng(0)
+    a.insert(np.arange(15), rng.random(15), np.arange(15))
+    a.delete(np.array([3, 9]))
+    a.sample(5)
+    b = cls(seed=99)
+    b.bind(20)
+    b.load_state_dict(a.state_dict())
+    for _ in range(3):
+        sa, pa = a.sample(8)
+        sb, pb = b.sample(8)
+        assert sa.tolist() == sb.tolist() and pa.tolist() == pb.tolist()
+
+
+def test_bad_parameters_and_double_bind():
+    with pytest.raises(ValueError, match="alpha"):
+        Prioritized(alpha=-1)
+    with pytest.raises(ValueError, match="beta"):
+        Prioritized(beta=float("nan"))
+    s = Uniform()
+    s.bind(3)
+    with pytest.raises(ValueError, match="already bound"):
+        s.bind(3)

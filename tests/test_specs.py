@@ -1,0 +1,92 @@
+import numpy as np
+import pytest
+from gymnasium import spaces
+
+from rlflow import specs
+from rlflow.specs import Field, SpecError
+
+
+def test_from_space_every_kind():
+    space = spaces.Dict({
+        "box": spaces.Box(-1.0, 1.0, (2, 3), np.float32),
+        "disc": spaces.Discrete(4, start=1),
+        "multi": spaces.MultiDiscrete([2, 5]),
+        "bits": spaces.MultiBinary(6),
+        "pair": spaces.Tuple((spaces.Discrete(2), spaces.Box(0, 255, (4,), np.uint8))),
+    })
+    spec = specs.from_space(space)
+    flat = specs.flatten_spec(spec)
+    assert list(flat) == ["bits", "box", "disc", "multi", "pair/0", "pair/1"]  # gymnasium sorts Dict keys
+    assert flat["box"] == Field((2, 3), np.float32)
+    assert flat["disc"] == Field((), np.int64, low=1, high=4)
+    assert flat["multi"] == Field((2,), np.int64, low=0, high=4)
+    assert flat["bits"] == Field((6,), np.int8, low=0, high=1)
+    assert flat["pair/1"] == Field((4,), np.uint8)
+
+
+def test_from_space_rejects_unknown():
+    with pytest.raises(SpecError, match="Text"):
+        specs.from_space(spaces.Text(5))
+
+
+def test_agent_axis():
+    spec = specs.add_agent_axis({"obs": Field((3,), np.float32), "a": (Field((), np.int64),)}, 4)
+    flat = specs.flatten_spec(spec)
+    assert flat["obs"].shape == (4, 3) and flat["a/0"].shape == (4,)
+    with pytest.raises(SpecError):
+        specs.add_agent_axis(spec, 0)
+
+
+def test_flatten_unflatten_round_trip():
+    spec = {"a": Field((2,), np.float32), "b": (Field((), np.int64), {"c": Field((), np.bool_)})}
+    data = {"a": np.ones((5, 2)), "b": (np.arange(5), {"c": np.zeros(5, bool)})}
+    flat = specs.flatten_data(spec, data)
+    assert list(flat) == ["a", "b/0", "b/1/c"]
+    back = specs.unflatten(spec, flat)
+    assert back["b"][1]["c"] is data["b"][1]["c"]
+
+
+SPEC = {"obs": Field((3,), np.float32), "act": Field((), np.int64, low=0, high=2), "done": Field((), np.bool_)}
+
+
+def good(n=4):
+    return {"obs": np.zeros((n, 3), np.float32), "act": np.zeros(n, np.int64), "done": np.zeros(n, bool)}
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda d: d.pop("done"), r"missing \['done'\]"),
+        (lambda d: d.update(extra=np.zeros(4)), r"unexpected \['extra'\]"),
+        (lambda d: d.update(obs=np.zeros((4, 2), np.float32)), r"'obs'.*expected shape \(4, 3\), got \(4, 2\)"),
+        (lambda d: d.update(act=np.zeros(4, np.float32)), r"'act'.*expected dtype int64, got float32"),
+        (lambda d: d.update(done=np.zeros(4, np.int64)), r"'done'.*expected dtype bool"),
+        (lambda d: d["obs"].__setitem__((1, 2), np.nan), r"'obs'.*finite"),
+        (lambda d: d["obs"].__setitem__((0, 0), np.inf), r"'obs'.*finite"),
+        (lambda d: d["act"].__setitem__(3, 3), r"'act'.*<= 2, got 3"),
+        (lambda d: d["act"].__setitem__(0, -1), r"'act'.*>= 0, got -1"),
+        (lambda d: d.update(obs=[1, 2]), r"'obs'.*expected shape"),
+    ],
+)
+def test_validate_rejects(mutate, message):
+    data = good()
+    mutate(data)
+    with pytest.raises(SpecError, match=message):
+        specs.validate(specs.flatten_spec(SPEC), specs.flatten_data(SPEC, data), (4,))
+
+
+def test_validate_casts_same_kind_and_allows_nonfinite_when_asked():
+    data = good()
+    data["obs"] = np.ones((4, 3), np.float64)
+    out = specs.validate(specs.flatten_spec(SPEC), specs.flatten_data(SPEC, data), (4,))
+    assert out["obs"].dtype == np.float32
+    loose = {"x": Field((), np.float32, allow_nonfinite=True)}
+    specs.validate(loose, {"x": np.array([np.nan, np.inf])}, (2,))
+
+
+def test_structure_errors_name_the_field():
+    spec = {"a": (Field((), np.float32), Field((), np.float32))}
+    with pytest.raises(SpecError, match=r"'a'.*tuple of length 2, got tuple of length 1"):
+        specs.flatten_data(spec, {"a": (1.0,)})
+    with pytest.raises(SpecError, match=r"'a/0'.*expected an array, got a dict"):
+        specs.flatten_data(spec, {"a": ({}, 1.0)})

@@ -1,0 +1,168 @@
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rlflow.replay import StepStore
+from rlflow.specs import Field, SpecError
+
+SPEC = {"obs": Field((2,), np.float32), "act": Field((), np.int64), "flag": (Field((), np.bool_),)}
+
+
+def rows(values):
+    v = np.asarray(values, np.float32)
+    i = np.nan_to_num(v).astype(np.int64)
+    return {"obs": np.stack([v, -v], -1), "act": i, "flag": (i % 2 == 1,)}
+
+
+@pytest.fixture(params=["memory", "disk"])
+def make_store(request, tmp_path):
+    def make(capacity=5, lanes=2):
+        if request.param == "disk":
+            return StepStore(SPEC, capacity, lanes, backend="disk", directory=tmp_path / f"s{capacity}_{lanes}")
+        return StepStore(SPEC, capacity, lanes)
+    return make
+
+
+def test_append_wraps_and_tracks_episodes(make_store):
+    store = make_store(capacity=4, lanes=2)
+    for t in range(6):
+        store.append(rows([t, 10 + t]), first=np.array([t == 3, False]))
+    assert store.count.tolist() == [6, 6]
+    # Lane 0 holds rows 2..5 (episode 0: rows 0-2, episode 1: rows 3-5); position = row % 4.
+    got = store.gather([0, 0, 0, 0, 1], [2, 3, 4, 5, 5])
+    assert got["act"].tolist() == [2, 3, 4, 5, 15]
+    assert got["obs"][:, 1].tolist() == [-2, -3, -4, -5, -15]
+    assert store.episode_id[0, [2, 3, 0, 1]].tolist() == [0, 1, 1, 1]
+    assert store.episode_step[0, [2, 3, 0, 1]].tolist() == [2, 0, 1, 2]
+    assert store.episode_step[1, [2, 3, 0, 1]].tolist() == [2, 3, 4, 5]
+    assert len(store) == 8
+    with pytest.raises(IndexError, match="row 1 of lane 0 is not stored"):
+        store.gather([0], [1])
+    with pytest.raises(IndexError, match="row 6 of lane 1"):
+        store.gather([1], [6])
+
+
+def test_windows_stop_at_episode_boundary_unless_asked(make_store):
+    store = make_store(capacity=8, lanes=1)
+    store.extend(0, rows(range(6)), first=np.array([1, 0, 0, 1, 0, 0], bool))
+    data, mask = store.gather_windows([0, 0], [1, 3], [4, 2], max_length=4)
+    assert mask.tolist() == [[True, True, False, False], [True, True, False, False]]
+    assert data["act"].tolist() == [[1, 2, 0, 0], [3, 4, 0, 0]]
+    data, mask = store.gather_windows([0], [1], 4, cross_episodes=True)
+    assert mask.tolist() == [[True] * 4] and data["act"].tolist() == [[1, 2, 3, 4]]
+
+
+def test_extend_wraps_and_continues_episode(make_store):
+    store = make_store(capacity=5, lanes=2)
+    store.extend(1, rows([0, 1, 2]))
+    store.extend(1, rows([3, 4, 5, 6]), first=np.array([0, 1, 0, 0], bool))
+    assert store.count.tolist() == [0, 7]
+    assert store.gather([1] * 5, range(2, 7))["act"].tolist() == [2, 3, 4, 5, 6]
+    assert store.episode_id[1, np.arange(2, 7) % 5].tolist() == [0, 0, 1, 1, 1]
+    assert store.episode_step[1, np.arange(2, 7) % 5].tolist() == [2, 3, 0, 1, 2]
+    with pytest.raises(ValueError, match="exceed the lane capacity 5"):
+        store.extend(0, rows(range(6)))
+
+
+def test_overwrite_notifies_before_writing(make_store):
+    store = make_store(capacity=3, lanes=2)
+    seen = []
+
+    class Listener:
+        def on_overwrite(self, lanes, old_rows):
+            # The rows are still intact when the listener runs.
+            seen.append((lanes.tolist(), old_rows.tolist(), store.gather(lanes, old_rows)["act"].tolist()))
+
+    store.subscribe(Listener())
+    for t in range(4):
+        store.append(rows([t, 100 + t]))
+    store.append(rows([9]), lanes=[1])
+    assert seen == [([0, 1], [0, 0], [0, 100]), ([1], [1], [101])]
+
+
+@pytest.mark.parametrize(
+    ("data", "kwargs", "error"),
+    [
+        (rows([1.0, np.nan]), {}, "finite"),
+        ({"obs": np.zeros((2, 2)), "act": np.zeros(2, np.int64)}, {}, "missing"),
+        (rows([1, 2]), {"lanes": [0, 0]}, "once per append"),
+        (rows([1, 2]), {"lanes": [0, 2]}, r"lanes: expected values in \[0, 2\)"),
+        (rows([1, 2]), {"first": [1, 0]}, "bool array"),
+        (rows([1, 2, 3]), {}, r"expected shape \(2, 2\)"),
+    ],
+)
+def test_bad_append_writes_nothing(make_store, data, kwargs, error):
+    store = make_store(capacity=3, lanes=2)
+    store.append(rows([5, 6]))
+    before = {k: v.copy() for k, v in store.state_dict().items()}
+    with pytest.raises((SpecError, ValueError), match=error):
+        store.append(data, **kwargs)
+    for k, v in store.state_dict().items():
+        np.testing.assert_array_equal(v, before[k], err_msg=k)
+
+
+def test_disk_backend_needs_empty_directory(tmp_path):
+    (tmp_path / "x").write_text("")
+    with pytest.raises(ValueError, match="empty directory"):
+        StepStore(SPEC, 4, backend="disk", directory=tmp_path)
+    with pytest.raises(ValueError, match="backend must be"):
+        StepStore(SPEC, 4, backend="cloud")
+
+
+# A write is (lane or None for all lanes, number of rows, first-flags).
+writes = st.lists(
+    st.tuples(st.one_of(st.none(), st.integers(0, 2)), st.integers(1, 4), st.lists(st.booleans(), min_size=4,
+                                                                                   max_size=4)),
+    min_size=1, max_size=25,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(writes=writes, capacity=st.integers(2, 6), lo=st.integers(0, 30), length=st.integers(1, 6))
+def test_store_matches_reference(writes, capacity, lo, length):
+    lanes = 3
+    store = StepStore(SPEC, capacity, lanes)
+    ref: list[list[tuple[int, int, int]]] = [[] for _ in range(lanes)]  # (value, episode, step)
+    value = 0
+
+    def push(lane, first):
+        nonlocal value
+        r = ref[lane]
+        if not r or first:
+            ep, step = (r[-1][1] + 1 if r else 0), 0
+        else:
+            ep, step = r[-1][1], r[-1][2] + 1
+        r.append((value, ep, step))
+        value += 1
+
+    for lane, n, first in writes:
+        if lane is None:
+            for _ in range(n):
+                f = np.array(first[:lanes])
+                store.append(rows(range(value, value + lanes)), first=f)
+                for ln in range(lanes):
+                    push(ln, f[ln])
+        else:
+            n = min(n, capacity)
+            f = np.array(first[:n])
+            store.extend(lane, rows(range(value, value + n)), first=f)
+            for i in range(n):
+                push(lane, f[i])
+    for lane in range(lanes):
+        r = ref[lane]
+        alive = range(max(0, len(r) - capacity), len(r))
+        assert store.count[lane] == len(r)
+        if not alive:
+            continue
+        got = store.gather([lane] * len(alive), list(alive))
+        assert got["act"].tolist() == [r[i][0] for i in alive]
+        pos = np.array(alive) % capacity
+        assert store.episode_id[lane, pos].tolist() == [r[i][1] for i in alive]
+        assert store.episode_step[lane, pos].tolist() == [r[i][2] for i in alive]
+        start = alive[0] + lo % len(alive)
+        n = min(length, alive[-1] + 1 - start)
+        data, mask = store.gather_windows([lane], [start], [n], max_length=length)
+        expect = [i < n and r[start + i][1] == r[start][1] for i in range(length)]
+        assert mask[0].tolist() == expect
+        assert data["act"][0].tolist() == [r[start + i][0] if expect[i] else 0 for i in range(length)]

@@ -1,0 +1,288 @@
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rlflow.replay import (
+    Fifo,
+    Lifo,
+    MaxHeap,
+    MinSize,
+    Prioritized,
+    Queue,
+    RateLimitTimeout,
+    SampleToInsertRatio,
+    StepStore,
+    Table,
+    Uniform,
+)
+from rlflow.specs import Field, SpecError
+
+SPEC = {"id": Field((), np.int64), "obs": Field((2,), np.float32)}
+ITEM = {"ret": Field((), np.float32)}
+BIG = 10**6
+
+
+def row_data(lanes, rows):
+    ids = np.asarray(lanes) * BIG + np.asarray(rows)
+    return {"id": ids, "obs": np.stack([ids, -ids], -1).astype(np.float32)}
+
+
+def write(store, lanes=None, first=None):
+    lanes = np.arange(store.num_lanes) if lanes is None else np.asarray(lanes)
+    return store.append(row_data(lanes, store.count[lanes]), lanes=lanes, first=first)
+
+
+def check_sample_data(sample):
+    """Every valid row of every window is the row the item names (never stale, never another lane)."""
+    ids = sample.data["id"]
+    expect = sample.lanes[:, None] * BIG + sample.starts[:, None] + np.arange(ids.shape[1])[None, :]
+    assert np.all(np.where(sample.mask, ids == expect, ids == 0))
+
+
+def snapshot(table):
+    items = table.items()
+    return {**items, "size": table.size, "limiter": dict(table.rate_limiter.state_dict()),
+            "sampler": {k: v for k, v in table.sampler.state_dict().items() if k != "rng"}}
+
+
+def assert_same(a, b):
+    assert a.keys() == b.keys()
+    for k in a:
+        if isinstance(a[k], np.ndarray):
+            np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+        elif isinstance(a[k], dict):
+            assert_same(a[k], b[k])
+        else:
+            assert a[k] == b[k], k
+
+
+def test_insert_and_sample_windows_with_fields():
+    store = StepStore(SPEC, capacity=8, lanes=2)
+    table = Table(store, item_spec=ITEM, sampler=Uniform(seed=0))
+    for t in range(4):
+        write(store, first=np.array([t == 2, False]))
+    keys = table.insert([0, 1, 0], [0, 1, 1], [2, 3, 3], fields={"ret": [1.5, 2.5, 3.5]})
+    assert table.size == 3 and len(set(keys.tolist())) == 3
+    s = table.sample(64)
+    check_sample_data(s)
+    by_key = dict(zip(keys.tolist(), [1.5, 2.5, 3.5], strict=True))
+    assert s.fields["ret"].tolist() == [by_key[k] for k in s.keys.tolist()]
+    assert np.all(s.probabilities == 1 / 3) and np.all(s.weights == 1)
+    # Lane 0's window [1, 4) crosses the episode start at row 2: rows 2, 3 are masked.
+    w = s.mask[s.keys == keys[2]]
+    assert w.shape[1] == 3 and w[0].tolist() == [True, False, False]
+
+
+def test_overwrite_removes_items_from_every_table():
+    store = StepStore(SPEC, capacity=4, lanes=2)
+    limiter_a, limiter_b = MinSize(1), MinSize(1)
+    a = Table(store, rate_limiter=limiter_a, name="a")
+    b = Table(store, sampler=Prioritized(seed=1), rate_limiter=limiter_b, name="b")
+    for _ in range(4):
+        write(store)
+    ka = a.insert([0, 0, 1], [0, 2, 1], [2, 2, 3])
+    kb = b.insert([0, 1], [1, 0], [3, 4])
+    write(store, lanes=[0])  # overwrites lane 0 row 0
+    assert a.items()["key"].tolist() == ka[1:].tolist()
+    assert b.items()["key"].tolist() == kb.tolist()
+    write(store, lanes=[0, 1])  # lane 0 row 1, lane 1 row 0
+    assert a.items()["key"].tolist() == ka[1:].tolist()
+    assert b.items()["key"].tolist() == []
+    assert limiter_a.deletes == 1 and limiter_b.deletes == 2
+    write(store, lanes=[1])  # lane 1 row 1
+    assert a.items()["key"].tolist() == [ka[1]]
+    check_sample_data(a.sample(5))
+
+
+def test_items_sharing_a_start_row_are_all_removed():
+    store = StepStore(SPEC, capacity=3)
+    table = Table(store, max_size=10)
+    for _ in range(3):
+        write(store)
+    table.insert([0, 0, 0, 0], [0, 0, 0, 1], [1, 2, 3, 1])
+    table.delete(table.items()["key"][1:2])
+    assert table.size == 3
+    write(store)
+    assert table.items()["start"].tolist() == [1]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    script=st.lists(st.tuples(st.sampled_from(["write", "insert", "sample", "delete"]), st.integers(0, 2),
+                              st.integers(1, 4), st.integers(0, 9)), max_size=50),
+    capacity=st.integers(2, 6), max_size=st.integers(1, 12),
+)
+def test_table_matches_reference(script, capacity, max_size):
+    lanes = 3
+    store = StepStore(SPEC, capacity=capacity, lanes=lanes)
+    table = Table(store, max_size=max_size, sampler=Uniform(seed=0), remover=Fifo())
+    ref: list[tuple[int, int, int, int]] = []  # (key, lane, start, length) in insertion order
+    for op, lane, n, x in script:
+        if op == "write":
+            write(store, lanes=[lane], first=np.array([x == 0]))
+            old = store.count[lane] - capacity
+            ref = [r for r in ref if not (r[1] == lane and r[2] < old)]
+        elif op == "insert":
+            count = int(store.count[lane])
+            lo = max(0, count - capacity)
+            if count - lo < 1:
+                continue
+            length = 1 + x % (count - lo)
+            start = lo + (n % (count - lo - length + 1))
+            key = int(table.insert([lane], [start], [length])[0])
+            ref.append((key, lane, start, length))
+            ref = ref[-max_size:]  # Fifo remover evicts the oldest
+        elif op == "sample" and ref:
+            s = table.sample(n)
+            check_sample_data(s)
+            live = {r[0]: r for r in ref}
+            for k, ln, st_, ll in zip(s.keys.tolist(), s.lanes.tolist(), s.starts.tolist(), s.lengths.tolist(),
+                                      strict=True):
+                assert live[k][1:] == (ln, st_, ll)
+        elif op == "delete" and ref:
+            victim = ref[x % len(ref)][0]
+            assert table.delete([victim, victim + 12345]) == 1
+            ref = [r for r in ref if r[0] != victim]
+        items = table.items()
+        assert items["key"].tolist() == [r[0] for r in ref]
+        assert items["start"].tolist() == [r[2] for r in ref]
+    lim = table.rate_limiter
+    assert lim.inserts - lim.deletes == table.size == len(ref)
+
+
+def test_max_size_evicts_with_remover():
+    store = StepStore(SPEC, capacity=10)
+    for _ in range(10):
+        write(store)
+    table = Table(store, max_size=3, remover=MaxHeap())
+    table.insert(np.zeros(3, np.int64), [0, 1, 2], 1, priorities=[1.0, 5.0, 2.0])
+    table.insert([0, 0], [3, 4], 1, priorities=[0.5, 9.0])
+    assert table.items()["start"].tolist() == [0, 3, 4]  # evicted 5.0 then 2.0
+    with pytest.raises(ValueError):
+        Table(store, max_size=0)
+
+
+def test_queue_semantics_fifo_max_times_one():
+    store = StepStore(SPEC, capacity=10)
+    for _ in range(10):
+        write(store)
+    table = Table(store, sampler=Fifo(), remover=Fifo(), max_times_sampled=1, rate_limiter=Queue(6))
+    table.insert(np.zeros(5, np.int64), np.arange(5), 1)
+    s = table.sample(3)
+    assert s.starts.tolist() == [0, 1, 2] and s.times_sampled.tolist() == [1, 1, 1]
+    assert table.items()["start"].tolist() == [3, 4]
+    with pytest.raises(RateLimitTimeout, match="sample 3"):
+        table.sample(3, timeout=0.01)
+    with pytest.raises(ValueError, match="max_times_sampled=1"):
+        Table(store, sampler=Fifo(), remover=Fifo(), rate_limiter=Queue(6))
+
+
+def test_deterministic_sampler_repeats_its_first_item():
+    store = StepStore(SPEC, capacity=10)
+    for _ in range(4):
+        write(store)
+    table = Table(store, sampler=Lifo(), max_times_sampled=None)
+    table.insert([0, 0, 0], [0, 1, 2], 1)
+    s = table.sample(4)
+    assert s.starts.tolist() == [2, 2, 2, 2] and s.times_sampled.tolist() == [1, 2, 3, 4]
+    limited = Table(store, sampler=Lifo(), max_times_sampled=2)
+    limited.insert([0, 0, 0], [0, 1, 2], 1)
+    s = limited.sample(5)
+    assert s.starts.tolist() == [2, 2, 1, 1, 0] and s.times_sampled.tolist() == [1, 2, 1, 2, 1]
+    assert limited.items()["start"].tolist() == [0]
+    assert not limited.can_sample(2) and limited.can_sample(1)
+
+
+def test_random_sampler_with_max_times_sampled_never_oversamples():
+    store = StepStore(SPEC, capacity=50)
+    for _ in range(50):
+        write(store)
+    table = Table(store, sampler=Uniform(seed=3), max_times_sampled=3)
+    keys = table.insert(np.zeros(20, np.int64), np.arange(20), 1)
+    seen: dict[int, list[int]] = {}
+    while table.can_sample(7):
+        s = table.sample(7)
+        check_sample_data(s)
+        for k, t in zip(s.keys.tolist(), s.times_sampled.tolist(), strict=True):
+            seen.setdefault(k, []).append(t)
+    assert all(v == list(range(1, len(v) + 1)) and len(v) <= 3 for v in seen.values())
+    left = table.items()
+    assert sum(map(len, seen.values())) == 56 and table.size == len(left["key"])
+    assert (3 - left["times_sampled"]).sum() == 3 * 20 - 56  # retired items used their whole budget
+    assert set(seen) <= set(keys.tolist())
+
+
+def test_update_priorities_stale_duplicates_and_bad_values():
+    store = StepStore(SPEC, capacity=6)
+    for _ in range(6):
+        write(store)
+    table = Table(store, sampler=Prioritized(alpha=1.0, seed=0))
+    keys = table.insert(np.zeros(4, np.int64), [0, 1, 2, 3], 1, priorities=[1.0, 1.0, 1.0, 1.0])
+    table.delete(keys[:1])
+    n = table.update_priorities([keys[0], keys[1], keys[2], keys[2], 999_999], [7.0, 2.0, 5.0, 3.0, 1.0])
+    assert n == 2
+    assert table.items()["priority"].tolist() == [2.0, 3.0, 1.0]
+    before = snapshot(table)
+    for bad, msg in [([-1.0, 1.0], ">= 0, got -1.0"), ([np.nan, 1.0], "got nan"), ([1.0, np.inf], "got inf"),
+                     ([1.0], r"shape \(2,\)")]:
+        with pytest.raises(ValueError, match=msg):
+            table.update_priorities(keys[1:3], bad)
+        assert_same(snapshot(table), before)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({"lanes": [0], "starts": [5], "lengths": [2]}, r"window \[5, 7\) of lane 0 is not stored"),
+        ({"lanes": [0], "starts": [0], "lengths": [2]}, r"window \[0, 2\) of lane 0 is not stored"),
+        ({"lanes": [1], "starts": [2], "lengths": [1]}, r"lanes: expected values in \[0, 1\)"),
+        ({"lanes": [0], "starts": [2], "lengths": [0]}, "lengths"),
+        ({"lanes": [0, 0], "starts": [2], "lengths": [1]}, "lanes: expected 1 values"),
+        ({"lanes": [0], "starts": [2.0], "lengths": [1]}, "starts: expected a 1-d integer"),
+        ({"lanes": [0], "starts": [2], "lengths": [1], "priorities": [-2.0]}, "priorities"),
+        ({"lanes": [0], "starts": [2], "lengths": [1], "fields": {"ret": [np.nan]}}, "finite"),
+        ({"lanes": [0], "starts": [2], "lengths": [1], "fields": {"rett": [1.0]}}, "missing"),
+        ({"lanes": [0], "starts": [2], "lengths": [1], "fields": None}, "needs item fields"),
+    ],
+)
+def test_bad_insert_changes_nothing(kwargs, error):
+    store = StepStore(SPEC, capacity=4)
+    for _ in range(6):
+        write(store)
+    table = Table(store, item_spec=ITEM)
+    table.insert([0], [3], [2], fields={"ret": [1.0]})
+    before = snapshot(table)
+    kwargs.setdefault("fields", {"ret": [0.0] * len(kwargs["starts"])})
+    with pytest.raises((ValueError, SpecError), match=error):
+        table.insert(**kwargs)
+    assert_same(snapshot(table), before)
+
+
+def test_sample_to_insert_ratio_blocks_and_times_out():
+    store = StepStore(SPEC, capacity=100)
+    for _ in range(100):
+        write(store)
+    table = Table(store, rate_limiter=SampleToInsertRatio(2.0, 3, 4.0))
+    assert not table.can_sample(1)
+    table.insert(np.zeros(3, np.int64), [0, 1, 2], 1)
+    assert table.can_sample(1)
+    with pytest.raises(RateLimitTimeout, match="insert"):
+        table.insert(np.zeros(10, np.int64), np.arange(3, 13), 1, timeout=0.01)
+    inserted = table.size  # those admitted before the timeout stay
+    assert 3 < inserted < 13
+    with pytest.raises(RateLimitTimeout, match="sample 100"):
+        table.sample(100, timeout=0.01)
+
+
+def test_sample_to_torch():
+    torch = pytest.importorskip("torch")
+    store = StepStore(SPEC, capacity=4)
+    for _ in range(4):
+        write(store)
+    table = Table(store, item_spec=ITEM)
+    table.insert([0], [1], [2], fields={"ret": [2.0]})
+    s = table.sample(3).to_torch()
+    assert isinstance(s.data["obs"], torch.Tensor) and s.data["obs"].shape == (3, 2, 2)
+    assert s.mask.dtype == torch.bool and s.fields["ret"].tolist() == [2.0] * 3
+    assert s.keys.dtype == torch.int64
