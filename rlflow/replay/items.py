@@ -16,11 +16,11 @@ from typing import Any
 
 import numpy as np
 
+from rlflow.replay import _item_kernels as KI
+from rlflow.replay._item_kernels import KEY, LANE, START, TIMES
 from rlflow.specs import Field
 
 __all__ = ["Items"]
-
-KEY, LANE, START, LENGTH, VALID, TIMES = range(6)
 
 
 class Items:
@@ -60,58 +60,62 @@ class Items:
             priorities: np.ndarray, cols: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Place ``n <= num_free`` new items; return their slots, keys and insertion sequence numbers."""
         n = lanes.size
-        slots = self.free[self.num_free - n: self.num_free][::-1].copy()
-        self.num_free -= n
+        slots = np.empty(n, np.int64)
+        keys = np.empty(n, np.int64)
+        clash = np.empty(n, np.bool_)
+        KI.add_items(self.meta, self.row_slot, self.free, self.num_free, self.next_seq, lanes, starts, lengths,
+                     valid, self.capacity, slots, keys, clash)
         seqs = np.arange(self.next_seq, self.next_seq + n, dtype=np.int64)
+        self.num_free -= n
         self.next_seq += n
-        keys = seqs * self.max_size + slots
-        self.meta[slots] = np.stack([keys, lanes, starts, lengths, valid, np.zeros_like(keys)], axis=1)
         self.priority[slots] = priorities
         for name, col in cols.items():
             self.columns[name][slots] = col
-        self._index(slots, lanes, starts % self.capacity)
+        if clash.any():
+            self._overflow_add(slots[clash], lanes[clash], starts[clash] % self.capacity)
         return slots, keys, seqs
 
-    def _index(self, slots: np.ndarray, lanes: np.ndarray, pos: np.ndarray) -> None:
-        empty = self.row_slot[lanes, pos] < 0
-        self.row_slot[lanes[empty], pos[empty]] = slots[empty]
-        placed = self.row_slot[lanes, pos] == slots  # False for rows taken before or earlier in this batch
-        if not placed.all():
-            for s, lane, p in zip(slots[~placed].tolist(), lanes[~placed].tolist(), pos[~placed].tolist(),
-                                  strict=True):
-                self.overflow.setdefault((lane, p), []).append(s)
+    def _overflow_add(self, slots: np.ndarray, lanes: np.ndarray, pos: np.ndarray) -> None:
+        for s, lane, p in zip(slots.tolist(), lanes.tolist(), pos.tolist(), strict=True):
+            self.overflow.setdefault((lane, p), []).append(s)
 
     def remove(self, slots: np.ndarray) -> None:
         """Free live ``slots`` (distinct)."""
-        lanes = self.meta[slots, LANE]
-        pos = self.meta[slots, START] % self.capacity
-        direct = self.row_slot[lanes, pos] == slots
-        self.row_slot[lanes[direct], pos[direct]] = -1
-        if not direct.all():
-            for s, lane, p in zip(slots[~direct].tolist(), lanes[~direct].tolist(), pos[~direct].tolist(),
-                                  strict=True):
+        indirect = np.empty(slots.size, np.bool_)
+        self.times_total -= KI.remove_items(self.meta, self.row_slot, self.free, self.num_free, slots,
+                                            self.capacity, indirect)
+        self.num_free += slots.size
+        if self.overflow and indirect.any():
+            lanes = self.meta[slots[indirect], LANE]
+            pos = self.meta[slots[indirect], START] % self.capacity
+            for s, lane, p in zip(slots[indirect].tolist(), lanes.tolist(), pos.tolist(), strict=True):
                 bucket = self.overflow[(lane, p)]
                 bucket.remove(s)
                 if not bucket:
                     del self.overflow[(lane, p)]
-        self.times_total -= int(self.meta[slots, TIMES].sum())
-        self.meta[slots, KEY] = -1
-        self.free[self.num_free: self.num_free + slots.size] = slots
-        self.num_free += slots.size
 
     def starting_at(self, lanes: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """Slots of every item whose window starts at ``rows[i]`` of ``lanes[i]``."""
-        pos = rows % self.capacity
-        slots = self.row_slot[lanes, pos]
-        slots = slots[slots >= 0]
+        slots = KI.indexed_at(self.row_slot, lanes, rows, self.capacity)
         if self.overflow:
-            extra = [s for lane, p in zip(lanes.tolist(), pos.tolist(), strict=True)
-                     for s in self.overflow.get((lane, p), ())]
-            if extra:
-                # In insertion order, so the result does not depend on which item holds the index cell.
-                slots = np.concatenate([slots, np.asarray(extra, np.int64)])
-                slots = slots[np.argsort(self.meta[slots, KEY], kind="stable")]
+            slots = self._with_overflow(slots, lanes.tolist(), (rows % self.capacity).tolist())
         return slots
+
+    def starting_in(self, lane: int, lo: int, hi: int) -> np.ndarray:
+        """Slots of every item whose window starts at rows ``lo .. hi - 1`` of ``lane``."""
+        slots = KI.indexed_in_range(self.row_slot, lane, lo, hi, self.capacity)
+        if self.overflow:
+            rows = range(lo, hi)
+            slots = self._with_overflow(slots, [lane] * len(rows), [r % self.capacity for r in rows])
+        return slots
+
+    def _with_overflow(self, slots: np.ndarray, lanes: list[int], pos: list[int]) -> np.ndarray:
+        extra = [s for lane, p in zip(lanes, pos, strict=True) for s in self.overflow.get((lane, p), ())]
+        if not extra:
+            return slots
+        # In insertion order, so the result does not depend on which item holds the index cell.
+        slots = np.concatenate([slots, np.asarray(extra, np.int64)])
+        return slots[np.argsort(self.meta[slots, KEY], kind="stable")]
 
     def live_in_order(self) -> np.ndarray:
         """Live slots in insertion order."""
@@ -142,4 +146,8 @@ class Items:
         self.row_slot[:] = -1
         self.overflow = {}
         order = self.live_in_order()
-        self._index(order, self.meta[order, LANE], self.meta[order, START] % self.capacity)
+        lanes, pos = self.meta[order, LANE], self.meta[order, START] % self.capacity
+        _, first = np.unique(lanes * self.capacity + pos, return_index=True)
+        self.row_slot[lanes[first], pos[first]] = order[first]
+        rest = np.setdiff1d(np.arange(order.size), first)
+        self._overflow_add(order[rest], lanes[rest], pos[rest])

@@ -149,15 +149,16 @@ class RateLimiter:
 
     def insert(self, n: int = 1) -> None:
         """Record ``n >= 0`` inserts (admission is the caller's business)."""
-        self._inserts += _int("n", n, 0)
+        self._inserts += n if type(n) is int and n >= 0 else _int("n", n, 0)
 
     def sample(self, n: int = 1) -> None:
         """Record ``n >= 0`` samples."""
-        self._samples += _int("n", n, 0)
+        self._samples += n if type(n) is int and n >= 0 else _int("n", n, 0)
 
     def delete(self, n: int = 1) -> None:
         """Record ``n >= 0`` deletes; there can be no more deletes than inserts."""
-        n = _int("n", n, 0)
+        if type(n) is not int or n < 0:
+            n = _int("n", n, 0)
         if self._deletes + n > self._inserts:
             raise ValueError(f"n: expected at most {self._inserts - self._deletes} (items present), got {n}")
         self._deletes += n

@@ -33,6 +33,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from rlflow import specs as _specs
+from rlflow.replay import _item_kernels as KI
 from rlflow.specs import Field, Spec, SpecError
 
 __all__ = ["OverwriteListener", "StepStore"]
@@ -41,6 +42,9 @@ __all__ = ["OverwriteListener", "StepStore"]
 class OverwriteListener(Protocol):
     def on_overwrite(self, lanes: np.ndarray, rows: np.ndarray) -> None:
         """Rows ``rows[i]`` (absolute) of lanes ``lanes[i]`` are about to be overwritten."""
+
+    def on_overwrite_range(self, lane: int, lo: int, hi: int) -> None:
+        """Rows ``lo .. hi - 1`` (absolute) of ``lane`` are about to be overwritten."""
 
 
 class StepStore:
@@ -71,6 +75,7 @@ class StepStore:
         self.fields: dict[str, Field] = _specs.flatten_spec(spec)
         if not self.fields:
             raise SpecError("the spec has no fields")
+        self._flat_spec = isinstance(spec, dict) and all(isinstance(f, Field) for f in spec.values())
         self.capacity = int(capacity)
         self.num_lanes = int(lanes)
         self.backend = backend
@@ -121,40 +126,50 @@ class StepStore:
     def _check_lanes(self, lanes: Any) -> np.ndarray:
         if lanes is None:
             return self._all_lanes
-        arr = np.asarray(lanes)
+        arr = lanes if isinstance(lanes, np.ndarray) else np.asarray(lanes)
         if arr.ndim != 1 or arr.dtype.kind not in "iu":
             raise ValueError(f"lanes: expected a 1-d integer array, got shape {arr.shape} dtype {arr.dtype}")
         if arr.size and (arr.min() < 0 or arr.max() >= self.num_lanes):
             raise ValueError(f"lanes: expected values in [0, {self.num_lanes}), got {arr.min()}..{arr.max()}")
-        if np.unique(arr).size != arr.size:
+        if arr.size > 1 and np.bincount(arr).max() > 1:
             raise ValueError("lanes: each lane may appear once per append")
         return arr.astype(np.int64, copy=False)
+
+    def _columns_of(self, data: Any, n: int | None, checked: bool) -> tuple[dict[str, np.ndarray], int]:
+        """Flat, validated columns of ``data`` and their common leading length."""
+        if self._flat_spec and type(data) is dict and data.keys() == self.fields.keys():
+            flat = data  # a flat spec given a dict with exactly its keys: nothing to flatten
+        else:
+            flat = _specs.flatten_data(self.spec, data)
+        if n is None:
+            lengths = {np.shape(v)[0] if np.ndim(v) else -1 for v in flat.values()}
+            if len(lengths) != 1 or -1 in lengths:
+                raise SpecError(f"extend: every field needs the same leading length T, got lengths {sorted(lengths)}")
+            n = lengths.pop()
+        return (_specs.validate(self.fields, flat, (n,)) if checked else flat), n
 
     def append(self, data: Any, lanes: Any = None, first: Any = None, *, checked: bool = True) -> np.ndarray:
         """Write one row to each of ``lanes`` (default: every lane) and return their absolute indices.
 
         ``data`` has the spec's structure with a leading axis of ``len(lanes)``. ``first[i]`` marks the
         row as the start of a new episode in its lane. Invalid data raises and writes nothing.
+        ``checked=False`` skips validation, for callers that validated already.
         """
         with self.lock:
             lanes_arr = self._check_lanes(lanes)
             n = lanes_arr.size
-            flat = _specs.flatten_data(self.spec, data)
-            cols = _specs.validate(self.fields, flat, (n,)) if checked else flat
+            cols, _ = self._columns_of(data, n, checked)
             first_arr = self._check_first(first, n)
-            rows = self.count[lanes_arr].copy()
-            self._notify(lanes_arr, rows)
-            pos = rows % self.capacity
-            flat_idx = lanes_arr * self.capacity + pos
+            rows = self.count[lanes_arr]
+            old = rows - self.capacity
+            if self._listeners and old.max(initial=-1) >= 0:
+                keep = old >= 0
+                for listener in self._listeners:
+                    listener.on_overwrite(lanes_arr[keep], old[keep])
+            flat_idx = lanes_arr * self.capacity + rows % self.capacity
             for name, col in cols.items():
                 self._flat[name][flat_idx] = col
-            starts = first_arr | (rows == 0)
-            self._next_episode[lanes_arr] += starts
-            self._next_step[lanes_arr] = np.where(starts, 0, self._next_step[lanes_arr])
-            self.episode_id[lanes_arr, pos] = self._next_episode[lanes_arr] - 1
-            self.episode_step[lanes_arr, pos] = self._next_step[lanes_arr]
-            self._next_step[lanes_arr] += 1
-            self.count[lanes_arr] += 1
+            self._mark(lanes_arr, 1, first_arr)
             return rows
 
     def extend(self, lane: int, data: Any, first: Any = None, *, checked: bool = True) -> np.ndarray:
@@ -163,37 +178,33 @@ class StepStore:
         ``first`` (bool, shape ``[T]``) marks rows that start an episode. ``T`` must not exceed capacity.
         """
         with self.lock:
-            lane = int(self._check_lanes(np.array([lane]))[0])
-            flat = _specs.flatten_data(self.spec, data)
-            lengths = {np.shape(v)[0] if np.ndim(v) else -1 for v in flat.values()}
-            if len(lengths) != 1 or -1 in lengths:
-                raise SpecError(f"extend: every field needs the same leading length T, got lengths {lengths}")
-            t = lengths.pop()
+            if not isinstance(lane, int | np.integer) or not 0 <= lane < self.num_lanes:
+                raise ValueError(f"lane: expected an integer in [0, {self.num_lanes}), got {lane!r}")
+            lane = int(lane)
+            cols, t = self._columns_of(data, None, checked)
             if t > self.capacity:
                 raise ValueError(f"extend: {t} rows exceed the lane capacity {self.capacity}; write fewer")
-            cols = _specs.validate(self.fields, flat, (t,)) if checked else flat
             first_arr = self._check_first(first, t)
             start = int(self.count[lane])
-            rows = np.arange(start, start + t, dtype=np.int64)
-            self._notify(np.full(t, lane, np.int64), rows)
-            pos = rows % self.capacity
+            lo = max(start - self.capacity, 0)
+            hi = start + t - self.capacity
+            if self._listeners and hi > lo:
+                for listener in self._listeners:
+                    listener.on_overwrite_range(lane, lo, hi)
+            p0 = start % self.capacity
+            p1 = min(p0 + t, self.capacity)
+            wrapped = t - (p1 - p0)
             for name, col in cols.items():
-                self.columns[name][lane, pos] = col
-            starts = first_arr.copy()
-            if start == 0 and t:
-                starts[0] = True
-            episode = self._next_episode[lane] + np.cumsum(starts) - 1
-            # Step within the episode: distance to the latest start at or before each row.
-            idx = np.arange(t)
-            last_start = np.maximum.accumulate(np.where(starts, idx, -1))
-            step = np.where(last_start >= 0, idx - last_start, self._next_step[lane] + idx)
-            self.episode_id[lane, pos] = episode
-            self.episode_step[lane, pos] = step
-            if t:
-                self._next_episode[lane] = episode[-1] + 1
-                self._next_step[lane] = step[-1] + 1
-            self.count[lane] += t
-            return rows
+                column = self.columns[name][lane]
+                column[p0:p1] = col[: p1 - p0]
+                if wrapped:
+                    column[:wrapped] = col[p1 - p0:]
+            self._mark(np.array([lane]), t, first_arr)
+            return np.arange(start, start + t, dtype=np.int64)
+
+    def _mark(self, lanes: np.ndarray, per_lane: int, first: np.ndarray) -> None:
+        KI.episode_marks(self.episode_id, self.episode_step, self._next_episode, self._next_step, self.count,
+                         lanes, per_lane, first, self.capacity)
 
     @staticmethod
     def _check_first(first: Any, n: int) -> np.ndarray:
@@ -205,14 +216,6 @@ class StepStore:
         if arr.shape != (n,) or arr.dtype != np.bool_:
             raise ValueError(f"first: expected a bool array of shape ({n},), got {arr.dtype} {arr.shape}")
         return arr
-
-    def _notify(self, lanes: np.ndarray, rows: np.ndarray) -> None:
-        old = rows - self.capacity
-        mask = old >= 0
-        if self._listeners and mask.any():
-            lanes_o, old_o = lanes[mask], old[mask]
-            for listener in self._listeners:
-                listener.on_overwrite(lanes_o, old_o)
 
     # ------------------------------------------------------------------ reads
     def alive(self, lanes: np.ndarray, rows: np.ndarray) -> np.ndarray:

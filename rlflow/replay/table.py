@@ -23,6 +23,7 @@ Every method takes the store's lock, so tables are safe to use from several thre
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from typing import Any
@@ -30,8 +31,10 @@ from typing import Any
 import numpy as np
 
 from rlflow import specs as _specs
+from rlflow.replay import _item_kernels as KI
 from rlflow.replay import _kernels as K
-from rlflow.replay.items import KEY, LANE, LENGTH, START, TIMES, VALID, Items
+from rlflow.replay._item_kernels import KEY, LANE, LENGTH, START, TIMES, VALID
+from rlflow.replay.items import Items
 from rlflow.replay.rate_limiters import MinSize, RateLimiter
 from rlflow.replay.sample import Sample
 from rlflow.replay.selectors import Fifo, Selector, Uniform
@@ -46,20 +49,28 @@ class RateLimitTimeout(TimeoutError):
 
 
 def _int_array(name: str, value: Any, n: int | None = None) -> np.ndarray:
-    arr = np.asarray(value)
-    if arr.ndim == 0:
-        arr = arr.reshape(1) if n is None else np.full(n, arr)
-    if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
-        raise ValueError(f"{name}: expected a 1-d integer array, got dtype {arr.dtype} shape {arr.shape}")
+    if type(value) is np.ndarray and value.dtype == np.int64 and value.ndim == 1:
+        arr = value
+    else:
+        arr = np.asarray(value)
+        if arr.ndim == 0:
+            arr = arr.reshape(1) if n is None else np.full(n, arr)
+        if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
+            raise ValueError(f"{name}: expected a 1-d integer array, got dtype {arr.dtype} shape {arr.shape}")
+        arr = arr.astype(np.int64)
     if n is not None and arr.size != n:
         raise ValueError(f"{name}: expected {n} values, got {arr.size}")
-    return arr.astype(np.int64, copy=False)
+    return arr
 
 
 def _check_priorities(value: Any, n: int) -> np.ndarray:
-    arr = np.asarray(value, dtype=np.float64) if not isinstance(value, np.ndarray) else value
+    if isinstance(value, float | int) and not isinstance(value, bool):
+        if not (math.isfinite(value) and value >= 0):
+            raise ValueError(f"priorities: expected finite values >= 0, got {value}")
+        return np.full(n, float(value))
+    arr = np.asarray(value)
     if arr.ndim == 0:
-        arr = np.full(n, arr, np.float64)
+        arr = np.full(n, arr)
     if arr.shape != (n,):
         raise ValueError(f"priorities: expected shape ({n},), got {arr.shape}")
     if arr.dtype.kind not in "fiu":
@@ -150,6 +161,10 @@ class Table:
         """Called by the store before it overwrites ``rows`` of ``lanes``: drop items starting there."""
         self._remove(self._items.starting_at(lanes, rows))
 
+    def on_overwrite_range(self, lane: int, lo: int, hi: int) -> None:
+        """Called by the store before it overwrites rows ``lo .. hi - 1`` of ``lane``."""
+        self._remove(self._items.starting_in(lane, lo, hi))
+
     # ------------------------------------------------------------------ insert
     def insert(
         self,
@@ -174,18 +189,28 @@ class Table:
             lengths_arr = _int_array("lengths", lengths, n)
             prios = _check_priorities(priorities, n)
             cols = self._check_fields(fields, n)
-            self._check_windows(lanes_arr, starts_arr, lengths_arr)
-            keys = np.empty(n, np.int64)
+            valid = self._check_windows(lanes_arr, starts_arr, lengths_arr)
+            keys = np.full(n, -1, np.int64)
             done = 0
             deadline = None if timeout is None else time.monotonic() + timeout
             while done < n:
                 k = self._admissible(n - done)
                 if k == 0:
                     self._wait(deadline, f"insert {n - done} more item(s)")
+                    # Rows written while this call waited may have overwritten some windows: those
+                    # items are skipped (key -1), as if inserted and at once evicted.
+                    valid[done:] = self._check_windows(lanes_arr[done:], starts_arr[done:], lengths_arr[done:],
+                                                       strict=False)
                     continue
                 sl = slice(done, done + k)
-                keys[sl] = self._insert_now(lanes_arr[sl], starts_arr[sl], lengths_arr[sl], prios[sl],
-                                            {name: c[sl] for name, c in cols.items()})
+                ok = valid[sl] > 0
+                if ok.all():
+                    keys[sl] = self._insert_now(lanes_arr[sl], starts_arr[sl], lengths_arr[sl], valid[sl], prios[sl],
+                                                {name: c[sl] for name, c in cols.items()})
+                elif ok.any():
+                    keys[sl][ok] = self._insert_now(lanes_arr[sl][ok], starts_arr[sl][ok], lengths_arr[sl][ok],
+                                                    valid[sl][ok], prios[sl][ok],
+                                                    {name: c[sl][ok] for name, c in cols.items()})
                 done += k
             return keys
 
@@ -199,22 +224,25 @@ class Table:
         flat = _specs.flatten_data(self.item_spec, fields)
         return _specs.validate(self.item_fields, flat, (n,))
 
-    def _check_windows(self, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> None:
+    def _check_windows(self, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray, *,
+                       strict: bool = True) -> np.ndarray:
+        """Valid length of each window (0 for a window not stored); raises on the first bad one if strict."""
         store = self.store
-        if not lanes.size:
-            return
-        if lanes.min() < 0 or lanes.max() >= store.num_lanes:
-            raise ValueError(f"lanes: expected values in [0, {store.num_lanes}), got {lanes.min()}..{lanes.max()}")
-        if lengths.min() < 1 or lengths.max() > store.capacity:
-            raise ValueError(f"lengths: expected values in [1, {store.capacity}], got {lengths.min()}..{lengths.max()}")
-        count = store.count[lanes]
-        bad = (starts < np.maximum(count - store.capacity, 0)) | (starts + lengths > count)
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
+        valid = np.empty(lanes.size, np.int64)
+        bad = KI.check_windows(store.count, store.episode_id, store.capacity, lanes, starts, lengths,
+                               self.cross_episodes, valid)
+        if strict and bad >= 0:
+            lane, start, length = int(lanes[bad]), int(starts[bad]), int(lengths[bad])
+            if not 0 <= lane < store.num_lanes:
+                raise ValueError(f"lanes: expected values in [0, {store.num_lanes}), got {lane} at item {bad}")
+            if not 1 <= length <= store.capacity:
+                raise ValueError(f"lengths: expected values in [1, {store.capacity}], got {length} at item {bad}")
+            count = int(store.count[lane])
             raise ValueError(
-                f"item {i}: window [{starts[i]}, {starts[i] + lengths[i]}) of lane {lanes[i]} is not stored; "
-                f"the lane holds rows [{max(0, count[i] - store.capacity)}, {count[i]})"
+                f"item {bad}: window [{start}, {start + length}) of lane {lane} is not stored; "
+                f"the lane holds rows [{max(0, count - store.capacity)}, {count})"
             )
+        return valid
 
     def _admissible(self, n: int) -> int:
         """The most of ``n`` items the rate limiter admits now (at most ``max_size``)."""
@@ -228,30 +256,12 @@ class Table:
             lo, hi = (mid, hi) if limiter.can_insert(mid) else (lo, mid)
         return lo
 
-    def _valid_lengths(self, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-        """Rows of each window in the episode of its first row (episodes are contiguous in a lane)."""
-        if self.cross_episodes:
-            return lengths
-        store = self.store
-        ep = store.episode_id
-        cap = store.capacity
-        first = ep[lanes, starts % cap]
-        same = ep[lanes, (starts + lengths - 1) % cap] == first
-        if same.all():
-            return lengths
-        valid = lengths.copy()
-        for i in np.flatnonzero(~same).tolist():
-            rows = (starts[i] + np.arange(lengths[i])) % cap
-            valid[i] = int(np.argmin(ep[lanes[i], rows] == first[i]))
-        return valid
-
-    def _insert_now(self, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray, prios: np.ndarray,
-                    cols: dict[str, np.ndarray]) -> np.ndarray:
+    def _insert_now(self, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray, valid: np.ndarray,
+                    prios: np.ndarray, cols: dict[str, np.ndarray]) -> np.ndarray:
         n = lanes.size
         overflow = self.size + n - self.max_size
         if overflow > 0:
             self._remove(self.remover.choose_for_removal(overflow))
-        valid = self._valid_lengths(lanes, starts, lengths)
         slots, keys, seqs = self._items.add(lanes, starts, lengths, valid, prios, cols)
         self.sampler.insert(slots, prios, seqs)
         self.remover.insert(slots, prios, seqs)

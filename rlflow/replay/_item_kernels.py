@@ -1,0 +1,164 @@
+"""Compiled kernels for the store's episode bookkeeping and a table's item slots (numba, cached).
+
+Each replaces a handful of numpy calls on the write path, where per-call overhead, not bandwidth, is
+the cost. Semantics are documented where the kernels are used (``storage.py``, ``items.py``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+_OPTS = {"cache": True, "nogil": True}
+
+KEY, LANE, START, LENGTH, VALID, TIMES = range(6)
+
+
+@njit(**_OPTS)
+def all_finite(flat: np.ndarray) -> bool:
+    for i in range(flat.shape[0]):
+        if not np.isfinite(flat[i]):
+            return False
+    return True
+
+
+@njit(**_OPTS)
+def episode_marks(episode_id: np.ndarray, episode_step: np.ndarray, next_episode: np.ndarray,
+                  next_step: np.ndarray, count: np.ndarray, lanes: np.ndarray, per_lane: int,
+                  first: np.ndarray, capacity: int) -> None:
+    """Record episode id and step of rows about to be written, and advance each lane's cursors.
+
+    ``lanes`` holds one entry per written row (``per_lane`` consecutive rows per lane entry when
+    ``per_lane > 1``, i.e. one lane extended by several rows); ``first[i]`` starts a new episode.
+    """
+    i = 0
+    for j in range(lanes.shape[0]):
+        lane = lanes[j]
+        for _ in range(per_lane):
+            row = count[lane]
+            if first[i] or row == 0:
+                next_episode[lane] += 1
+                next_step[lane] = 0
+            pos = row % capacity
+            episode_id[lane, pos] = next_episode[lane] - 1
+            episode_step[lane, pos] = next_step[lane]
+            next_step[lane] += 1
+            count[lane] = row + 1
+            i += 1
+
+
+@njit(**_OPTS)
+def check_windows(count: np.ndarray, episode_id: np.ndarray, capacity: int, lanes: np.ndarray,
+                  starts: np.ndarray, lengths: np.ndarray, cross_episodes: bool,
+                  valid: np.ndarray) -> int:
+    """Check item windows are stored in full and fill each one's valid length; return the first bad one.
+
+    Valid length: rows from the window's start that belong to its first row's episode (all rows
+    when ``cross_episodes``). Bad (valid length 0): lane out of range, length outside ``[1, capacity]``,
+    or a row not stored (before ``count - capacity`` or at/after ``count``). Returns -1 if none is bad.
+    """
+    n_lanes = count.shape[0]
+    first_bad = -1
+    for i in range(lanes.shape[0]):
+        lane, start, length = lanes[i], starts[i], lengths[i]
+        if lane < 0 or lane >= n_lanes or length < 1 or length > capacity:
+            ok = False
+        else:
+            c = count[lane]
+            ok = max(c - capacity, 0) <= start and start + length <= c
+        if not ok:
+            valid[i] = 0
+            if first_bad < 0:
+                first_bad = i
+            continue
+        if cross_episodes:
+            valid[i] = length
+            continue
+        ep = episode_id[lane, start % capacity]
+        if episode_id[lane, (start + length - 1) % capacity] == ep:
+            valid[i] = length
+        else:
+            k = 1
+            while k < length and episode_id[lane, (start + k) % capacity] == ep:
+                k += 1
+            valid[i] = k
+    return first_bad
+
+
+@njit(**_OPTS)
+def add_items(meta: np.ndarray, row_slot: np.ndarray, free: np.ndarray, num_free: int, next_seq: int,
+              lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray, valid: np.ndarray,
+              capacity: int, slots: np.ndarray, keys: np.ndarray, clash: np.ndarray) -> None:
+    """Place items in the top free slots; index each by its start row unless that cell is taken.
+
+    ``clash[i]`` is set when the row's index cell already holds an item (the caller keeps an overflow
+    list for those).
+    """
+    max_size = meta.shape[0]
+    for i in range(lanes.shape[0]):
+        s = free[num_free - 1 - i]
+        seq = next_seq + i
+        key = seq * max_size + s
+        slots[i] = s
+        keys[i] = key
+        meta[s, KEY] = key
+        meta[s, LANE] = lanes[i]
+        meta[s, START] = starts[i]
+        meta[s, LENGTH] = lengths[i]
+        meta[s, VALID] = valid[i]
+        meta[s, TIMES] = 0
+        pos = starts[i] % capacity
+        if row_slot[lanes[i], pos] < 0:
+            row_slot[lanes[i], pos] = s
+            clash[i] = False
+        else:
+            clash[i] = True
+
+
+@njit(**_OPTS)
+def remove_items(meta: np.ndarray, row_slot: np.ndarray, free: np.ndarray, num_free: int, slots: np.ndarray,
+                 capacity: int, indirect: np.ndarray) -> int:
+    """Free live slots; clear their index cells. Returns the times sampled they had, summed.
+
+    ``indirect[i]`` is set for an item that was not in its index cell (it is in the overflow list).
+    """
+    total = 0
+    for i in range(slots.shape[0]):
+        s = slots[i]
+        lane = meta[s, LANE]
+        pos = meta[s, START] % capacity
+        if row_slot[lane, pos] == s:
+            row_slot[lane, pos] = -1
+            indirect[i] = False
+        else:
+            indirect[i] = True
+        total += meta[s, TIMES]
+        meta[s, KEY] = -1
+        free[num_free + i] = s
+    return total
+
+
+@njit(**_OPTS)
+def indexed_at(row_slot: np.ndarray, lanes: np.ndarray, rows: np.ndarray, capacity: int) -> np.ndarray:
+    """Slots held by the index cells of ``rows[i]`` in ``lanes[i]`` (empty cells skipped)."""
+    out = np.empty(lanes.shape[0], np.int64)
+    m = 0
+    for i in range(lanes.shape[0]):
+        s = row_slot[lanes[i], rows[i] % capacity]
+        if s >= 0:
+            out[m] = s
+            m += 1
+    return out[:m]
+
+
+@njit(**_OPTS)
+def indexed_in_range(row_slot: np.ndarray, lane: int, lo: int, hi: int, capacity: int) -> np.ndarray:
+    """Slots held by the index cells of rows ``lo .. hi - 1`` of one lane (empty cells skipped)."""
+    out = np.empty(max(hi - lo, 0), np.int64)
+    m = 0
+    for row in range(lo, hi):
+        s = row_slot[lane, row % capacity]
+        if s >= 0:
+            out[m] = s
+            m += 1
+    return out[:m]
