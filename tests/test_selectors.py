@@ -3,8 +3,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlflow.replay import _kernels as K
 from rlflow.replay.selectors import Fifo, Lifo, MaxHeap, MinHeap, Prioritized, Uniform
+from rlflow.replay.sum_tree import SumTree
 
 CAP = 13  # not a power of two on purpose
 
@@ -55,8 +55,7 @@ def test_prioritized_against_brute_force(ops, alpha, beta):
             targets.append(prefix + m / 2)
             expect.append(s)
         prefix += m
-    found = K.sum_find(sel._sum, sel._tree_size, np.array(targets))
-    assert found.tolist() == expect
+    assert sel.tree.find(np.array(targets)).tolist() == expect
     slots, probs = sel.sample(64)
     assert all(mass[s] > 0 for s in slots.tolist())
     np.testing.assert_allclose(probs, [mass[s] / total for s in slots.tolist()], rtol=1e-12)
@@ -101,20 +100,42 @@ def test_uniform_holds_exactly_the_live_items(ops):
         assert sorted(removal.tolist()) == sorted(ref)
 
 
+@settings(max_examples=100, deadline=None)
+@given(capacity=st.sampled_from([1, 2, 15, 16, 17, 255, 256, 257, 5000]), data=st.data())
+def test_sum_tree_against_brute_force(capacity, data):
+    tree = SumTree(capacity)
+    ref = np.zeros(capacity)
+    for _ in range(data.draw(st.integers(1, 5))):
+        slots = np.array(data.draw(st.lists(st.integers(0, capacity - 1), min_size=1, max_size=20)))
+        values = np.array(data.draw(st.lists(st.sampled_from([0.0, 0.25, 1.0, 3.0, 1e-6, 1e3]),
+                                             min_size=len(slots), max_size=len(slots))))
+        tree.update(slots, values)
+        for s, v in zip(slots, values, strict=True):  # in order: a repeated slot keeps its last value
+            ref[s] = v
+    np.testing.assert_array_equal(tree.leaves, ref)
+    assert tree.total == pytest.approx(ref.sum(), rel=1e-12)
+    assert tree.min == (ref[ref > 0].min() if (ref > 0).any() else np.inf)
+    if ref.sum() > 0:
+        cum = np.cumsum(ref)
+        pos = np.flatnonzero(ref > 0)
+        mid = cum[pos] - ref[pos] / 2
+        assert tree.find(mid).tolist() == pos.tolist()
+        # Targets at or past the total (rounding) still land on a positive leaf, the last one.
+        assert tree.find(np.array([ref.sum(), ref.sum() * 2])).tolist() == [pos[-1], pos[-1]]
+        assert set(tree.find(np.linspace(0, ref.sum(), 50, endpoint=False)).tolist()) <= set(pos.tolist())
+
+
 def test_sum_tree_has_no_drift():
-    sel = Prioritized(alpha=1.0, seed=0)
-    sel.bind(1000)
+    tree = SumTree(100_000)
     rng = np.random.default_rng(0)
-    sel.insert(np.arange(1000), rng.random(1000) * 1e6, np.arange(1000))
+    tree.update(np.arange(100_000), rng.random(100_000) * 1e6)
     for _ in range(300):
-        sel.update(rng.integers(0, 1000, 256), rng.random(256) * 10 ** rng.uniform(-6, 6))
-    leaves = sel._sum[sel._tree_size:].copy()
-    fresh = np.zeros_like(sel._sum)
-    fresh_min = np.zeros_like(sel._min)
-    fresh[sel._tree_size:] = leaves
-    K.sum_rebuild(fresh, fresh_min, sel._tree_size)
-    np.testing.assert_array_equal(sel._sum, fresh)  # bit-identical: parents always left + right
-    assert sel.total == pytest.approx(leaves.sum(), rel=1e-12)
+        tree.update(rng.integers(0, 100_000, 256), rng.random(256) * 10 ** rng.uniform(-6, 6))
+    fresh = SumTree(100_000)
+    fresh.set_leaves(tree.leaves.copy())
+    np.testing.assert_array_equal(tree.sums, fresh.sums)  # bit-identical: parents always summed from children
+    np.testing.assert_array_equal(tree.mins, fresh.mins)
+    assert tree.total == pytest.approx(tree.leaves.sum(), rel=1e-12)
 
 
 def test_duplicate_slots_in_one_update_last_wins():

@@ -221,7 +221,7 @@ def test_update_priorities_stale_duplicates_and_bad_values():
     keys = table.insert(np.zeros(4, np.int64), [0, 1, 2, 3], 1, priorities=[1.0, 1.0, 1.0, 1.0])
     table.delete(keys[:1])
     n = table.update_priorities([keys[0], keys[1], keys[2], keys[2], 999_999], [7.0, 2.0, 5.0, 3.0, 1.0])
-    assert n == 2
+    assert n == 3  # keys[1], and keys[2] twice; keys[0] was deleted, 999_999 never existed
     assert table.items()["priority"].tolist() == [2.0, 3.0, 1.0]
     before = snapshot(table)
     for bad, msg in [([-1.0, 1.0], ">= 0, got -1.0"), ([np.nan, 1.0], "got nan"), ([1.0, np.inf], "got inf"),

@@ -162,3 +162,35 @@ def indexed_in_range(row_slot: np.ndarray, lane: int, lo: int, hi: int, capacity
             out[m] = s
             m += 1
     return out[:m]
+
+
+@njit(**_OPTS)
+def first_bad_priority(priorities: np.ndarray) -> int:
+    """Index of the first priority that is negative, NaN or infinite, or -1."""
+    for i in range(priorities.shape[0]):
+        p = priorities[i]
+        if not (np.isfinite(p) and p >= 0.0):
+            return i
+    return -1
+
+
+@njit(**_OPTS)
+def set_priorities(meta: np.ndarray, priority: np.ndarray, keys: np.ndarray, values: np.ndarray,
+                   slots_out: np.ndarray, values_out: np.ndarray) -> int:
+    """Store the priorities of live keys, in order (a repeated key keeps its last value).
+
+    Writes the live keys' slots and values, in order, to the outputs; returns how many there are.
+    """
+    max_size = meta.shape[0]
+    m = 0
+    for i in range(keys.shape[0]):
+        k = keys[i]
+        if k < 0:
+            continue
+        s = k % max_size
+        if meta[s, KEY] == k:
+            priority[s] = values[i]
+            slots_out[m] = s
+            values_out[m] = values[i]
+            m += 1
+    return m

@@ -1,16 +1,13 @@
-"""Compiled kernels for the selectors (numba, cached on disk after the first call).
+"""Compiled kernels for the deterministic and uniform selectors (numba, cached on disk after the first call).
 
 Every kernel applies a batch in order, one element after another, so a batch equals the same calls made
 one by one (duplicate slots in one batch: the last value wins). Trees are stored heap-style: node ``i``
 has children ``2i`` and ``2i + 1``, the root is node 1, leaves are ``size .. 2 * size - 1``.
 
-Sum tree: every internal node is recomputed as ``left + right`` from its children (never by adding a
-delta), so float64 sums do not drift however many updates are made, and a tree is a pure function of
-its leaves. The min tree beside it holds ``inf`` for empty or zero-priority leaves.
-
-Tournament tree: every node holds the winning slot of its subtree under the lexicographic order of
-``(k1[slot], k2[slot])`` (smallest wins), or -1 for an empty subtree; FIFO, LIFO, min-heap and max-heap
-selectors are this one tree with different keys.
+Tournament tree (min-heap and max-heap selectors): every node holds the winning slot of its subtree
+under the lexicographic order of ``(k1[slot], k2[slot])`` (smallest wins), or -1 for an empty subtree.
+Insertion ring (FIFO and LIFO selectors): entries ``(slot, seq)`` in insertion order, live while
+``seq_of[slot] == seq``. Dense set (uniform selector): live slots packed in ``items[:count]``.
 """
 
 from __future__ import annotations
@@ -19,52 +16,6 @@ import numpy as np
 from numba import njit
 
 _OPTS = {"cache": True, "nogil": True}
-
-
-@njit(**_OPTS)
-def sum_update(tree: np.ndarray, mins: np.ndarray, size: int, slots: np.ndarray, values: np.ndarray) -> None:
-    for j in range(slots.shape[0]):
-        i = slots[j] + size
-        v = values[j]
-        tree[i] = v
-        mins[i] = v if v > 0.0 else np.inf
-        i >>= 1
-        while i >= 1:
-            a = 2 * i
-            tree[i] = tree[a] + tree[a + 1]
-            mins[i] = min(mins[a], mins[a + 1])
-            i >>= 1
-
-
-@njit(**_OPTS)
-def sum_rebuild(tree: np.ndarray, mins: np.ndarray, size: int) -> None:
-    for i in range(size, 2 * size):
-        mins[i] = tree[i] if tree[i] > 0.0 else np.inf
-    for i in range(size - 1, 0, -1):
-        tree[i] = tree[2 * i] + tree[2 * i + 1]
-        mins[i] = min(mins[2 * i], mins[2 * i + 1])
-
-
-@njit(**_OPTS)
-def sum_find(tree: np.ndarray, size: int, targets: np.ndarray) -> np.ndarray:
-    """For each target mass ``u`` in ``[0, total)``: the leaf where the prefix sum passes ``u``.
-
-    Never returns a zero-priority leaf while the total is positive: at each node it descends left when
-    ``u`` falls in the left mass or the right subtree is empty, otherwise right.
-    """
-    out = np.empty(targets.shape[0], np.int64)
-    for j in range(targets.shape[0]):
-        u = targets[j]
-        i = 1
-        while i < size:
-            a = 2 * i
-            if u < tree[a] or tree[a + 1] <= 0.0:
-                i = a
-            else:
-                u -= tree[a]
-                i = a + 1
-        out[j] = i - size
-    return out
 
 
 @njit(**_OPTS)

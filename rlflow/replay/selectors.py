@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from rlflow.replay import _kernels as K
+from rlflow.replay.sum_tree import SumTree
 
 __all__ = ["Fifo", "Lifo", "MaxHeap", "MinHeap", "Prioritized", "Selector", "Uniform"]
 
@@ -169,9 +170,7 @@ class Prioritized(Selector):
         self.stratified = bool(stratified)
 
     def _allocate(self) -> None:
-        self._tree_size = _pow2(self.capacity)
-        self._sum = np.zeros(2 * self._tree_size, np.float64)
-        self._min = np.full(2 * self._tree_size, np.inf, np.float64)
+        self.tree = SumTree(self.capacity)
 
     def _leaf(self, priorities: np.ndarray) -> np.ndarray:
         p = np.asarray(priorities, np.float64)
@@ -180,22 +179,23 @@ class Prioritized(Selector):
         return np.where(p > 0, np.power(p, self.alpha), 0.0)  # priority 0 stays 0, also for alpha = 0
 
     def insert(self, slots: np.ndarray, priorities: np.ndarray, seqs: np.ndarray) -> None:
-        K.sum_update(self._sum, self._min, self._tree_size, slots, self._leaf(priorities))
+        self.tree.update(slots, self._leaf(priorities))
         self.size += slots.size
 
     def update(self, slots: np.ndarray, priorities: np.ndarray) -> None:
-        K.sum_update(self._sum, self._min, self._tree_size, slots, self._leaf(priorities))
+        self.tree.update(slots, self._leaf(priorities))
 
     def delete(self, slots: np.ndarray) -> None:
-        K.sum_update(self._sum, self._min, self._tree_size, slots, np.zeros(slots.size))
+        self.tree.update(slots, np.zeros(slots.size))
         self.size -= slots.size
 
     @property
     def total(self) -> float:
-        return float(self._sum[1])
+        """The priority mass ``sum_j p_j^alpha``."""
+        return self.tree.total
 
     def sample(self, n: int) -> tuple[np.ndarray, np.ndarray]:
-        total = self._sum[1]
+        total = self.tree.total
         if not total > 0.0:
             raise ValueError("cannot sample: every item in the table has priority 0")
         u = self.rng.random(n)
@@ -203,27 +203,25 @@ class Prioritized(Selector):
             u = (np.arange(n) + u) * (total / n)
         else:
             u *= total
-        slots = K.sum_find(self._sum, self._tree_size, u)
-        return slots, self._sum[slots + self._tree_size] / total
+        slots = self.tree.find(u)
+        return slots, self.tree.leaves[slots] / total
 
     def weights(self, probabilities: np.ndarray) -> np.ndarray:
-        p_min = self._min[1] / self._sum[1]
+        p_min = self.tree.min / self.tree.total
         return np.power(p_min / probabilities, self.beta).astype(np.float32)
 
     def priority_mass(self, slots: np.ndarray) -> np.ndarray:
         """``p^alpha`` of the given items, as held by the tree."""
-        return self._sum[np.asarray(slots) + self._tree_size]
+        return self.tree.leaves[np.asarray(slots)]
 
     def config(self) -> dict[str, Any]:
         return {"alpha": self.alpha, "beta": self.beta, "stratified": self.stratified, "seed": self.seed}
 
     def _arrays(self) -> dict[str, np.ndarray]:
-        return {"leaves": self._sum[self._tree_size:].copy()}
+        return {"leaves": self.tree.leaves.copy()}
 
     def _load_arrays(self, state: dict[str, Any]) -> None:
-        self._sum[:] = 0.0
-        self._sum[self._tree_size:] = state["leaves"]
-        K.sum_rebuild(self._sum, self._min, self._tree_size)
+        self.tree.set_leaves(state["leaves"])
 
 
 class _Ordered(Selector):

@@ -284,6 +284,8 @@ class StepStore:
 
     def unflatten(self, flat: Mapping[str, Any]) -> Any:
         """Flat columns back into the spec's nesting."""
+        if self._flat_spec:
+            return dict(flat)
         return _specs.unflatten(self.spec, flat)
 
     # ------------------------------------------------------------------ checkpoint state

@@ -76,10 +76,9 @@ def _check_priorities(value: Any, n: int) -> np.ndarray:
     if arr.dtype.kind not in "fiu":
         raise ValueError(f"priorities: expected real numbers, got dtype {arr.dtype}")
     arr = arr.astype(np.float64, copy=False)
-    bad = ~np.isfinite(arr) | (arr < 0)
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise ValueError(f"priorities: expected finite values >= 0, got {arr[i]} at position {i}")
+    bad = KI.first_bad_priority(arr)
+    if bad >= 0:
+        raise ValueError(f"priorities: expected finite values >= 0, got {arr[bad]} at position {bad}")
     return arr
 
 
@@ -361,20 +360,21 @@ class Table:
 
     # ------------------------------------------------------------------ priorities
     def update_priorities(self, keys: Any, priorities: Any) -> int:
-        """Set the priorities of the items still present; return how many were updated."""
+        """Set the priorities of the items still present; return how many entries named a live item.
+
+        Keys of removed items are skipped; a key repeated in one call takes its last priority (and is
+        counted each time).
+        """
         keys_arr = _int_array("keys", keys)
         prios = _check_priorities(priorities, keys_arr.size)
         with self.lock:
-            # Keep the last occurrence of each key.
-            rev_unique, rev_idx = np.unique(keys_arr[::-1], return_index=True)
-            last = keys_arr.size - 1 - rev_idx
-            keys_u, prios_u = rev_unique, prios[last]
-            slots, live = self._items.slots_of(keys_u)
-            slots, prios_u = slots[live], prios_u[live]
-            self._items.priority[slots] = prios_u
-            self.sampler.update(slots, prios_u)
-            self.remover.update(slots, prios_u)
-            return int(slots.size)
+            slots = np.empty(keys_arr.size, np.int64)
+            values = np.empty(keys_arr.size, np.float64)
+            n = KI.set_priorities(self._items.meta, self._items.priority, keys_arr, prios, slots, values)
+            # Selectors apply updates in order, so a repeated key keeps its last priority there too.
+            self.sampler.update(slots[:n], values[:n])
+            self.remover.update(slots[:n], values[:n])
+            return n
 
     def delete(self, keys: Any) -> int:
         """Remove the items still present; return how many were removed."""
