@@ -216,14 +216,15 @@ _finite_kernel: Any = None
 
 
 def _all_finite(arr: np.ndarray) -> bool:
+    """Whether every value of a float array is finite (a compiled pass for float32/float64)."""
     global _finite_kernel
-    if arr.dtype.itemsize in (4, 8):  # float32 / float64: one compiled pass, no temporary array
-        if _finite_kernel is None:
-            from rlflow.replay._item_kernels import all_finite  # numba is imported only when needed
+    if arr.dtype.itemsize not in (4, 8):
+        return bool(np.isfinite(arr).all())
+    if _finite_kernel is None:  # numba loads on first use, so that importing specs stays light
+        from rlflow.replay._item_kernels import all_finite
 
-            _finite_kernel = all_finite
-        return bool(_finite_kernel(arr.reshape(-1)))
-    return bool(np.isfinite(arr).all())
+        _finite_kernel = all_finite
+    return bool(_finite_kernel(arr.reshape(-1)))
 
 
 def zeros(fields: Mapping[str, Field], batch_shape: tuple[int, ...]) -> dict[str, np.ndarray]:

@@ -114,7 +114,11 @@ def ring_push(ring_slot: np.ndarray, ring_seq: np.ndarray, ht: np.ndarray, seq_o
     """Append items to an insertion-ordered ring (``ht = [head, tail]`` absolute positions)."""
     r = ring_slot.shape[0]
     if ht[1] - ht[0] + slots.shape[0] > r:
-        ring_compact(ring_slot, ring_seq, ht, seq_of)
+        # Dead entries gather at the head (oldest items leave first): drop those before compacting.
+        while ht[1] > ht[0] and seq_of[ring_slot[ht[0] % r]] != ring_seq[ht[0] % r]:
+            ht[0] += 1
+        if ht[1] - ht[0] + slots.shape[0] > r:
+            ring_compact(ring_slot, ring_seq, ht, seq_of)
     t = ht[1]
     for j in range(slots.shape[0]):
         ring_slot[(t + j) % r] = slots[j]

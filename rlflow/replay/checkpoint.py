@@ -23,6 +23,7 @@ Usage::
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import zipfile
@@ -104,20 +105,23 @@ def save(path: str | os.PathLike[str], store: StepStore, tables: Sequence[Table]
 
 def _read(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     try:
+        with open(path, "rb") as f:
+            if f.read(4) != b"PK\x03\x04":
+                raise CheckpointError(f"{path}: not an rlflow checkpoint (not a zip of arrays)")
         with np.load(path, allow_pickle=False) as npz:
             if _MANIFEST not in npz.files:
                 raise CheckpointError(f"{path}: not an rlflow checkpoint (no manifest)")
             manifest = json.loads(npz[_MANIFEST].tobytes().decode())
+            if not isinstance(manifest, dict):
+                raise CheckpointError(f"{path}: corrupt checkpoint: the manifest is not a JSON object")
             if manifest.get("format") != FORMAT:
                 raise CheckpointError(f"{path}: expected format {FORMAT!r}, got {manifest.get('format')!r}")
             if manifest.get("version") != VERSION:
                 raise CheckpointError(
-                    f"{path}: checkpoint version {manifest.get('version')}, this rlflow reads version {VERSION}"
+                    f"{path}: checkpoint version {manifest.get('version')!r}, this rlflow reads version {VERSION}"
                 )
             arrays = {k: npz[k] for k in npz.files if k != _MANIFEST}
-    except CheckpointError:
-        raise
-    except FileNotFoundError:
+    except (CheckpointError, FileNotFoundError):
         raise
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, UnicodeDecodeError) as e:
         raise CheckpointError(f"{path}: corrupt or unreadable checkpoint ({type(e).__name__}: {e})") from e
@@ -134,9 +138,27 @@ def _sub(arrays: dict[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
 
 
 def load(path: str | os.PathLike[str], store: StepStore, tables: Sequence[Table] = ()) -> None:
-    """Restore ``store`` and ``tables`` from ``path`` (written by :func:`save` for the same set-up)."""
+    """Restore ``store`` and ``tables`` from ``path`` (written by :func:`save` for the same set-up).
+
+    Everything is read and checked before anything changes: on any error the objects stay as they were.
+    """
     path = Path(path)
     manifest, arrays = _read(path)
+    try:
+        store_state, states = _prepare(manifest, arrays, store, tables)
+    except CheckpointError:
+        raise
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError) as e:
+        raise CheckpointError(f"{path}: inconsistent checkpoint ({type(e).__name__}: {e})") from e
+    with store.lock:
+        store.load_state_dict(store_state)
+        for t, st in zip(tables, states, strict=True):
+            t.load_state_dict(st)
+
+
+def _prepare(manifest: dict[str, Any], arrays: dict[str, np.ndarray], store: StepStore,
+             tables: Sequence[Table]) -> tuple[dict[str, np.ndarray], list[dict[str, Any]]]:
+    """The states to apply, after checking every one of them against the objects."""
     _expect("store", store.config(), manifest["store"])
     if len(tables) != len(manifest["tables"]):
         raise CheckpointError(f"checkpoint mismatch: {len(tables)} table(s) given, the file has "
@@ -152,37 +174,48 @@ def load(path: str | os.PathLike[str], store: StepStore, tables: Sequence[Table]
         _expect(f"table {i} configuration", t.config(), entry["config"])
         _expect(f"table {i} rate limiter", _config_of(t.rate_limiter.state_dict()),
                 _config_of(entry["rate_limiter"]))
+        copy.copy(t.rate_limiter).load_state_dict(entry["rate_limiter"])  # raises on impossible counters
         table_arrays = _sub(arrays, f"table/{i}/")
         table_arrays.update({f"field/{k}": v for k, v in _sub(arrays, f"table/{i}/field/").items()})
-        _check_table_arrays(t, table_arrays)
+        _check_table_arrays(t, table_arrays, store_state)
         for role in ("sampler", "remover"):
-            _check_selector_arrays(t, role, entry[role], _sub(arrays, f"table/{i}/{role}/"))
+            _check_selector_arrays(t, role, entry[role], _sub(arrays, f"table/{i}/{role}/"), table_arrays["slot"])
         states.append({
-            "config": entry["config"], "next_seq": entry["next_seq"], "arrays": table_arrays,
+            "config": entry["config"], "next_seq": int(entry["next_seq"]), "arrays": table_arrays,
             "rate_limiter": entry["rate_limiter"],
             "sampler": {**entry["sampler"], **_sub(arrays, f"table/{i}/sampler/")},
             "remover": {**entry["remover"], **_sub(arrays, f"table/{i}/remover/")},
         })
-    with store.lock:
-        store.load_state_dict(store_state)
-        for t, st in zip(tables, states, strict=True):
-            t.load_state_dict(st)
+    return store_state, states
 
 
 def _config_of(limiter_state: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in limiter_state.items() if k not in ("inserts", "samples", "deletes")}
 
 
-def _check_table_arrays(t: Table, a: dict[str, np.ndarray]) -> None:
+def _check_table_arrays(t: Table, a: dict[str, np.ndarray], store_state: dict[str, np.ndarray]) -> None:
     names = ["slot", "meta", "priority", "free"]
     missing = [n for n in names if n not in a] + [f"field/{n}" for n in t.item_fields if f"field/{n}" not in a]
     if missing:
         raise CheckpointError(f"checkpoint table {t.name!r}: arrays missing: {missing}")
     n = a["slot"].size
-    if a["meta"].shape != (n, 6) or a["priority"].shape != (n,) or n + a["free"].size != t.max_size:
+    if (a["meta"].shape != (n, 6) or a["priority"].shape != (n,) or n + a["free"].size != t.max_size
+            or any(a[k].dtype.kind not in "iu" for k in ("slot", "meta", "free"))):
         raise CheckpointError(f"checkpoint table {t.name!r}: inconsistent item arrays")
-    if n and (a["slot"].min() < 0 or a["slot"].max() >= t.max_size):
-        raise CheckpointError(f"checkpoint table {t.name!r}: slots out of range")
+    slots, meta = a["slot"], a["meta"]
+    every = np.concatenate([slots, a["free"]])
+    if not np.array_equal(np.sort(every), np.arange(t.max_size)):
+        raise CheckpointError(f"checkpoint table {t.name!r}: live and free slots do not partition 0..{t.max_size - 1}")
+    lanes, starts, lengths, valid = meta[:, 1], meta[:, 2], meta[:, 3], meta[:, 4]
+    store = t.store
+    count = store_state["count"]
+    ok = (meta[:, 0] >= 0) & (meta[:, 0] % t.max_size == slots) & (lanes >= 0) & (lanes < store.num_lanes)
+    ok &= (lengths >= 1) & (lengths <= store.capacity) & (valid >= 0) & (valid <= lengths) & (meta[:, 5] >= 0)
+    if n and ok.all():
+        c = count[lanes]
+        ok &= (starts >= np.maximum(c - store.capacity, 0)) & (starts + lengths <= c)
+    if not ok.all() or not np.isfinite(a["priority"]).all() or (a["priority"] < 0).any():
+        raise CheckpointError(f"checkpoint table {t.name!r}: items with impossible keys, windows or priorities")
     for name, f in t.item_fields.items():
         arr = a[f"field/{name}"]
         if arr.shape != (n, *f.shape) or arr.dtype != f.dtype:
@@ -190,14 +223,21 @@ def _check_table_arrays(t: Table, a: dict[str, np.ndarray]) -> None:
                                   f"got {arr.dtype}{arr.shape}")
 
 
-def _check_selector_arrays(t: Table, role: str, meta: dict[str, Any], a: dict[str, np.ndarray]) -> None:
-    current = {k: v for k, v in getattr(t, role).state_dict().items() if isinstance(v, np.ndarray)}
+def _check_selector_arrays(t: Table, role: str, meta: dict[str, Any], a: dict[str, np.ndarray],
+                           live: np.ndarray) -> None:
+    selector = getattr(t, role)
+    current = {k: v for k, v in selector.state_dict().items() if isinstance(v, np.ndarray)}
     size = meta.get("size")
-    if set(a) != set(current) or not isinstance(size, int) or not 0 <= size <= t.max_size:
-        raise CheckpointError(f"checkpoint table {t.name!r} {role}: expected arrays {sorted(current)} and a size, "
-                              f"got {sorted(a)} and {size!r}")
+    if set(a) != set(current) or not isinstance(size, int) or size != live.size:
+        raise CheckpointError(f"checkpoint table {t.name!r} {role}: expected arrays {sorted(current)} and size "
+                              f"{live.size}, got {sorted(a)} and {size!r}")
     for k, v in current.items():
         expected = (size,) if k in ("items", "order", "seqs") else v.shape
         if a[k].shape != expected or a[k].dtype != v.dtype:
             raise CheckpointError(f"checkpoint table {t.name!r} {role} array {k!r}: expected {v.dtype}{expected}, "
                                   f"got {a[k].dtype}{a[k].shape}")
+    for k in ("items", "order"):
+        if k in a and not np.array_equal(np.sort(a[k]), np.sort(live)):
+            raise CheckpointError(f"checkpoint table {t.name!r} {role}: {k} do not match the live items")
+    generator = type(selector.rng.bit_generator)()
+    generator.state = meta["rng"]  # raises on a malformed state

@@ -37,7 +37,8 @@ class Items:
         self.next_seq = 0
         self.times_total = 0  # times sampled, summed over live items
         self.row_slot = np.full((lanes, capacity), -1, np.int64)
-        self.overflow: dict[tuple[int, int], list[int]] = {}
+        self.overflow: dict[tuple[int, int], list[int]] = {}  # further items starting at a taken row
+        self.has_overflow = np.zeros((lanes, capacity), np.bool_)
 
     @property
     def size(self) -> int:
@@ -78,9 +79,10 @@ class Items:
     def _overflow_add(self, slots: np.ndarray, lanes: np.ndarray, pos: np.ndarray) -> None:
         for s, lane, p in zip(slots.tolist(), lanes.tolist(), pos.tolist(), strict=True):
             self.overflow.setdefault((lane, p), []).append(s)
+            self.has_overflow[lane, p] = True
 
     def remove(self, slots: np.ndarray) -> None:
-        """Free live ``slots`` (distinct)."""
+        """Free live ``slots`` (distinct); an item in an overflow list leaves it (the cell keeps its holder)."""
         indirect = np.empty(slots.size, np.bool_)
         self.times_total -= KI.remove_items(self.meta, self.row_slot, self.free, self.num_free, slots,
                                             self.capacity, indirect)
@@ -93,29 +95,39 @@ class Items:
                 bucket.remove(s)
                 if not bucket:
                     del self.overflow[(lane, p)]
+                    self.has_overflow[lane, p] = False
 
     def starting_at(self, lanes: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        """Slots of every item whose window starts at ``rows[i]`` of ``lanes[i]``."""
-        slots = KI.indexed_at(self.row_slot, lanes, rows, self.capacity)
+        """Slots of every item whose window starts at ``rows[i]`` of ``lanes[i]``.
+
+        In the order of the rows; items sharing a row in insertion order. (So the result does not
+        depend on which of them holds the row's index cell, which differs after a checkpoint restore.)
+        """
         if self.overflow:
-            slots = self._with_overflow(slots, lanes.tolist(), (rows % self.capacity).tolist())
-        return slots
+            return self._with_overflow(lanes, rows % self.capacity)
+        return KI.indexed_at(self.row_slot, lanes, rows, self.capacity)
 
     def starting_in(self, lane: int, lo: int, hi: int) -> np.ndarray:
-        """Slots of every item whose window starts at rows ``lo .. hi - 1`` of ``lane``."""
-        slots = KI.indexed_in_range(self.row_slot, lane, lo, hi, self.capacity)
+        """Slots of every item whose window starts at rows ``lo .. hi - 1`` of ``lane`` (ordered as above)."""
         if self.overflow:
-            rows = range(lo, hi)
-            slots = self._with_overflow(slots, [lane] * len(rows), [r % self.capacity for r in rows])
-        return slots
+            rows = np.arange(lo, hi, dtype=np.int64)
+            return self._with_overflow(np.full(rows.size, lane, np.int64), rows % self.capacity)
+        return KI.indexed_in_range(self.row_slot, lane, lo, hi, self.capacity)
 
-    def _with_overflow(self, slots: np.ndarray, lanes: list[int], pos: list[int]) -> np.ndarray:
-        extra = [s for lane, p in zip(lanes, pos, strict=True) for s in self.overflow.get((lane, p), ())]
-        if not extra:
-            return slots
-        # In insertion order, so the result does not depend on which item holds the index cell.
-        slots = np.concatenate([slots, np.asarray(extra, np.int64)])
-        return slots[np.argsort(self.meta[slots, KEY], kind="stable")]
+    def _with_overflow(self, lanes: np.ndarray, pos: np.ndarray) -> np.ndarray:
+        direct = self.row_slot[lanes, pos]
+        shared = np.flatnonzero(self.has_overflow[lanes, pos])
+        if not shared.size:
+            return direct[direct >= 0]
+        out: list[int] = []
+        start = 0
+        for i in shared.tolist():
+            out.extend(s for s in direct[start:i].tolist() if s >= 0)
+            group = self.overflow[(int(lanes[i]), int(pos[i]))] + ([int(direct[i])] if direct[i] >= 0 else [])
+            out.extend(sorted(group, key=lambda s: self.meta[s, KEY]))
+            start = i + 1
+        out.extend(s for s in direct[start:].tolist() if s >= 0)
+        return np.asarray(out, np.int64)
 
     def live_in_order(self) -> np.ndarray:
         """Live slots in insertion order."""
@@ -145,6 +157,7 @@ class Items:
         self.times_total = int(self.meta[live, TIMES].sum())
         self.row_slot[:] = -1
         self.overflow = {}
+        self.has_overflow[:] = False
         order = self.live_in_order()
         lanes, pos = self.meta[order, LANE], self.meta[order, START] % self.capacity
         _, first = np.unique(lanes * self.capacity + pos, return_index=True)

@@ -142,7 +142,8 @@ class StepStore:
         else:
             flat = _specs.flatten_data(self.spec, data)
         if n is None:
-            lengths = {np.shape(v)[0] if np.ndim(v) else -1 for v in flat.values()}
+            lengths = {v.shape[0] if type(v) is np.ndarray and v.ndim else (np.shape(v) or (-1,))[0]
+                       for v in flat.values()}
             if len(lengths) != 1 or -1 in lengths:
                 raise SpecError(f"extend: every field needs the same leading length T, got lengths {sorted(lengths)}")
             n = lengths.pop()

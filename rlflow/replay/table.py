@@ -189,6 +189,8 @@ class Table:
             prios = _check_priorities(priorities, n)
             cols = self._check_fields(fields, n)
             valid = self._check_windows(lanes_arr, starts_arr, lengths_arr)
+            if n <= self.max_size and self.rate_limiter.can_insert(n):  # the common case: all at once
+                return self._insert_now(lanes_arr, starts_arr, lengths_arr, valid, prios, cols)
             keys = np.full(n, -1, np.int64)
             done = 0
             deadline = None if timeout is None else time.monotonic() + timeout
@@ -203,10 +205,7 @@ class Table:
                     continue
                 sl = slice(done, done + k)
                 ok = valid[sl] > 0
-                if ok.all():
-                    keys[sl] = self._insert_now(lanes_arr[sl], starts_arr[sl], lengths_arr[sl], valid[sl], prios[sl],
-                                                {name: c[sl] for name, c in cols.items()})
-                elif ok.any():
+                if ok.any():
                     keys[sl][ok] = self._insert_now(lanes_arr[sl][ok], starts_arr[sl][ok], lengths_arr[sl][ok],
                                                     valid[sl][ok], prios[sl][ok],
                                                     {name: c[sl][ok] for name, c in cols.items()})
@@ -303,6 +302,7 @@ class Table:
                 self._wait(deadline, f"sample {batch_size} item(s)")
             slots, meta, probs, weights, times = self._draw(batch_size)
             self.rate_limiter.sample(batch_size)
+            self._cond.notify_all()  # samples are what let a blocked insert through
             lanes, starts, lengths = meta[:, LANE], meta[:, START], meta[:, LENGTH]
             idx, mask, full = K.window_index(meta, LANE, START, LENGTH, VALID, self.store.capacity)
             data = self.store.take(idx)
