@@ -78,19 +78,19 @@ def check_windows(count: np.ndarray, episode_id: np.ndarray, capacity: int, lane
 
 
 @njit(**_OPTS)
-def add_items(meta: np.ndarray, row_slot: np.ndarray, free: np.ndarray, num_free: int, next_seq: int,
-              lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray, valid: np.ndarray,
-              capacity: int, slots: np.ndarray, keys: np.ndarray, clash: np.ndarray) -> None:
+def add_items(meta: np.ndarray, priority: np.ndarray, row_slot: np.ndarray, free: np.ndarray, num_free: int,
+              next_seq: int, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray, valid: np.ndarray,
+              priorities: np.ndarray, capacity: int, slots: np.ndarray, keys: np.ndarray, clash: np.ndarray) -> int:
     """Place items in the top free slots; index each by its start row unless that cell is taken.
 
     ``clash[i]`` is set when the row's index cell already holds an item (the caller keeps an overflow
-    list for those).
+    list for those); returns how many clashed.
     """
     max_size = meta.shape[0]
+    clashes = 0
     for i in range(lanes.shape[0]):
         s = free[num_free - 1 - i]
-        seq = next_seq + i
-        key = seq * max_size + s
+        key = (next_seq + i) * max_size + s
         slots[i] = s
         keys[i] = key
         meta[s, KEY] = key
@@ -99,12 +99,15 @@ def add_items(meta: np.ndarray, row_slot: np.ndarray, free: np.ndarray, num_free
         meta[s, LENGTH] = lengths[i]
         meta[s, VALID] = valid[i]
         meta[s, TIMES] = 0
+        priority[s] = priorities[i]
         pos = starts[i] % capacity
         if row_slot[lanes[i], pos] < 0:
             row_slot[lanes[i], pos] = s
             clash[i] = False
         else:
             clash[i] = True
+            clashes += 1
+    return clashes
 
 
 @njit(**_OPTS)

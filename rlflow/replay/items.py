@@ -64,15 +64,14 @@ class Items:
         slots = np.empty(n, np.int64)
         keys = np.empty(n, np.int64)
         clash = np.empty(n, np.bool_)
-        KI.add_items(self.meta, self.row_slot, self.free, self.num_free, self.next_seq, lanes, starts, lengths,
-                     valid, self.capacity, slots, keys, clash)
+        clashes = KI.add_items(self.meta, self.priority, self.row_slot, self.free, self.num_free, self.next_seq,
+                               lanes, starts, lengths, valid, priorities, self.capacity, slots, keys, clash)
         seqs = np.arange(self.next_seq, self.next_seq + n, dtype=np.int64)
         self.num_free -= n
         self.next_seq += n
-        self.priority[slots] = priorities
         for name, col in cols.items():
             self.columns[name][slots] = col
-        if clash.any():
+        if clashes:
             self._overflow_add(slots[clash], lanes[clash], starts[clash] % self.capacity)
         return slots, keys, seqs
 

@@ -51,6 +51,9 @@ class RateLimitTimeout(TimeoutError):
 def _int_array(name: str, value: Any, n: int | None = None) -> np.ndarray:
     if type(value) is np.ndarray and value.dtype == np.int64 and value.ndim == 1:
         arr = value
+    elif n is not None and type(value) is int:
+        arr = np.empty(n, np.int64)
+        arr.fill(value)
     else:
         arr = np.asarray(value)
         if arr.ndim == 0:
@@ -64,10 +67,12 @@ def _int_array(name: str, value: Any, n: int | None = None) -> np.ndarray:
 
 
 def _check_priorities(value: Any, n: int) -> np.ndarray:
-    if isinstance(value, float | int) and not isinstance(value, bool):
+    if type(value) is float or type(value) is int:
         if not (math.isfinite(value) and value >= 0):
             raise ValueError(f"priorities: expected finite values >= 0, got {value}")
-        return np.full(n, float(value))
+        arr = np.empty(n, np.float64)
+        arr.fill(value)
+        return arr
     arr = np.asarray(value)
     if arr.ndim == 0:
         arr = np.full(n, arr)
