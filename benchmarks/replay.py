@@ -1,22 +1,25 @@
 """Replay speed and memory: rlflow against cpprb, TorchRL, Tianshou, Stable-Baselines3 and flexibuff.
 
 Every library runs the same cases in one process run (see ``peers.py`` for the cases, the input pools and
-each peer's API); the table reports medians of repeats, each peer's time divided by rlflow's, and every
-time divided by the numpy limit (plain preallocated arrays doing only the memory traffic). torch runs
-with one intra-op thread (set in ``peers.py``).
+each peer's API). Each peer is set up together with rlflow and the numpy limit (plain preallocated arrays
+doing only the memory traffic), and the three are timed in rotating order, round after round; the table
+reports medians over the rounds, each peer's time divided by rlflow's, and both divided by the numpy
+limit. torch runs with one intra-op thread (set in ``peers.py``).
 
 rlflow stores each step once as a row of a ``StepStore`` lane and inserts one two-row transition item
 (row t, row t + 1) per step into a ``Table``; ``next_observation`` is the next row, never a copy.
 
     python benchmarks/replay.py                      # every case, every peer
-    python benchmarks/replay.py --cases per --peers rlflow cpprb numpy
+    python benchmarks/replay.py --cases per --peers cpprb tianshou
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import statistics
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +28,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import peers
-from peers import ADAPTERS, CASES, Case, Result, get_pool, run_case
+from peers import ADAPTERS, CASES, Case, get_pool
 
 from rlflow import specs
 from rlflow.replay import Fifo, MinSize, Prioritized, StepStore, Table, Uniform
@@ -108,50 +111,104 @@ class RlflowAdapter(peers._Base):
 ADAPTERS_ALL = {"rlflow": RlflowAdapter, **ADAPTERS}
 
 
-def ratio_table(results: list[Result]) -> str:
-    """Per case: each library's median, its ratio to the numpy limit, and peer time / rlflow time."""
-    lines = [f"{'case':<10} {'library':<10} {'median us':>10} {'x numpy':>8} {'peer/rlflow':>12} {'RSS':>20}", "-" * 76]
-    for case_name in dict.fromkeys(r.case for r in results):
-        rows = [r for r in results if r.case == case_name]
-        limit = next((r.median for r in rows if r.peer == "numpy" and r.median), None)
-        ours = next((r.median for r in rows if r.peer == "rlflow" and r.median), None)
-        case = CASES[case_name]
-        for r in rows:
-            if r.median is None:
-                lines.append(f"{case_name:<10} {r.peer:<10} {r.note}")
-                continue
-            x_np = f"x{r.median / limit:.2f}" if limit else "-"
-            vs = f"{r.median / ours:.2f}" if ours and r.peer != "rlflow" else "-"
-            rss = "-"
-            if case.pixel and r.rss_growth is not None:
-                rss = f"{r.rss_growth / 2**30:.2f} GiB ({r.rss_growth / (case.capacity * case.obs_nbytes):.2f}x)"
-            lines.append(f"{case_name:<10} {r.peer:<10} {r.median * 1e6:>10.1f} {x_np:>8} {vs:>12} {rss:>20}")
+@dataclass
+class Group:
+    """One peer timed against rlflow and the numpy limit, interleaved in the same rounds."""
+
+    case: str
+    peer: str
+    times: dict[str, list[float]] = field(default_factory=dict)
+    rss: dict[str, int] = field(default_factory=dict)
+    note: str = ""
+
+    def median(self, name: str) -> float | None:
+        t = self.times.get(name)
+        return statistics.median(t) if t else None
+
+
+def run_group(case: Case, peer: str, rounds: int, target_s: float) -> Group:
+    """Set up numpy, rlflow and ``peer`` together, then time them in rotating order, ``rounds`` times.
+
+    Interleaving makes the three see the same machine: drift in memory bandwidth, other tenants and the
+    allocator's state affect them alike, so their ratios hold even when absolute times wander.
+    """
+    group = Group(case.name, peer)
+    names = list(dict.fromkeys(["numpy", "rlflow", peer]))
+    adapters = {name: ADAPTERS_ALL[name]() for name in names}
+    for name, adapter in list(adapters.items()):
+        reason = adapter.available() or (None if adapter.supports(case) else adapter.describe(case))
+        if reason is not None:
+            group.note = reason
+            del adapters[name]
+    if peer not in adapters:
+        return group
+    peers.warm_allocator()
+    inner: dict[str, int] = {}
+    try:
+        for name, adapter in adapters.items():
+            gc.collect()
+            before = peers.rss_bytes()
+            adapter.setup(case, np.random.default_rng(0))
+            group.rss[name] = peers.rss_bytes() - before
+            probe = peers.time_adapter(adapter, case, repeats=1, target_s=target_s / 5)
+            inner[name] = max(1, round(target_s / max(probe[0], 1e-9)))
+        for r in range(rounds):
+            order = names[r % len(names):] + names[: r % len(names)]
+            for name in order:
+                if name in adapters:
+                    t = peers.time_adapter(adapters[name], case, repeats=1, inner=inner[name], warmup=1)
+                    group.times.setdefault(name, []).extend(t)
+        group.note = adapters[peer].describe(case)
+    except Exception as exc:  # a peer failing on one case is reported, not fatal
+        group.note = f"failed: {type(exc).__name__}: {str(exc)[:160]}"
+    finally:
+        for adapter in adapters.values():
+            adapter.teardown()
+        gc.collect()
+    return group
+
+
+def table(groups: list[Group]) -> str:
+    """Per case and peer: medians (us), peer/rlflow, and each as a multiple of the numpy limit."""
+    lines = [f"{'case':<10} {'peer':<10} {'peer us':>9} {'rlflow us':>9} {'peer/rlflow':>11} {'rlflow x np':>11} "
+             f"{'peer x np':>9}  {'memory (pixel: x one copy)':<26}", "-" * 104]
+    for g in groups:
+        peer, ours, limit = g.median(g.peer), g.median("rlflow"), g.median("numpy")
+        if peer is None or ours is None or limit is None:
+            lines.append(f"{g.case:<10} {g.peer:<10} {g.note}")
+            continue
+        mem = ""
+        case = CASES[g.case]
+        if case.pixel:
+            one = case.capacity * case.obs_nbytes
+            mem = f"rlflow x{g.rss['rlflow'] / one:.2f}, {g.peer} x{g.rss[g.peer] / one:.2f}"
+        lines.append(f"{g.case:<10} {g.peer:<10} {peer * 1e6:>9.1f} {ours * 1e6:>9.1f} {peer / ours:>11.2f} "
+                     f"{ours / limit:>11.2f} {peer / limit:>9.2f}  {mem}")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cases", nargs="*", default=list(CASES), choices=list(CASES))
-    parser.add_argument("--peers", nargs="*", default=list(ADAPTERS_ALL), choices=list(ADAPTERS_ALL))
-    parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--target-s", type=float, default=0.1, help="seconds per timed repeat")
+    others = [p for p in ADAPTERS if p != "numpy"]
+    parser.add_argument("--peers", nargs="*", default=others, choices=others)
+    parser.add_argument("--rounds", type=int, default=9, help="interleaved timing rounds (medians are over these)")
+    parser.add_argument("--target-s", type=float, default=0.1, help="seconds per timed round")
     args = parser.parse_args(argv)
-    print(
-        f"python {sys.version.split()[0]}, numpy {np.__version__}; medians of {args.repeats} repeats; "
-        "torch intra-op threads: 1",
-        flush=True,
-    )
-    results: list[Result] = []
+    print(f"python {sys.version.split()[0]}, numpy {np.__version__}; medians of {args.rounds} interleaved rounds; "
+          "torch intra-op threads: 1", flush=True)
+    groups: list[Group] = []
     for case_name in args.cases:
         for peer in args.peers:
-            res = run_case(ADAPTERS_ALL[peer](), CASES[case_name], args.repeats, args.target_s)
-            shown = f"{res.median * 1e6:.1f} us" if res.median is not None else res.note
+            g = run_group(CASES[case_name], peer, args.rounds, args.target_s)
+            groups.append(g)
+            mine, theirs = g.median("rlflow"), g.median(peer)
+            shown = g.note if mine is None or theirs is None else f"{theirs * 1e6:.1f} us vs rlflow {mine * 1e6:.1f} us"
             print(f"  {case_name:<10} {peer:<10} {shown}", flush=True)
-            results.append(res)
         peers._POOLS.pop(case_name, None)
         gc.collect()
     print()
-    print(ratio_table(results))
+    print(table(groups))
     return 0
 
 

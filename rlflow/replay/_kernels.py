@@ -82,19 +82,20 @@ def tt_top(win: np.ndarray, k1: np.ndarray, k2: np.ndarray, size: int, n: int) -
 
 
 @njit(**_OPTS)
-def dense_insert(items: np.ndarray, where: np.ndarray, count: int, slots: np.ndarray) -> int:
+def dense_insert(items: np.ndarray, where: np.ndarray, live: np.ndarray, count: int, slots: np.ndarray) -> int:
     """Append slots to a dense set (``items[:count]``, ``where[slot]`` its position); new count."""
     for j in range(slots.shape[0]):
         s = slots[j]
         if where[s] < 0:
             items[count] = s
             where[s] = count
+            live[s] = True
             count += 1
     return count
 
 
 @njit(**_OPTS)
-def dense_delete(items: np.ndarray, where: np.ndarray, count: int, slots: np.ndarray) -> int:
+def dense_delete(items: np.ndarray, where: np.ndarray, live: np.ndarray, count: int, slots: np.ndarray) -> int:
     """Remove slots from a dense set by moving the last element into the hole; new count."""
     for j in range(slots.shape[0]):
         s = slots[j]
@@ -105,6 +106,7 @@ def dense_delete(items: np.ndarray, where: np.ndarray, count: int, slots: np.nda
             items[p] = last
             where[last] = p
             where[s] = -1
+            live[s] = False
     return count
 
 

@@ -116,25 +116,36 @@ class Selector(ABC):
 
 
 class Uniform(Selector):
-    """Every item equally likely: ``P(i) = 1 / N``, draws with replacement."""
+    """Every item equally likely: ``P(i) = 1 / N``, draws with replacement.
+
+    While at least half the slots are live, a draw picks a slot uniformly and redraws the empty ones
+    (rejection: exactly uniform over the live items), which reads only a one-byte flag per draw;
+    below half, it picks from a packed array of the live slots.
+    """
 
     def _allocate(self) -> None:
         self._items = np.zeros(self.capacity, np.int64)
         self._where = np.full(self.capacity, -1, np.int64)
+        self._live = np.zeros(self.capacity, np.bool_)
 
     def insert(self, slots: np.ndarray, priorities: np.ndarray, seqs: np.ndarray) -> None:
-        self.size = K.dense_insert(self._items, self._where, self.size, slots)
+        self.size = K.dense_insert(self._items, self._where, self._live, self.size, slots)
 
     def update(self, slots: np.ndarray, priorities: np.ndarray) -> None:
         pass
 
     def delete(self, slots: np.ndarray) -> None:
-        self.size = K.dense_delete(self._items, self._where, self.size, slots)
+        self.size = K.dense_delete(self._items, self._where, self._live, self.size, slots)
 
     def sample(self, n: int) -> tuple[np.ndarray, np.ndarray]:
-        draws = self.rng.integers(0, self.size, n)
-        # A full table holds every slot: draw slots directly and skip the random read of the dense set.
-        slots = draws if self.size == self.capacity else self._items[draws]
+        if 2 * self.size >= self.capacity:
+            slots = self.rng.integers(0, self.capacity, n)
+            empty = np.flatnonzero(~self._live[slots])
+            while empty.size:
+                slots[empty] = self.rng.integers(0, self.capacity, empty.size)
+                empty = empty[~self._live[slots[empty]]]
+        else:
+            slots = self._items[self.rng.integers(0, self.size, n)]
         return slots, np.full(n, 1.0 / self.size)
 
     def _arrays(self) -> dict[str, np.ndarray]:
@@ -143,9 +154,11 @@ class Uniform(Selector):
     def _load_arrays(self, state: dict[str, Any]) -> None:
         self._items[:] = 0
         self._where[:] = -1
+        self._live[:] = False
         items = np.asarray(state["items"], np.int64)
         self._items[: items.size] = items
         self._where[items] = np.arange(items.size)
+        self._live[items] = True
 
 
 class Prioritized(Selector):

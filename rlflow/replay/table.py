@@ -139,6 +139,7 @@ class Table:
         self.cross_episodes = bool(cross_episodes)
         self.lock = store.lock
         self._cond = threading.Condition(store.lock)
+        self._waiting = 0  # threads blocked in insert or sample
         self.sampler.bind(self.max_size)
         self.remover.bind(self.max_size)
         self._items = Items(self.max_size, store.num_lanes, store.capacity, self.item_fields)
@@ -159,7 +160,7 @@ class Table:
         self.remover.delete(slots)
         self._items.remove(slots)
         self.rate_limiter.delete(int(slots.size))
-        self._cond.notify_all()
+        self._wake()
 
     def on_overwrite(self, lanes: np.ndarray, rows: np.ndarray) -> None:
         """Called by the store before it overwrites ``rows`` of ``lanes``: drop items starting there."""
@@ -269,7 +270,7 @@ class Table:
         self.sampler.insert(slots, prios, seqs)
         self.remover.insert(slots, prios, seqs)
         self.rate_limiter.insert(n)
-        self._cond.notify_all()
+        self._wake()
         return keys
 
     def _wait(self, deadline: float | None, what: str) -> None:
@@ -279,17 +280,29 @@ class Table:
                 f"table {self.name!r}: timed out waiting to {what}; {self.rate_limiter!r}, "
                 f"size {self.size}/{self.max_size}"
             )
-        self._cond.wait(remaining)
+        self._waiting += 1
+        try:
+            self._cond.wait(remaining)
+        finally:
+            self._waiting -= 1
+
+    def _wake(self) -> None:
+        """Wake the threads blocked on this table, if any (the caller holds the lock)."""
+        if self._waiting:
+            self._cond.notify_all()
 
     # ------------------------------------------------------------------ sample
     def can_sample(self, batch_size: int) -> bool:
         """Whether ``sample(batch_size)`` would return without waiting."""
         with self.lock:
-            if self.size == 0 or not self.rate_limiter.can_sample(batch_size):
-                return False
-            if self.max_times_sampled is not None:
-                return self.size * self.max_times_sampled - self._items.times_total >= batch_size
-            return True
+            return self._can_sample(batch_size)
+
+    def _can_sample(self, batch_size: int) -> bool:
+        if self._items.num_free == self.max_size or not self.rate_limiter.can_sample(batch_size):
+            return False
+        if self.max_times_sampled is not None:
+            return self.size * self.max_times_sampled - self._items.times_total >= batch_size
+        return True
 
     def can_insert(self, n: int = 1) -> bool:
         """Whether ``n`` items would be admitted without waiting."""
@@ -303,11 +316,11 @@ class Table:
         batch_size = int(batch_size)
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
-            while not self.can_sample(batch_size):
+            while not self._can_sample(batch_size):
                 self._wait(deadline, f"sample {batch_size} item(s)")
             slots, meta, probs, weights, times = self._draw(batch_size)
             self.rate_limiter.sample(batch_size)
-            self._cond.notify_all()  # samples are what let a blocked insert through
+            self._wake()  # samples are what let a blocked insert through
             lanes, starts, lengths = meta[:, LANE], meta[:, START], meta[:, LENGTH]
             idx, mask, full = K.window_index(meta, LANE, START, LENGTH, VALID, self.store.capacity)
             data = self.store.take(idx)
@@ -425,7 +438,7 @@ class Table:
             self.sampler.load_state_dict(state["sampler"])
             self.remover.load_state_dict(state["remover"])
             self._items.load_state_dict(state)
-            self._cond.notify_all()
+            self._wake()
 
     def __repr__(self) -> str:
         return (f"Table({self.name!r}, size={self.size}/{self.max_size}, sampler={self.sampler!r}, "
