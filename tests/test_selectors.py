@@ -181,26 +181,30 @@ def test_prioritized_distribution(stratified):
     assert chi2_ok(counts, probs)
 
 
-def test_uniform_distribution():
+@pytest.mark.parametrize(("capacity", "live"), [(10, [0, 1, 3, 4, 5, 6]), (40, [3, 17, 38])])
+def test_uniform_distribution(capacity, live):
+    """Both regimes: rejection over slots (at least half live) and the packed live array (fewer)."""
     sel = Uniform(seed=5)
-    sel.bind(10)
-    sel.insert(np.arange(7), np.ones(7), np.arange(7))
-    sel.delete(np.array([2]))
-    counts = np.bincount(sel.sample(60_000)[0], minlength=10)
-    assert counts[[2, 7, 8, 9]].sum() == 0
-    assert chi2_ok(counts[[0, 1, 3, 4, 5, 6]], np.full(6, 1 / 6))
+    sel.bind(capacity)
+    sel.insert(np.array([*live, 39 % capacity]), np.ones(len(live) + 1), np.arange(len(live) + 1))
+    sel.delete(np.array([39 % capacity]))
+    slots, probs = sel.sample(60_000)
+    counts = np.bincount(slots, minlength=capacity)
+    assert counts.sum() == counts[live].sum() and np.all(probs == 1 / len(live))
+    assert chi2_ok(counts[live], np.full(len(live), 1 / len(live)))
 
 
-@pytest.mark.parametrize("cls", [Uniform, Prioritized, Fifo, MaxHeap])
-def test_state_round_trip_continues_identically(cls):
+@pytest.mark.parametrize(("cls", "capacity"), [(Uniform, 20), (Uniform, 200), (Prioritized, 20), (Fifo, 20),
+                                              (MaxHeap, 20)])
+def test_state_round_trip_continues_identically(cls, capacity):
     a = cls(seed=7)
-    a.bind(20)
+    a.bind(capacity)
     rng = np.random.default_rng(0)
     a.insert(np.arange(15), rng.random(15), np.arange(15))
     a.delete(np.array([3, 9]))
     a.sample(5)
     b = cls(seed=99)
-    b.bind(20)
+    b.bind(capacity)
     b.load_state_dict(a.state_dict())
     for _ in range(3):
         sa, pa = a.sample(8)
