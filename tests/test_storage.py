@@ -74,11 +74,15 @@ def test_overwrite_notifies_before_writing(make_store):
             # The rows are still intact when the listener runs.
             seen.append((lanes.tolist(), old_rows.tolist(), store.gather(lanes, old_rows)["act"].tolist()))
 
+        def on_overwrite_range(self, lane, lo, hi):
+            self.on_overwrite(np.full(hi - lo, lane), np.arange(lo, hi))
+
     store.subscribe(Listener())
     for t in range(4):
         store.append(rows([t, 100 + t]))
     store.append(rows([9]), lanes=[1])
-    assert seen == [([0, 1], [0, 0], [0, 100]), ([1], [1], [101])]
+    store.extend(0, rows([10, 11]))
+    assert seen == [([0, 1], [0, 0], [0, 100]), ([1], [1], [101]), ([0, 0], [1, 2], [1, 2])]
 
 
 @pytest.mark.parametrize(

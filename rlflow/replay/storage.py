@@ -129,7 +129,10 @@ class StepStore:
         arr = lanes if isinstance(lanes, np.ndarray) else np.asarray(lanes)
         if arr.ndim != 1 or arr.dtype.kind not in "iu":
             raise ValueError(f"lanes: expected a 1-d integer array, got shape {arr.shape} dtype {arr.dtype}")
-        if arr.size and (arr.min() < 0 or arr.max() >= self.num_lanes):
+        if arr.size == 1:
+            if not 0 <= int(arr[0]) < self.num_lanes:
+                raise ValueError(f"lanes: expected values in [0, {self.num_lanes}), got {arr[0]}..{arr[0]}")
+        elif arr.size and (arr.min() < 0 or arr.max() >= self.num_lanes):
             raise ValueError(f"lanes: expected values in [0, {self.num_lanes}), got {arr.min()}..{arr.max()}")
         if arr.size > 1 and np.bincount(arr).max() > 1:
             raise ValueError("lanes: each lane may appear once per append")
@@ -161,6 +164,8 @@ class StepStore:
             n = lanes_arr.size
             cols, _ = self._columns_of(data, n, checked)
             first_arr = self._check_first(first, n)
+            if n == 1:
+                return self._write_lane(int(lanes_arr[0]), cols, 1, first_arr)
             rows = self.count[lanes_arr]
             old = rows - self.capacity
             if self._listeners and old.max(initial=-1) >= 0:
@@ -186,22 +191,26 @@ class StepStore:
             if t > self.capacity:
                 raise ValueError(f"extend: {t} rows exceed the lane capacity {self.capacity}; write fewer")
             first_arr = self._check_first(first, t)
-            start = int(self.count[lane])
-            lo = max(start - self.capacity, 0)
-            hi = start + t - self.capacity
-            if self._listeners and hi > lo:
-                for listener in self._listeners:
-                    listener.on_overwrite_range(lane, lo, hi)
-            p0 = start % self.capacity
-            p1 = min(p0 + t, self.capacity)
-            wrapped = t - (p1 - p0)
-            for name, col in cols.items():
-                column = self.columns[name][lane]
-                column[p0:p1] = col[: p1 - p0]
-                if wrapped:
-                    column[:wrapped] = col[p1 - p0:]
-            self._mark(np.array([lane]), t, first_arr)
-            return np.arange(start, start + t, dtype=np.int64)
+            return self._write_lane(lane, cols, t, first_arr)
+
+    def _write_lane(self, lane: int, cols: dict[str, np.ndarray], t: int, first: np.ndarray) -> np.ndarray:
+        """Write ``t`` validated rows to one lane: notify overwrites, copy, mark episodes."""
+        start = int(self.count[lane])
+        lo = max(start - self.capacity, 0)
+        hi = start + t - self.capacity
+        if self._listeners and hi > lo:
+            for listener in self._listeners:
+                listener.on_overwrite_range(lane, lo, hi)
+        p0 = start % self.capacity
+        p1 = min(p0 + t, self.capacity)
+        wrapped = t - (p1 - p0)
+        for name, col in cols.items():
+            column = self.columns[name][lane]
+            column[p0:p1] = col[: p1 - p0]
+            if wrapped:
+                column[:wrapped] = col[p1 - p0:]
+        self._mark(np.array([lane]), t, first)
+        return np.arange(start, start + t, dtype=np.int64)
 
     def _mark(self, lanes: np.ndarray, per_lane: int, first: np.ndarray) -> None:
         KI.episode_marks(self.episode_id, self.episode_step, self._next_episode, self._next_step, self.count,
