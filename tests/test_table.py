@@ -286,3 +286,16 @@ def test_sample_to_torch():
     assert isinstance(s.data["obs"], torch.Tensor) and s.data["obs"].shape == (3, 2, 2)
     assert s.mask.dtype == torch.bool and s.fields["ret"].tolist() == [2.0] * 3
     assert s.keys.dtype == torch.int64
+
+
+def test_to_torch_pin_memory_without_cuda_is_a_clear_error():
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present")
+    store = StepStore(SPEC, capacity=4)
+    for _ in range(4):
+        write(store)
+    table = Table(store)
+    table.insert([0], [1], [2])
+    with pytest.raises(RuntimeError, match="pin_memory=True needs a CUDA device"):
+        table.sample(2).to_torch(pin_memory=True)

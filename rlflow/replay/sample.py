@@ -58,6 +58,10 @@ class Sample:
         """
         import torch
 
+        if pin_memory and not torch.cuda.is_available():
+            raise RuntimeError("pin_memory=True needs a CUDA device and a CUDA build of torch; none is available "
+                               "(pass pin_memory=False)")
+
         def convert(a: Any) -> Any:
             if a is None:
                 return None

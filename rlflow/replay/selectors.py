@@ -137,15 +137,20 @@ class Uniform(Selector):
     def delete(self, slots: np.ndarray) -> None:
         self.size = K.dense_delete(self._items, self._where, self._live, self.size, slots)
 
+    def _below(self, bound: int, n: int) -> np.ndarray:
+        """``n`` integers uniform in ``[0, bound)`` (to 53-bit resolution: floor of a uniform double)."""
+        return (self.rng.random(n) * bound).astype(np.int64)
+
     def sample(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         if 2 * self.size >= self.capacity:
-            slots = self.rng.integers(0, self.capacity, n)
-            empty = np.flatnonzero(~self._live[slots])
-            while empty.size:
-                slots[empty] = self.rng.integers(0, self.capacity, empty.size)
-                empty = empty[~self._live[slots[empty]]]
+            slots = self._below(self.capacity, n)
+            if not self._live[slots].all():
+                empty = np.flatnonzero(~self._live[slots])
+                while empty.size:
+                    slots[empty] = self._below(self.capacity, empty.size)
+                    empty = empty[~self._live[slots[empty]]]
         else:
-            slots = self._items[self.rng.integers(0, self.size, n)]
+            slots = self._items[self._below(self.size, n)]
         return slots, np.full(n, 1.0 / self.size)
 
     def _arrays(self) -> dict[str, np.ndarray]:
