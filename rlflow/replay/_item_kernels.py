@@ -40,6 +40,52 @@ def episode_marks(episode_id: np.ndarray, episode_step: np.ndarray, next_episode
 
 
 @njit(**_OPTS)
+def mark_lane(episode_id: np.ndarray, episode_step: np.ndarray, next_episode: np.ndarray, next_step: np.ndarray,
+              count: np.ndarray, lane: int, t: int, first: np.ndarray, capacity: int) -> np.ndarray:
+    """``episode_marks`` for ``t`` consecutive rows of one lane (``first`` empty: none starts an episode).
+
+    Returns the rows' absolute indices.
+    """
+    rows = np.empty(t, np.int64)
+    for i in range(t):
+        row = count[lane]
+        if (first.shape[0] > 0 and first[i]) or row == 0:
+            next_episode[lane] += 1
+            next_step[lane] = 0
+        pos = row % capacity
+        episode_id[lane, pos] = next_episode[lane] - 1
+        episode_step[lane, pos] = next_step[lane]
+        next_step[lane] += 1
+        count[lane] = row + 1
+        rows[i] = row
+    return rows
+
+
+@njit(**_OPTS)
+def evict_range(meta: np.ndarray, row_slot: np.ndarray, free: np.ndarray, num_free: int, lane: int, lo: int,
+                hi: int, capacity: int) -> tuple[np.ndarray, int]:
+    """Remove the items indexed at rows ``lo .. hi - 1`` of ``lane`` (a table without overflow lists).
+
+    Frees their slots (pushed on ``free`` from ``num_free``) and clears their index cells; returns the
+    slots and the times sampled they had, summed.
+    """
+    out = np.empty(max(hi - lo, 0), np.int64)
+    m = 0
+    total = 0
+    for row in range(lo, hi):
+        pos = row % capacity
+        s = row_slot[lane, pos]
+        if s >= 0:
+            row_slot[lane, pos] = -1
+            total += meta[s, TIMES]
+            meta[s, KEY] = -1
+            free[num_free + m] = s
+            out[m] = s
+            m += 1
+    return out[:m], total
+
+
+@njit(**_OPTS)
 def check_windows(count: np.ndarray, episode_id: np.ndarray, capacity: int, lanes: np.ndarray,
                   starts: np.ndarray, lengths: np.ndarray, cross_episodes: bool,
                   valid: np.ndarray) -> int:
@@ -201,3 +247,22 @@ def all_finite(flat: np.ndarray) -> bool:
     for i in range(flat.shape[0]):
         acc += flat[i] * 0
     return acc == 0
+
+
+@njit(**_OPTS)
+def check_add_items(count: np.ndarray, episode_id: np.ndarray, capacity: int, cross_episodes: bool,
+                    meta: np.ndarray, priority: np.ndarray, row_slot: np.ndarray, free: np.ndarray, num_free: int,
+                    next_seq: int, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
+                    priorities: np.ndarray, slots: np.ndarray, keys: np.ndarray,
+                    clash: np.ndarray) -> tuple[int, int]:
+    """``check_windows`` then, if every window is stored, ``add_items``: (first bad item or -1, clashes).
+
+    Nothing changes when a window is bad.
+    """
+    valid = np.empty(lanes.shape[0], np.int64)
+    bad = check_windows(count, episode_id, capacity, lanes, starts, lengths, cross_episodes, valid)
+    if bad >= 0:
+        return bad, 0
+    clashes = add_items(meta, priority, row_slot, free, num_free, next_seq, lanes, starts, lengths, valid,
+                        priorities, capacity, slots, keys, clash)
+    return -1, clashes

@@ -75,6 +75,32 @@ class Items:
             self._overflow_add(slots[clash], lanes[clash], starts[clash] % self.capacity)
         return slots, keys, seqs
 
+    def check_and_add(self, count: np.ndarray, episode_id: np.ndarray, cross_episodes: bool, lanes: np.ndarray,
+                      starts: np.ndarray, lengths: np.ndarray, priorities: np.ndarray,
+                      cols: dict[str, np.ndarray]) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
+        """Check the windows against the store's ``count`` and episodes, then place the items.
+
+        Returns ``(first_bad, slots, keys, seqs)``; when ``first_bad >= 0`` a window is not stored and
+        nothing changed. Needs ``n <= num_free``.
+        """
+        n = lanes.size
+        slots = np.empty(n, np.int64)
+        keys = np.empty(n, np.int64)
+        clash = np.empty(n, np.bool_)
+        bad, clashes = KI.check_add_items(count, episode_id, self.capacity, cross_episodes, self.meta, self.priority,
+                                          self.row_slot, self.free, self.num_free, self.next_seq, lanes, starts,
+                                          lengths, priorities, slots, keys, clash)
+        if bad >= 0:
+            return bad, slots, keys, keys
+        seqs = np.arange(self.next_seq, self.next_seq + n, dtype=np.int64)
+        self.num_free -= n
+        self.next_seq += n
+        for name, col in cols.items():
+            self.columns[name][slots] = col
+        if clashes:
+            self._overflow_add(slots[clash], lanes[clash], starts[clash] % self.capacity)
+        return -1, slots, keys, seqs
+
     def _overflow_add(self, slots: np.ndarray, lanes: np.ndarray, pos: np.ndarray) -> None:
         for s, lane, p in zip(slots.tolist(), lanes.tolist(), pos.tolist(), strict=True):
             self.overflow.setdefault((lane, p), []).append(s)
@@ -105,6 +131,17 @@ class Items:
         if self.overflow:
             return self._with_overflow(lanes, rows % self.capacity)
         return KI.indexed_at(self.row_slot, lanes, rows, self.capacity)
+
+    def evict_range(self, lane: int, lo: int, hi: int) -> np.ndarray:
+        """Remove every item starting at rows ``lo .. hi - 1`` of ``lane``; return their slots (ordered as above)."""
+        if self.overflow:
+            slots = self.starting_in(lane, lo, hi)
+            self.remove(slots)
+            return slots
+        slots, times = KI.evict_range(self.meta, self.row_slot, self.free, self.num_free, lane, lo, hi, self.capacity)
+        self.num_free += slots.size
+        self.times_total -= times
+        return slots
 
     def starting_in(self, lane: int, lo: int, hi: int) -> np.ndarray:
         """Slots of every item whose window starts at rows ``lo .. hi - 1`` of ``lane`` (ordered as above)."""

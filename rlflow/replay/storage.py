@@ -38,6 +38,8 @@ from rlflow.specs import Field, Spec, SpecError
 
 __all__ = ["OverwriteListener", "StepStore"]
 
+_NO_FIRST = np.zeros(0, np.bool_)
+
 
 class OverwriteListener(Protocol):
     def on_overwrite(self, lanes: np.ndarray, rows: np.ndarray) -> None:
@@ -163,9 +165,9 @@ class StepStore:
             lanes_arr = self._check_lanes(lanes)
             n = lanes_arr.size
             cols, _ = self._columns_of(data, n, checked)
-            first_arr = self._check_first(first, n)
             if n == 1:
-                return self._write_lane(int(lanes_arr[0]), cols, 1, first_arr)
+                return self._write_lane(int(lanes_arr[0]), cols, 1, self._check_first(first, 1, allow_none=True))
+            first_arr = self._check_first(first, n)
             rows = self.count[lanes_arr]
             old = rows - self.capacity
             if self._listeners and old.max(initial=-1) >= 0:
@@ -190,11 +192,13 @@ class StepStore:
             cols, t = self._columns_of(data, None, checked)
             if t > self.capacity:
                 raise ValueError(f"extend: {t} rows exceed the lane capacity {self.capacity}; write fewer")
-            first_arr = self._check_first(first, t)
-            return self._write_lane(lane, cols, t, first_arr)
+            return self._write_lane(lane, cols, t, self._check_first(first, t, allow_none=True))
 
     def _write_lane(self, lane: int, cols: dict[str, np.ndarray], t: int, first: np.ndarray) -> np.ndarray:
-        """Write ``t`` validated rows to one lane: notify overwrites, copy, mark episodes."""
+        """Write ``t`` validated rows to one lane: notify overwrites, copy, mark episodes; return the rows.
+
+        ``first`` is a bool array of ``t``, or empty when no row starts an episode.
+        """
         start = int(self.count[lane])
         lo = max(start - self.capacity, 0)
         hi = start + t - self.capacity
@@ -209,17 +213,18 @@ class StepStore:
             column[p0:p1] = col[: p1 - p0]
             if wrapped:
                 column[:wrapped] = col[p1 - p0:]
-        self._mark(np.array([lane]), t, first)
-        return np.arange(start, start + t, dtype=np.int64)
+        return KI.mark_lane(self.episode_id, self.episode_step, self._next_episode, self._next_step, self.count,
+                            lane, t, first, self.capacity)
 
     def _mark(self, lanes: np.ndarray, per_lane: int, first: np.ndarray) -> None:
         KI.episode_marks(self.episode_id, self.episode_step, self._next_episode, self._next_step, self.count,
                          lanes, per_lane, first, self.capacity)
 
     @staticmethod
-    def _check_first(first: Any, n: int) -> np.ndarray:
+    def _check_first(first: Any, n: int, *, allow_none: bool = False) -> np.ndarray:
+        """``first`` as a bool array of ``n``; with ``allow_none``, ``None`` gives an empty array (no starts)."""
         if first is None:
-            return np.zeros(n, bool)
+            return _NO_FIRST if allow_none else np.zeros(n, bool)
         arr = np.asarray(first)
         if arr.ndim == 0:
             arr = np.full(n, bool(arr))

@@ -168,7 +168,12 @@ class Table:
 
     def on_overwrite_range(self, lane: int, lo: int, hi: int) -> None:
         """Called by the store before it overwrites rows ``lo .. hi - 1`` of ``lane``."""
-        self._remove(self._items.starting_in(lane, lo, hi))
+        slots = self._items.evict_range(lane, lo, hi)
+        if slots.size:
+            self.sampler.delete(slots)
+            self.remover.delete(slots)
+            self.rate_limiter.delete(int(slots.size))
+            self._wake()
 
     # ------------------------------------------------------------------ insert
     def insert(
@@ -194,9 +199,16 @@ class Table:
             lengths_arr = _int_array("lengths", lengths, n)
             prios = _check_priorities(priorities, n)
             cols = self._check_fields(fields, n)
+            if n <= self._items.num_free and self.rate_limiter.can_insert(n):
+                # The common case: room for all, admitted at once: check and place in one pass.
+                store = self.store
+                bad, slots, keys, seqs = self._items.check_and_add(
+                    store.count, store.episode_id, self.cross_episodes, lanes_arr, starts_arr, lengths_arr, prios, cols)
+                if bad >= 0:
+                    self._window_error(lanes_arr, starts_arr, lengths_arr, bad)
+                self._inserted(slots, prios, seqs)
+                return keys
             valid = self._check_windows(lanes_arr, starts_arr, lengths_arr)
-            if n <= self.max_size and self.rate_limiter.can_insert(n):  # the common case: all at once
-                return self._insert_now(lanes_arr, starts_arr, lengths_arr, valid, prios, cols)
             keys = np.full(n, -1, np.int64)
             done = 0
             deadline = None if timeout is None else time.monotonic() + timeout
@@ -236,17 +248,21 @@ class Table:
         bad = KI.check_windows(store.count, store.episode_id, store.capacity, lanes, starts, lengths,
                                self.cross_episodes, valid)
         if strict and bad >= 0:
-            lane, start, length = int(lanes[bad]), int(starts[bad]), int(lengths[bad])
-            if not 0 <= lane < store.num_lanes:
-                raise ValueError(f"lanes: expected values in [0, {store.num_lanes}), got {lane} at item {bad}")
-            if not 1 <= length <= store.capacity:
-                raise ValueError(f"lengths: expected values in [1, {store.capacity}], got {length} at item {bad}")
-            count = int(store.count[lane])
-            raise ValueError(
-                f"item {bad}: window [{start}, {start + length}) of lane {lane} is not stored; "
-                f"the lane holds rows [{max(0, count - store.capacity)}, {count})"
-            )
+            self._window_error(lanes, starts, lengths, bad)
         return valid
+
+    def _window_error(self, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray, bad: int) -> None:
+        store = self.store
+        lane, start, length = int(lanes[bad]), int(starts[bad]), int(lengths[bad])
+        if not 0 <= lane < store.num_lanes:
+            raise ValueError(f"lanes: expected values in [0, {store.num_lanes}), got {lane} at item {bad}")
+        if not 1 <= length <= store.capacity:
+            raise ValueError(f"lengths: expected values in [1, {store.capacity}], got {length} at item {bad}")
+        count = int(store.count[lane])
+        raise ValueError(
+            f"item {bad}: window [{start}, {start + length}) of lane {lane} is not stored; "
+            f"the lane holds rows [{max(0, count - store.capacity)}, {count})"
+        )
 
     def _admissible(self, n: int) -> int:
         """The most of ``n`` items the rate limiter admits now (at most ``max_size``)."""
@@ -267,11 +283,15 @@ class Table:
         if overflow > 0:
             self._remove(self.remover.choose_for_removal(overflow))
         slots, keys, seqs = self._items.add(lanes, starts, lengths, valid, prios, cols)
+        self._inserted(slots, prios, seqs)
+        return keys
+
+    def _inserted(self, slots: np.ndarray, prios: np.ndarray, seqs: np.ndarray) -> None:
+        """Tell the selectors and the rate limiter about items just placed."""
         self.sampler.insert(slots, prios, seqs)
         self.remover.insert(slots, prios, seqs)
-        self.rate_limiter.insert(n)
+        self.rate_limiter.insert(int(slots.size))
         self._wake()
-        return keys
 
     def _wait(self, deadline: float | None, what: str) -> None:
         remaining = None if deadline is None else deadline - time.monotonic()
