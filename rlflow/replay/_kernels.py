@@ -215,3 +215,20 @@ def window_index(meta: np.ndarray, lane_col: int, start_col: int, length_col: in
                 mask[b, i] = False
                 full = False
     return idx, mask, full
+
+
+@njit(**_OPTS)
+def ring_delete(ring_slot: np.ndarray, ring_seq: np.ndarray, ht: np.ndarray, seq_of: np.ndarray,
+                slots: np.ndarray) -> None:
+    """Mark items dead and drop dead entries at both ends of the ring while they are cache-hot.
+
+    Items usually leave in insertion order (overwrites and FIFO eviction take the oldest), so this keeps
+    the ring short without ever scanning entries that went cold.
+    """
+    r = ring_slot.shape[0]
+    for j in range(slots.shape[0]):
+        seq_of[slots[j]] = -1
+    while ht[1] > ht[0] and seq_of[ring_slot[ht[0] % r]] != ring_seq[ht[0] % r]:
+        ht[0] += 1
+    while ht[1] > ht[0] and seq_of[ring_slot[(ht[1] - 1) % r]] != ring_seq[(ht[1] - 1) % r]:
+        ht[1] -= 1

@@ -297,14 +297,14 @@ class _Insertion(Selector):
         self._seq_of = np.full(self.capacity, -1, np.int64)
 
     def insert(self, slots: np.ndarray, priorities: np.ndarray, seqs: np.ndarray) -> None:
-        K.ring_push(self._ring_slot, self._ring_seq, self._ht, self._seq_of, slots, np.asarray(seqs, np.int64))
+        K.ring_push(self._ring_slot, self._ring_seq, self._ht, self._seq_of, slots, seqs)
         self.size += slots.size
 
     def update(self, slots: np.ndarray, priorities: np.ndarray) -> None:
         pass
 
     def delete(self, slots: np.ndarray) -> None:
-        self._seq_of[slots] = -1
+        K.ring_delete(self._ring_slot, self._ring_seq, self._ht, self._seq_of, slots)
         self.size -= slots.size
 
     def sample(self, n: int) -> tuple[np.ndarray, np.ndarray]:
