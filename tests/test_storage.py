@@ -170,3 +170,12 @@ def test_store_matches_reference(writes, capacity, lo, length):
         expect = [i < n and r[start + i][1] == r[start][1] for i in range(length)]
         assert mask[0].tolist() == expect
         assert data["act"][0].tolist() == [r[start + i][0] if expect[i] else 0 for i in range(length)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(x=st.one_of(st.integers(0, 2**62), st.integers(0, 10**7)), capacity=st.integers(1, 2**40))
+def test_wrap_equals_modulo(x, capacity):
+    from rlflow.replay._item_kernels import wrap
+
+    for v in (x, x + capacity - 1, capacity * (x % 1000), capacity * (x % 1000) - 1 if x % 1000 else 0):
+        assert wrap(v, capacity) == v % capacity

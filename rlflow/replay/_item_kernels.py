@@ -14,6 +14,19 @@ _OPTS = {"cache": True, "nogil": True}
 KEY, LANE, START, LENGTH, VALID, TIMES = range(6)
 
 
+@njit(inline="always", cache=True)
+def wrap(x: int, capacity: int) -> int:
+    """``x % capacity`` for ``x >= 0``, by a float reciprocal instead of an integer division (exact below 2**52)."""
+    if x >= 4503599627370496:
+        return x % capacity
+    r = x - np.int64(x * (1.0 / capacity)) * capacity
+    if r < 0:
+        r += capacity
+    elif r >= capacity:
+        r -= capacity
+    return r
+
+
 @njit(**_OPTS)
 def episode_marks(episode_id: np.ndarray, episode_step: np.ndarray, next_episode: np.ndarray,
                   next_step: np.ndarray, count: np.ndarray, lanes: np.ndarray, per_lane: int,
@@ -31,7 +44,7 @@ def episode_marks(episode_id: np.ndarray, episode_step: np.ndarray, next_episode
             if first[i] or row == 0:
                 next_episode[lane] += 1
                 next_step[lane] = 0
-            pos = row % capacity
+            pos = wrap(row, capacity)
             episode_id[lane, pos] = next_episode[lane] - 1
             episode_step[lane, pos] = next_step[lane]
             next_step[lane] += 1
@@ -52,7 +65,7 @@ def mark_lane(episode_id: np.ndarray, episode_step: np.ndarray, next_episode: np
         if (first.shape[0] > 0 and first[i]) or row == 0:
             next_episode[lane] += 1
             next_step[lane] = 0
-        pos = row % capacity
+        pos = wrap(row, capacity)
         episode_id[lane, pos] = next_episode[lane] - 1
         episode_step[lane, pos] = next_step[lane]
         next_step[lane] += 1
@@ -73,7 +86,7 @@ def evict_range(meta: np.ndarray, row_slot: np.ndarray, free: np.ndarray, num_fr
     m = 0
     total = 0
     for row in range(lo, hi):
-        pos = row % capacity
+        pos = wrap(row, capacity)
         s = row_slot[lane, pos]
         if s >= 0:
             row_slot[lane, pos] = -1
@@ -112,12 +125,12 @@ def check_windows(count: np.ndarray, episode_id: np.ndarray, capacity: int, lane
         if cross_episodes:
             valid[i] = length
             continue
-        ep = episode_id[lane, start % capacity]
-        if episode_id[lane, (start + length - 1) % capacity] == ep:
+        ep = episode_id[lane, wrap(start, capacity)]
+        if episode_id[lane, wrap(start + length - 1, capacity)] == ep:
             valid[i] = length
         else:
             k = 1
-            while k < length and episode_id[lane, (start + k) % capacity] == ep:
+            while k < length and episode_id[lane, wrap(start + k, capacity)] == ep:
                 k += 1
             valid[i] = k
     return first_bad
@@ -146,7 +159,7 @@ def add_items(meta: np.ndarray, priority: np.ndarray, row_slot: np.ndarray, free
         meta[s, VALID] = valid[i]
         meta[s, TIMES] = 0
         priority[s] = priorities[i]
-        pos = starts[i] % capacity
+        pos = wrap(starts[i], capacity)
         if row_slot[lanes[i], pos] < 0:
             row_slot[lanes[i], pos] = s
             clash[i] = False
@@ -167,7 +180,7 @@ def remove_items(meta: np.ndarray, row_slot: np.ndarray, free: np.ndarray, num_f
     for i in range(slots.shape[0]):
         s = slots[i]
         lane = meta[s, LANE]
-        pos = meta[s, START] % capacity
+        pos = wrap(meta[s, START], capacity)
         if row_slot[lane, pos] == s:
             row_slot[lane, pos] = -1
             indirect[i] = False
@@ -185,7 +198,7 @@ def indexed_at(row_slot: np.ndarray, lanes: np.ndarray, rows: np.ndarray, capaci
     out = np.empty(lanes.shape[0], np.int64)
     m = 0
     for i in range(lanes.shape[0]):
-        s = row_slot[lanes[i], rows[i] % capacity]
+        s = row_slot[lanes[i], wrap(rows[i], capacity)]
         if s >= 0:
             out[m] = s
             m += 1
@@ -198,7 +211,7 @@ def indexed_in_range(row_slot: np.ndarray, lane: int, lo: int, hi: int, capacity
     out = np.empty(max(hi - lo, 0), np.int64)
     m = 0
     for row in range(lo, hi):
-        s = row_slot[lane, row % capacity]
+        s = row_slot[lane, wrap(row, capacity)]
         if s >= 0:
             out[m] = s
             m += 1

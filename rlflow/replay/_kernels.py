@@ -1,5 +1,7 @@
 """Compiled kernels for the deterministic and uniform selectors (numba, cached on disk after the first call).
 
+Ring sizes are powers of two, so positions wrap with a mask instead of an integer division.
+
 Every kernel applies a batch in order, one element after another, so a batch equals the same calls made
 one by one (duplicate slots in one batch: the last value wins). Trees are stored heap-style: node ``i``
 has children ``2i`` and ``2i + 1``, the root is node 1, leaves are ``size .. 2 * size - 1``.
@@ -14,6 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
+
+from rlflow.replay._item_kernels import wrap
 
 _OPTS = {"cache": True, "nogil": True}
 
@@ -117,14 +121,14 @@ def ring_push(ring_slot: np.ndarray, ring_seq: np.ndarray, ht: np.ndarray, seq_o
     r = ring_slot.shape[0]
     if ht[1] - ht[0] + slots.shape[0] > r:
         # Dead entries gather at the head (oldest items leave first): drop those before compacting.
-        while ht[1] > ht[0] and seq_of[ring_slot[ht[0] % r]] != ring_seq[ht[0] % r]:
+        while ht[1] > ht[0] and seq_of[ring_slot[ht[0] & (r - 1)]] != ring_seq[ht[0] & (r - 1)]:
             ht[0] += 1
         if ht[1] - ht[0] + slots.shape[0] > r:
             ring_compact(ring_slot, ring_seq, ht, seq_of)
     t = ht[1]
     for j in range(slots.shape[0]):
-        ring_slot[(t + j) % r] = slots[j]
-        ring_seq[(t + j) % r] = seqs[j]
+        ring_slot[(t + j) & (r - 1)] = slots[j]
+        ring_seq[(t + j) & (r - 1)] = seqs[j]
         seq_of[slots[j]] = seqs[j]
     ht[1] = t + slots.shape[0]
 
@@ -137,10 +141,10 @@ def ring_compact(ring_slot: np.ndarray, ring_seq: np.ndarray, ht: np.ndarray, se
     keep_seq = np.empty(ht[1] - ht[0], np.int64)
     m = 0
     for q in range(ht[0], ht[1]):
-        s = ring_slot[q % r]
-        if seq_of[s] == ring_seq[q % r]:
+        s = ring_slot[q & (r - 1)]
+        if seq_of[s] == ring_seq[q & (r - 1)]:
             keep_slot[m] = s
-            keep_seq[m] = ring_seq[q % r]
+            keep_seq[m] = ring_seq[q & (r - 1)]
             m += 1
     ring_slot[:m] = keep_slot[:m]
     ring_seq[:m] = keep_seq[:m]
@@ -156,21 +160,21 @@ def ring_first(ring_slot: np.ndarray, ring_seq: np.ndarray, ht: np.ndarray, seq_
     out = np.empty(n, np.int64)
     m = 0
     if newest:
-        while ht[1] > ht[0] and seq_of[ring_slot[(ht[1] - 1) % r]] != ring_seq[(ht[1] - 1) % r]:
+        while ht[1] > ht[0] and seq_of[ring_slot[(ht[1] - 1) & (r - 1)]] != ring_seq[(ht[1] - 1) & (r - 1)]:
             ht[1] -= 1
         q = ht[1] - 1
         while m < n and q >= ht[0]:
-            if seq_of[ring_slot[q % r]] == ring_seq[q % r]:
-                out[m] = ring_slot[q % r]
+            if seq_of[ring_slot[q & (r - 1)]] == ring_seq[q & (r - 1)]:
+                out[m] = ring_slot[q & (r - 1)]
                 m += 1
             q -= 1
     else:
-        while ht[1] > ht[0] and seq_of[ring_slot[ht[0] % r]] != ring_seq[ht[0] % r]:
+        while ht[1] > ht[0] and seq_of[ring_slot[ht[0] & (r - 1)]] != ring_seq[ht[0] & (r - 1)]:
             ht[0] += 1
         q = ht[0]
         while m < n and q < ht[1]:
-            if seq_of[ring_slot[q % r]] == ring_seq[q % r]:
-                out[m] = ring_slot[q % r]
+            if seq_of[ring_slot[q & (r - 1)]] == ring_seq[q & (r - 1)]:
+                out[m] = ring_slot[q & (r - 1)]
                 m += 1
             q += 1
     return out[:m]
@@ -208,10 +212,10 @@ def window_index(meta: np.ndarray, lane_col: int, start_col: int, length_col: in
         valid = meta[b, valid_col]
         for i in range(length):
             if i < valid:
-                idx[b, i] = base + (start + i) % capacity
+                idx[b, i] = base + wrap(start + i, capacity)
                 mask[b, i] = True
             else:
-                idx[b, i] = base + start % capacity
+                idx[b, i] = base + wrap(start, capacity)
                 mask[b, i] = False
                 full = False
     return idx, mask, full
@@ -228,7 +232,7 @@ def ring_delete(ring_slot: np.ndarray, ring_seq: np.ndarray, ht: np.ndarray, seq
     r = ring_slot.shape[0]
     for j in range(slots.shape[0]):
         seq_of[slots[j]] = -1
-    while ht[1] > ht[0] and seq_of[ring_slot[ht[0] % r]] != ring_seq[ht[0] % r]:
+    while ht[1] > ht[0] and seq_of[ring_slot[ht[0] & (r - 1)]] != ring_seq[ht[0] & (r - 1)]:
         ht[0] += 1
-    while ht[1] > ht[0] and seq_of[ring_slot[(ht[1] - 1) % r]] != ring_seq[(ht[1] - 1) % r]:
+    while ht[1] > ht[0] and seq_of[ring_slot[(ht[1] - 1) & (r - 1)]] != ring_seq[(ht[1] - 1) & (r - 1)]:
         ht[1] -= 1

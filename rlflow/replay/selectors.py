@@ -290,9 +290,10 @@ class _Insertion(Selector):
     newest = False
 
     def _allocate(self) -> None:
-        # Twice the capacity, so compaction (when the ring fills with dead entries) is amortised O(1).
-        self._ring_slot = np.zeros(2 * self.capacity, np.int64)
-        self._ring_seq = np.zeros(2 * self.capacity, np.int64)
+        # At least twice the capacity, so compaction (when the ring fills with dead entries) is amortised
+        # O(1); a power of two, so positions wrap with a mask.
+        self._ring_slot = np.zeros(_pow2(2 * self.capacity), np.int64)
+        self._ring_seq = np.zeros(_pow2(2 * self.capacity), np.int64)
         self._ht = np.zeros(2, np.int64)
         self._seq_of = np.full(self.capacity, -1, np.int64)
 

@@ -146,7 +146,12 @@ class StepStore:
             flat = data  # a flat spec given a dict with exactly its keys: nothing to flatten
         else:
             flat = _specs.flatten_data(self.spec, data)
-        if n is None:
+        if n is None and checked:  # validate checks every field's leading length against the first's
+            first = next(iter(flat.values()))
+            n = first.shape[0] if type(first) is np.ndarray and first.ndim else (np.shape(first) or (-1,))[0]
+            if n < 0:
+                raise SpecError(f"extend: every field needs a leading length T, got a scalar for {next(iter(flat))!r}")
+        elif n is None:
             lengths = {v.shape[0] if type(v) is np.ndarray and v.ndim else (np.shape(v) or (-1,))[0]
                        for v in flat.values()}
             if len(lengths) != 1 or -1 in lengths:
@@ -205,14 +210,16 @@ class StepStore:
         if self._listeners and hi > lo:
             for listener in self._listeners:
                 listener.on_overwrite_range(lane, lo, hi)
+        base = lane * self.capacity
         p0 = start % self.capacity
         p1 = min(p0 + t, self.capacity)
-        wrapped = t - (p1 - p0)
-        for name, col in cols.items():
-            column = self.columns[name][lane]
-            column[p0:p1] = col[: p1 - p0]
-            if wrapped:
-                column[:wrapped] = col[p1 - p0:]
+        if p1 - p0 == t:  # no wrap: one slice copy per column
+            for name, col in cols.items():
+                self._flat[name][base + p0: base + p1] = col
+        else:
+            for name, col in cols.items():
+                self._flat[name][base + p0: base + p1] = col[: p1 - p0]
+                self._flat[name][base: base + t - (p1 - p0)] = col[p1 - p0:]
         return KI.mark_lane(self.episode_id, self.episode_step, self._next_episode, self._next_step, self.count,
                             lane, t, first, self.capacity)
 
