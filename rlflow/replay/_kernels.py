@@ -17,8 +17,6 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from rlflow.replay._item_kernels import wrap
-
 _OPTS = {"cache": True, "nogil": True}
 
 
@@ -189,36 +187,6 @@ def draw_rows(meta: np.ndarray, slots: np.ndarray, times_col: int) -> np.ndarray
         meta[s, times_col] += 1
         out[j] = meta[s]
     return out
-
-
-@njit(**_OPTS)
-def window_index(meta: np.ndarray, lane_col: int, start_col: int, length_col: int, valid_col: int,
-                 capacity: int) -> tuple[np.ndarray, np.ndarray, bool]:
-    """Flat store indices ``[B, L]`` of the item windows in ``meta`` rows (``L`` = longest window).
-
-    Rows at or past an item's valid length are masked; their index repeats the window's first row (any
-    stored row will do, the caller zero-fills them). The flag tells whether every row is valid.
-    """
-    b_count = meta.shape[0]
-    length = 0
-    for b in range(b_count):
-        length = max(length, meta[b, length_col])
-    idx = np.empty((b_count, length), np.int64)
-    mask = np.empty((b_count, length), np.bool_)
-    full = True
-    for b in range(b_count):
-        base = meta[b, lane_col] * capacity
-        start = meta[b, start_col]
-        valid = meta[b, valid_col]
-        for i in range(length):
-            if i < valid:
-                idx[b, i] = base + wrap(start + i, capacity)
-                mask[b, i] = True
-            else:
-                idx[b, i] = base + wrap(start, capacity)
-                mask[b, i] = False
-                full = False
-    return idx, mask, full
 
 
 @njit(**_OPTS)

@@ -342,7 +342,7 @@ class Table:
             self.rate_limiter.sample(batch_size)
             self._wake()  # samples are what let a blocked insert through
             lanes, starts, lengths = meta[:, LANE], meta[:, START], meta[:, LENGTH]
-            idx, mask, full = K.window_index(meta, LANE, START, LENGTH, VALID, self.store.capacity)
+            idx, mask, full = KI.window_index(meta, LANE, START, LENGTH, VALID, self.store.capacity)
             data = self.store.take(idx)
             if not full:
                 hole = ~mask
