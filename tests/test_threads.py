@@ -306,3 +306,22 @@ def test_overwrite_wakes_a_blocked_insert():
     woke = done.wait(WAKE)
     thread.join(WAKE)
     assert woke and errors == [] and limiter.deletes == 3 and table.size == 2
+
+
+def test_items_whose_rows_are_overwritten_while_an_insert_waits_are_skipped():
+    """Rows overwritten during the wait: their items get key -1, the others are inserted."""
+    store, table, limiter = _ratio_table(4.0)
+    table.insert(np.zeros(4, np.int64), np.arange(10, 14), 1)
+    assert not table.can_insert(1)
+    got = []
+    thread, done, errors = _blocked_call(lambda: got.append(table.insert([0, 0], [0, 20], [1, 1])))
+    assert not done.wait(0.2)
+    store.append(row_data(0, 32), lanes=[0])  # overwrites row 0, which the first waiting item names
+    table.sample(2)  # makes room for two inserts
+    assert done.wait(WAKE)
+    thread.join(WAKE)
+    assert errors == []
+    keys = got[0]
+    assert keys[0] == -1 and keys[1] >= 0
+    assert table.items()["start"].tolist() == [10, 11, 12, 13, 20]
+    assert limiter.inserts == 5
