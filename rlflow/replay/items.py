@@ -60,20 +60,10 @@ class Items:
     def add(self, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray, valid: np.ndarray,
             priorities: np.ndarray, cols: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Place ``n <= num_free`` new items; return their slots, keys and insertion sequence numbers."""
-        n = lanes.size
-        slots = np.empty(n, np.int64)
-        keys = np.empty(n, np.int64)
-        clash = np.empty(n, np.bool_)
+        slots, keys, clash = self._outputs(lanes.size)
         clashes = KI.add_items(self.meta, self.priority, self.row_slot, self.free, self.num_free, self.next_seq,
                                lanes, starts, lengths, valid, priorities, self.capacity, slots, keys, clash)
-        seqs = np.arange(self.next_seq, self.next_seq + n, dtype=np.int64)
-        self.num_free -= n
-        self.next_seq += n
-        for name, col in cols.items():
-            self.columns[name][slots] = col
-        if clashes:
-            self._overflow_add(slots[clash], lanes[clash], starts[clash] % self.capacity)
-        return slots, keys, seqs
+        return slots, keys, self._placed(slots, lanes, starts, clash, clashes, cols)
 
     def check_and_add(self, count: np.ndarray, episode_id: np.ndarray, cross_episodes: bool, lanes: np.ndarray,
                       starts: np.ndarray, lengths: np.ndarray, priorities: np.ndarray,
@@ -83,15 +73,22 @@ class Items:
         Returns ``(first_bad, slots, keys, seqs)``; when ``first_bad >= 0`` a window is not stored and
         nothing changed. Needs ``n <= num_free``.
         """
-        n = lanes.size
-        slots = np.empty(n, np.int64)
-        keys = np.empty(n, np.int64)
-        clash = np.empty(n, np.bool_)
+        slots, keys, clash = self._outputs(lanes.size)
         bad, clashes = KI.check_add_items(count, episode_id, self.capacity, cross_episodes, self.meta, self.priority,
                                           self.row_slot, self.free, self.num_free, self.next_seq, lanes, starts,
                                           lengths, priorities, slots, keys, clash)
         if bad >= 0:
             return bad, slots, keys, keys
+        return -1, slots, keys, self._placed(slots, lanes, starts, clash, clashes, cols)
+
+    @staticmethod
+    def _outputs(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.bool_)
+
+    def _placed(self, slots: np.ndarray, lanes: np.ndarray, starts: np.ndarray, clash: np.ndarray, clashes: int,
+                cols: dict[str, np.ndarray]) -> np.ndarray:
+        """Bookkeeping after the slot kernel placed ``slots``: counters, item fields, overflow lists; the seqs."""
+        n = slots.size
         seqs = np.arange(self.next_seq, self.next_seq + n, dtype=np.int64)
         self.num_free -= n
         self.next_seq += n
@@ -99,7 +96,7 @@ class Items:
             self.columns[name][slots] = col
         if clashes:
             self._overflow_add(slots[clash], lanes[clash], starts[clash] % self.capacity)
-        return -1, slots, keys, seqs
+        return seqs
 
     def _overflow_add(self, slots: np.ndarray, lanes: np.ndarray, pos: np.ndarray) -> None:
         for s, lane, p in zip(slots.tolist(), lanes.tolist(), pos.tolist(), strict=True):
