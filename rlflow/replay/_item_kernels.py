@@ -27,50 +27,39 @@ def wrap(x: int, capacity: int) -> int:
     return r
 
 
+@njit(inline="always", cache=True)
+def _mark_row(episode_id: np.ndarray, episode_step: np.ndarray, next_episode: np.ndarray, next_step: np.ndarray,
+              count: np.ndarray, lane: int, first: bool, capacity: int) -> int:
+    """Record the episode id and step of the next row of ``lane`` and advance its cursors; the row."""
+    row = count[lane]
+    if first or row == 0:
+        next_episode[lane] += 1
+        next_step[lane] = 0
+    pos = wrap(row, capacity)
+    episode_id[lane, pos] = next_episode[lane] - 1
+    episode_step[lane, pos] = next_step[lane]
+    next_step[lane] += 1
+    count[lane] = row + 1
+    return row
+
+
 @njit(**_OPTS)
 def episode_marks(episode_id: np.ndarray, episode_step: np.ndarray, next_episode: np.ndarray,
-                  next_step: np.ndarray, count: np.ndarray, lanes: np.ndarray, per_lane: int,
-                  first: np.ndarray, capacity: int) -> None:
-    """Record episode id and step of rows about to be written, and advance each lane's cursors.
-
-    ``lanes`` holds one entry per written row (``per_lane`` consecutive rows per lane entry when
-    ``per_lane > 1``, i.e. one lane extended by several rows); ``first[i]`` starts a new episode.
-    """
-    i = 0
-    for j in range(lanes.shape[0]):
-        lane = lanes[j]
-        for _ in range(per_lane):
-            row = count[lane]
-            if first[i] or row == 0:
-                next_episode[lane] += 1
-                next_step[lane] = 0
-            pos = wrap(row, capacity)
-            episode_id[lane, pos] = next_episode[lane] - 1
-            episode_step[lane, pos] = next_step[lane]
-            next_step[lane] += 1
-            count[lane] = row + 1
-            i += 1
+                  next_step: np.ndarray, count: np.ndarray, lanes: np.ndarray, first: np.ndarray,
+                  capacity: int) -> None:
+    """Mark one row in each of ``lanes`` (rows about to be written); ``first[i]`` starts an episode."""
+    for i in range(lanes.shape[0]):
+        _mark_row(episode_id, episode_step, next_episode, next_step, count, lanes[i], first[i], capacity)
 
 
 @njit(**_OPTS)
 def mark_lane(episode_id: np.ndarray, episode_step: np.ndarray, next_episode: np.ndarray, next_step: np.ndarray,
               count: np.ndarray, lane: int, t: int, first: np.ndarray, capacity: int) -> np.ndarray:
-    """``episode_marks`` for ``t`` consecutive rows of one lane (``first`` empty: none starts an episode).
-
-    Returns the rows' absolute indices.
-    """
+    """Mark ``t`` consecutive rows of one lane (``first`` empty: none starts an episode); their indices."""
     rows = np.empty(t, np.int64)
     for i in range(t):
-        row = count[lane]
-        if (first.shape[0] > 0 and first[i]) or row == 0:
-            next_episode[lane] += 1
-            next_step[lane] = 0
-        pos = wrap(row, capacity)
-        episode_id[lane, pos] = next_episode[lane] - 1
-        episode_step[lane, pos] = next_step[lane]
-        next_step[lane] += 1
-        count[lane] = row + 1
-        rows[i] = row
+        rows[i] = _mark_row(episode_id, episode_step, next_episode, next_step, count, lane,
+                            first.shape[0] > 0 and first[i], capacity)
     return rows
 
 

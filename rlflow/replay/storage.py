@@ -182,7 +182,7 @@ class StepStore:
             flat_idx = lanes_arr * self.capacity + rows % self.capacity
             for name, col in cols.items():
                 self._flat[name][flat_idx] = col
-            self._mark(lanes_arr, 1, first_arr)
+            self._mark(lanes_arr, first_arr)
             return rows
 
     def extend(self, lane: int, data: Any, first: Any = None, *, checked: bool = True) -> np.ndarray:
@@ -223,9 +223,9 @@ class StepStore:
         return KI.mark_lane(self.episode_id, self.episode_step, self._next_episode, self._next_step, self.count,
                             lane, t, first, self.capacity)
 
-    def _mark(self, lanes: np.ndarray, per_lane: int, first: np.ndarray) -> None:
+    def _mark(self, lanes: np.ndarray, first: np.ndarray) -> None:
         KI.episode_marks(self.episode_id, self.episode_step, self._next_episode, self._next_step, self.count,
-                         lanes, per_lane, first, self.capacity)
+                         lanes, first, self.capacity)
 
     @staticmethod
     def _check_first(first: Any, n: int, *, allow_none: bool = False) -> np.ndarray:
