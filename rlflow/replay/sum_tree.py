@@ -83,10 +83,11 @@ def _rebuild(sums: np.ndarray, mins: np.ndarray, offsets: np.ndarray) -> None:
 def _find(sums: np.ndarray, offsets: np.ndarray, targets: np.ndarray) -> np.ndarray:
     """The leaf where the running sum passes each target; never a zero leaf while the total is > 0.
 
-    At each node: the first child whose mass exceeds what is left of the target. If rounding leaves
-    the target at or past the children's total, the last child with positive mass is taken, and the
-    rest of the descent follows last positive children. All targets descend together, level by level,
-    so their cache misses overlap.
+    At each node: the first child whose running sum exceeds what is left of the target (counted without
+    branches: the number of running sums at or below it), which always has positive mass. If rounding
+    leaves the target at or past the children's total, the last child with positive mass is taken, and
+    the rest of the descent follows last positive children. All targets descend together, level by
+    level, so their cache misses overlap.
     """
     depth = offsets.shape[0] - 1
     n = targets.shape[0]
@@ -96,20 +97,23 @@ def _find(sums: np.ndarray, offsets: np.ndarray, targets: np.ndarray) -> np.ndar
     for d in range(1, depth):
         for i in range(n):
             first = offsets[d] + nodes[i] * BRANCH
-            pick = -1
-            last_positive = 0
-            for c in range(BRANCH):
-                m = sums[first + c]
-                if m > 0.0:
-                    last_positive = c
-                    if not overflow[i]:
-                        if u[i] < m:
-                            pick = c
-                            break
-                        u[i] -= m
-            if pick < 0:
+            pick = 0
+            if not overflow[i]:
+                target = u[i]
+                running = 0.0
+                below = 0.0
+                for c in range(BRANCH):
+                    running += sums[first + c]
+                    passed = running <= target
+                    pick += passed
+                    below = running if passed else below
+                u[i] = target - below
+            if pick == BRANCH or overflow[i]:
                 overflow[i] = True
-                pick = last_positive
+                pick = 0
+                for c in range(BRANCH):
+                    if sums[first + c] > 0.0:
+                        pick = c
             nodes[i] = nodes[i] * BRANCH + pick
     return nodes
 
