@@ -93,6 +93,11 @@ class Selector(ABC):
         """Importance weights of sampled items (1 unless the selector is prioritized)."""
         return np.ones(probabilities.shape, np.float32)
 
+    def sample_with_weights(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`sample` plus the draws' importance weights."""
+        slots, probabilities = self.sample(n)
+        return slots, probabilities, self.weights(probabilities)
+
     def config(self) -> dict[str, Any]:
         return {"seed": self.seed}
 
@@ -190,18 +195,12 @@ class Prioritized(Selector):
     def _allocate(self) -> None:
         self.tree = SumTree(self.capacity)
 
-    def _leaf(self, priorities: np.ndarray) -> np.ndarray:
-        p = np.asarray(priorities, np.float64)
-        if self.alpha == 1.0:
-            return p
-        return np.where(p > 0, np.power(p, self.alpha), 0.0)  # priority 0 stays 0, also for alpha = 0
-
     def insert(self, slots: np.ndarray, priorities: np.ndarray, seqs: np.ndarray) -> None:
-        self.tree.update(slots, self._leaf(priorities))
+        self.tree.update(slots, priorities, self.alpha)  # priority 0 stays 0, also for alpha = 0
         self.size += slots.size
 
     def update(self, slots: np.ndarray, priorities: np.ndarray) -> None:
-        self.tree.update(slots, self._leaf(priorities))
+        self.tree.update(slots, priorities, self.alpha)
 
     def delete(self, slots: np.ndarray) -> None:
         self.tree.update(slots, np.zeros(slots.size))
@@ -213,16 +212,12 @@ class Prioritized(Selector):
         return self.tree.total
 
     def sample(self, n: int) -> tuple[np.ndarray, np.ndarray]:
-        total = self.tree.total
-        if not total > 0.0:
+        return self.sample_with_weights(n)[:2]
+
+    def sample_with_weights(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if not self.tree.total > 0.0:
             raise ValueError("cannot sample: every item in the table has priority 0")
-        u = self.rng.random(n)
-        if self.stratified:
-            u = (np.arange(n) + u) * (total / n)
-        else:
-            u *= total
-        slots = self.tree.find(u)
-        return slots, self.tree.leaves[slots] / total
+        return self.tree.sample(self.rng.random(n), stratified=self.stratified, beta=self.beta)
 
     def weights(self, probabilities: np.ndarray) -> np.ndarray:
         p_min = self.tree.min / self.tree.total

@@ -48,8 +48,8 @@ def _recompute(sums: np.ndarray, mins: np.ndarray, offsets: np.ndarray, d: int, 
 
 @njit(**_OPTS)
 def _update(sums: np.ndarray, mins: np.ndarray, offsets: np.ndarray, slots: np.ndarray,
-            values: np.ndarray) -> None:
-    """Set leaves in order, then recompute their ancestors level by level.
+            values: np.ndarray, exponent: float) -> None:
+    """Set leaves to ``values ** exponent`` in order, then recompute their ancestors level by level.
 
     Level by level, the batch's memory reads are independent of each other, so the CPU overlaps their
     cache misses instead of paying them one after another; a parent shared with the previous entry
@@ -59,7 +59,10 @@ def _update(sums: np.ndarray, mins: np.ndarray, offsets: np.ndarray, slots: np.n
     leaf0 = offsets[depth - 1]
     n = slots.shape[0]
     for i in range(n):
-        sums[leaf0 + slots[i]] = values[i]
+        v = values[i]
+        if exponent != 1.0:
+            v = v**exponent if v > 0.0 else 0.0  # a zero stays zero, also for exponent 0
+        sums[leaf0 + slots[i]] = v
     nodes = slots.copy()
     for d in range(depth - 2, -1, -1):
         previous = -1
@@ -118,6 +121,32 @@ def _find(sums: np.ndarray, offsets: np.ndarray, targets: np.ndarray) -> np.ndar
     return nodes
 
 
+@njit(**_OPTS)
+def _sample(sums: np.ndarray, mins: np.ndarray, offsets: np.ndarray, uniforms: np.ndarray, stratified: bool,
+            beta: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Leaves drawn proportionally to their mass, their probabilities, and importance weights.
+
+    Target ``j`` of ``n`` is ``(j + u_j) / n`` of the total when stratified, else ``u_j`` of it. The
+    weight of a leaf of mass ``m`` is ``(min_mass / m) ** beta``, which is ``(N P(i)) ** -beta`` divided
+    by its largest value over the tree (``min_mass``: the smallest positive leaf, the min tree's root).
+    """
+    n = uniforms.shape[0]
+    total = sums[0]
+    targets = np.empty(n)
+    for j in range(n):
+        targets[j] = (j + uniforms[j]) * (total / n) if stratified else uniforms[j] * total
+    leaves = _find(sums, offsets, targets)
+    leaf0 = offsets[offsets.shape[0] - 2]
+    min_mass = mins[0]
+    probabilities = np.empty(n)
+    weights = np.empty(n, np.float32)
+    for j in range(n):
+        m = sums[leaf0 + leaves[j]]
+        probabilities[j] = m / total
+        weights[j] = (min_mass / m) ** beta
+    return leaves, probabilities, weights
+
+
 class SumTree:
     """Sums and minimum over ``capacity`` non-negative leaves, with batched updates and searches."""
 
@@ -151,8 +180,14 @@ class SumTree:
         """The smallest positive leaf (inf when none is positive)."""
         return float(self.mins[0])
 
-    def update(self, slots: np.ndarray, values: np.ndarray) -> None:
-        _update(self.sums, self.mins, self.offsets, slots, np.asarray(values, np.float64))
+    def update(self, slots: np.ndarray, values: np.ndarray, exponent: float = 1.0) -> None:
+        """Set leaves ``slots`` to ``values ** exponent`` (zero stays zero), in order."""
+        _update(self.sums, self.mins, self.offsets, slots, np.asarray(values, np.float64), float(exponent))
+
+    def sample(self, uniforms: np.ndarray, *, stratified: bool,
+               beta: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Leaves drawn by mass from uniforms in ``[0, 1)``, with probabilities and importance weights."""
+        return _sample(self.sums, self.mins, self.offsets, uniforms, stratified, float(beta))
 
     def find(self, targets: np.ndarray) -> np.ndarray:
         """For each target mass in ``[0, total)``: the leaf where the running sum passes it."""

@@ -374,14 +374,15 @@ class Table:
                     before = np.cumsum(budget) - budget
                     take = np.clip(need - before, 0, budget)
                 slots, probs = np.repeat(cand, take), np.repeat(p, take)
+                weights = np.ones(slots.size, np.float32)
             else:
-                slots, probs = self.sampler.sample(need)
+                slots, probs, weights = self.sampler.sample_with_weights(need)
                 if limit is not None:
                     keep = _occurrence(slots) < limit - items.times[slots]
-                    slots, probs = slots[keep], probs[keep]
+                    slots, probs, weights = slots[keep], probs[keep], weights[keep]
             meta = K.draw_rows(items.meta, slots, TIMES)
             items.times_total += slots.size
-            parts.append((slots, meta, probs, self.sampler.weights(probs), meta[:, TIMES]))
+            parts.append((slots, meta, probs, weights, meta[:, TIMES]))
             got += slots.size
             if limit is not None and got < n:
                 self._retire(slots)
