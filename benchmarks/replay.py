@@ -108,7 +108,28 @@ class RlflowAdapter(peers._Base):
         self.store = self.table = self._out = None  # type: ignore[assignment]
 
 
-ADAPTERS_ALL = {"rlflow": RlflowAdapter, **ADAPTERS}
+class RlflowUncheckedAdapter(RlflowAdapter):
+    """rlflow's add cases with ``checked=False``: what input validation costs on the write path."""
+
+    name = "rlflow-unchecked"
+
+    def supports(self, case: Case) -> bool:
+        return case.op == "add"
+
+    def describe(self, case: Case) -> str:
+        return "StepStore.append/extend(checked=False) + Table.insert" if case.op == "add" else "add cases only"
+
+    def run_once(self, case: Case) -> None:
+        item = self._next_item()
+        if case.batch == 1:
+            row = self.store.append(item, lanes=self.zero, checked=False)
+            self.table.insert(self.zero, row - 1, 2)
+        else:
+            written = self.store.extend(0, item, checked=False)
+            self.table.insert(self._lanes, written - 1, 2)
+
+
+ADAPTERS_ALL = {"rlflow": RlflowAdapter, **ADAPTERS, "rlflow-unchecked": RlflowUncheckedAdapter}
 
 
 @dataclass
@@ -190,7 +211,7 @@ def table(groups: list[Group]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cases", nargs="*", default=list(CASES), choices=list(CASES))
-    others = [p for p in ADAPTERS if p != "numpy"]
+    others = [p for p in ADAPTERS_ALL if p not in ("numpy", "rlflow")]
     parser.add_argument("--peers", nargs="*", default=others, choices=others)
     parser.add_argument("--rounds", type=int, default=9, help="interleaved timing rounds (medians are over these)")
     parser.add_argument("--target-s", type=float, default=0.1, help="seconds per timed round")
