@@ -129,6 +129,8 @@ class RlflowUncheckedAdapter(RlflowAdapter):
             self.table.insert(self._lanes, written - 1, 2)
 
 
+WARMUP_ROUNDS = 2  # timed but not counted
+
 ADAPTERS_ALL = {"rlflow": RlflowAdapter, **ADAPTERS, "rlflow-unchecked": RlflowUncheckedAdapter}
 
 
@@ -173,12 +175,13 @@ def run_group(case: Case, peer: str, rounds: int, target_s: float) -> Group:
             group.rss[name] = peers.rss_bytes() - before
             probe = peers.time_adapter(adapter, case, repeats=1, target_s=target_s / 5)
             inner[name] = max(1, round(target_s / max(probe[0], 1e-9)))
-        for r in range(rounds):
+        for r in range(-WARMUP_ROUNDS, rounds):  # the first rounds settle page faults and huge pages
             order = names[r % len(names):] + names[: r % len(names)]
             for name in order:
                 if name in adapters:
                     t = peers.time_adapter(adapters[name], case, repeats=1, inner=inner[name], warmup=1)
-                    group.times.setdefault(name, []).extend(t)
+                    if r >= 0:
+                        group.times.setdefault(name, []).extend(t)
         group.note = adapters[peer].describe(case)
     except Exception as exc:  # a peer failing on one case is reported, not fatal
         group.note = f"failed: {type(exc).__name__}: {str(exc)[:160]}"
