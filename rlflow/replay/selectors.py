@@ -89,14 +89,10 @@ class Selector(ABC):
                     chosen.append(s)
         return np.asarray(chosen, np.int64)
 
-    def weights(self, probabilities: np.ndarray) -> np.ndarray:
-        """Importance weights of sampled items (1 unless the selector is prioritized)."""
-        return np.ones(probabilities.shape, np.float32)
-
     def sample_with_weights(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """:meth:`sample` plus the draws' importance weights."""
+        """:meth:`sample` plus the draws' importance weights (1 unless the selector is prioritized)."""
         slots, probabilities = self.sample(n)
-        return slots, probabilities, self.weights(probabilities)
+        return slots, probabilities, np.ones(slots.size, np.float32)
 
     def config(self) -> dict[str, Any]:
         return {"seed": self.seed}
@@ -218,10 +214,6 @@ class Prioritized(Selector):
         if not self.tree.total > 0.0:
             raise ValueError("cannot sample: every item in the table has priority 0")
         return self.tree.sample(self.rng.random(n), stratified=self.stratified, beta=self.beta)
-
-    def weights(self, probabilities: np.ndarray) -> np.ndarray:
-        p_min = self.tree.min / self.tree.total
-        return np.power(p_min / probabilities, self.beta).astype(np.float32)
 
     def priority_mass(self, slots: np.ndarray) -> np.ndarray:
         """``p^alpha`` of the given items, as held by the tree."""

@@ -128,11 +128,6 @@ class Table:
             raise ValueError(f"max_times_sampled must be >= 1 or None, got {max_times_sampled}")
         self.max_times_sampled = None if max_times_sampled is None else int(max_times_sampled)
         self.rate_limiter = rate_limiter if rate_limiter is not None else MinSize(1)
-        required = getattr(self.rate_limiter, "required_max_times_sampled", None)
-        if required is not None and self.max_times_sampled != required:
-            raise ValueError(
-                f"{self.rate_limiter!r} needs max_times_sampled={required}, got {self.max_times_sampled}"
-            )
         self.rate_limiter.check_deadlock_free(self.max_size, self.max_times_sampled)
         self.item_spec = item_spec
         self.item_fields = _specs.flatten_spec(item_spec) if item_spec is not None else {}
