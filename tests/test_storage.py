@@ -51,6 +51,10 @@ def test_windows_stop_at_episode_boundary_unless_asked(make_store):
     assert data["act"].tolist() == [[1, 2, 0, 0], [3, 4, 0, 0]]
     data, mask = store.gather_windows([0], [1], 4, cross_episodes=True)
     assert mask.tolist() == [[True] * 4] and data["act"].tolist() == [[1, 2, 3, 4]]
+    with pytest.raises(IndexError, match=r"window \[4, 7\) of lane 0 is not stored: lane holds rows \[0, 6\)"):
+        store.gather_windows([0], [4], [3])
+    with pytest.raises(IndexError, match="lane 3 is not stored"):
+        store.gather_windows([3], [0], [1])
 
 
 def test_extend_wraps_and_continues_episode(make_store):
@@ -77,12 +81,16 @@ def test_overwrite_notifies_before_writing(make_store):
         def on_overwrite_range(self, lane, lo, hi):
             self.on_overwrite(np.full(hi - lo, lane), np.arange(lo, hi))
 
-    store.subscribe(Listener())
+    listener = Listener()
+    store.subscribe(listener)
     for t in range(4):
         store.append(rows([t, 100 + t]))
     store.append(rows([9]), lanes=[1])
     store.extend(0, rows([10, 11]))
     assert seen == [([0, 1], [0, 0], [0, 100]), ([1], [1], [101]), ([0, 0], [1, 2], [1, 2])]
+    store.unsubscribe(listener)
+    store.extend(1, rows([12, 13]))
+    assert len(seen) == 3  # no more notifications
 
 
 @pytest.mark.parametrize(

@@ -34,6 +34,7 @@ import numpy as np
 
 from rlflow import specs as _specs
 from rlflow.replay import _item_kernels as KI
+from rlflow.replay._item_kernels import LANE, LENGTH, START, VALID
 from rlflow.specs import Field, Spec, SpecError
 
 __all__ = ["OverwriteListener", "StepStore"]
@@ -284,25 +285,37 @@ class StepStore:
         that is True for rows inside the window and (unless ``cross_episodes``) in the same episode as
         the window's first row; masked rows are zero-filled.
         """
-        lanes_arr = np.asarray(lanes, np.int64)
-        starts_arr = np.asarray(starts, np.int64)
+        lanes_arr = np.asarray(lanes, np.int64).reshape(-1)
+        starts_arr = np.asarray(starts, np.int64).reshape(-1)
         lengths_arr = np.broadcast_to(np.asarray(lengths, np.int64), starts_arr.shape)
-        length = int(lengths_arr.max(initial=0)) if max_length is None else int(max_length)
-        offsets = np.arange(length, dtype=np.int64)
-        rows = starts_arr[:, None] + offsets[None, :]
-        mask = offsets[None, :] < lengths_arr[:, None]
-        if checked:
-            self._require_alive(np.broadcast_to(lanes_arr[:, None], rows.shape)[mask], rows[mask])
-        idx = lanes_arr[:, None] * self.capacity + rows % self.capacity
-        if not cross_episodes:
-            ep = self.episode_id.reshape(-1)[idx]
-            mask &= ep == ep[:, :1]
-        out = self.take(idx)
-        if not mask.all():
+        valid = np.empty(starts_arr.size, np.int64)
+        bad = KI.check_windows(self.count, self.episode_id, self.capacity, lanes_arr, starts_arr, lengths_arr,
+                               cross_episodes, valid)
+        if checked and bad >= 0:
+            lane = int(lanes_arr[bad])
+            count = int(self.count[lane]) if 0 <= lane < self.num_lanes else 0
+            raise IndexError(
+                f"window [{starts_arr[bad]}, {starts_arr[bad] + lengths_arr[bad]}) of lane {lane} is not stored: "
+                f"lane holds rows [{max(0, count - self.capacity)}, {count})"
+            )
+        meta = np.zeros((starts_arr.size, 6), np.int64)
+        meta[:, LANE], meta[:, START], meta[:, VALID] = lanes_arr, starts_arr, valid
+        meta[:, LENGTH] = lengths_arr if max_length is None else int(max_length)
+        return self.take_windows(meta)
+
+    def take_windows(self, meta: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """The windows of item rows ``meta`` (columns LANE, START, LENGTH, VALID of the item kernels).
+
+        Returns the columns ``[B, L, ...]`` (``L``: the longest LENGTH) and the mask of rows before each
+        item's VALID length; rows past it are zero-filled.
+        """
+        idx, mask, full = KI.window_index(meta, LANE, START, LENGTH, VALID, self.capacity)
+        data = self.take(idx)
+        if not full:
             hole = ~mask
-            for arr in out.values():
+            for arr in data.values():
                 arr[hole] = 0
-        return out, mask
+        return data, mask
 
     def unflatten(self, flat: Mapping[str, Any]) -> Any:
         """Flat columns back into the spec's nesting."""

@@ -337,12 +337,7 @@ class Table:
             self.rate_limiter.sample(batch_size)
             self._wake()  # samples are what let a blocked insert through
             lanes, starts, lengths = meta[:, LANE], meta[:, START], meta[:, LENGTH]
-            idx, mask, full = KI.window_index(meta, LANE, START, LENGTH, VALID, self.store.capacity)
-            data = self.store.take(idx)
-            if not full:
-                hole = ~mask
-                for arr in data.values():
-                    arr[hole] = 0
+            data, mask = self.store.take_windows(meta)
             fields = {n: c[slots] for n, c in self._items.columns.items()}
             if self.max_times_sampled is not None:
                 self._retire(slots)
