@@ -299,3 +299,17 @@ def test_to_torch_pin_memory_without_cuda_is_a_clear_error():
     table.insert([0], [1], [2])
     with pytest.raises(RuntimeError, match="pin_memory=True needs a CUDA device"):
         table.sample(2).to_torch(pin_memory=True)
+
+
+def test_ratio_window_narrower_than_a_batch_never_admits_it_single_threaded():
+    """docs/rate_limiters.md: the window must leave room for a whole batch."""
+    store = StepStore(SPEC, capacity=1000)
+    for _ in range(1000):
+        write(store)
+    table = Table(store, rate_limiter=SampleToInsertRatio(1.0, 10, 50.0))  # window [-40, 60]: 100 wide
+    row = 0
+    while table.can_insert(1):
+        table.insert([0], [row], 1)
+        row += 1
+    assert row == 60 and not table.can_sample(128)  # stuck: no insert admitted, no batch of 128 either
+    assert table.can_sample(100)                      # a batch that fits the window goes through
