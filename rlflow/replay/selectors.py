@@ -80,14 +80,13 @@ class Selector(ABC):
         """``n`` distinct items to evict (``n <= size``)."""
         if self.deterministic:
             return self.sample(n)[0]
-        chosen: list[int] = []
-        seen: set[int] = set()
-        while len(chosen) < n:
-            for s in self.sample(n - len(chosen))[0].tolist():
-                if s not in seen and len(chosen) < n:
-                    seen.add(s)
-                    chosen.append(s)
-        return np.asarray(chosen, np.int64)
+        chosen = np.zeros(0, np.int64)
+        while chosen.size < n:  # draw again for the repeats, keeping first draws in order
+            draws = self.sample(n - chosen.size)[0]
+            draws = draws[~np.isin(draws, chosen)]
+            _, first = np.unique(draws, return_index=True)
+            chosen = np.concatenate([chosen, draws[np.sort(first)]])
+        return chosen
 
     def sample_with_weights(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """:meth:`sample` plus the draws' importance weights (1 unless the selector is prioritized)."""
