@@ -14,6 +14,8 @@ def map_structure(fn: Any, tree: Any) -> Any:
     """Apply ``fn`` to every array leaf of nested dicts/tuples/lists."""
     if isinstance(tree, dict):
         return {k: map_structure(fn, v) for k, v in tree.items()}
+    if isinstance(tree, tuple) and hasattr(tree, "_fields"):  # a NamedTuple such as Transition
+        return type(tree)(*(map_structure(fn, v) for v in tree))
     if isinstance(tree, tuple | list):
         return type(tree)(map_structure(fn, v) for v in tree)
     return fn(tree)
@@ -30,8 +32,12 @@ class Sample:
         weights: ``[B]`` float32 importance weights (1.0 unless the sampler is prioritized).
         times_sampled: ``[B]`` int64, how many times each item has been sampled, this draw included.
         lanes, starts, lengths: ``[B]`` int64, each item's window of rows.
-        data: the window's rows in the store's spec nesting, each leaf ``[B, L, ...]``.
-        mask: ``[B, L]`` bool, True where a row belongs to the window (and its episode).
+        data: the batch, shaped by the table's item view (:mod:`rlflow.replay.views`): without one,
+            the window's rows in the store's spec nesting, each leaf ``[B, L, ...]``; a
+            :class:`~rlflow.replay.views.Transition` for transition items; ``[B, L, ...]`` for
+            sequences; padded or ragged episodes.
+        mask: ``[B, L]`` bool, True where a row belongs to the window (and its episode); ``None`` for
+            transitions and ragged episodes.
         fields: the item fields in the table's ``item_spec`` nesting, each leaf ``[B, ...]``
             (``None`` when the table has no item fields).
     """

@@ -141,10 +141,25 @@ class StepStore:
             raise ValueError("lanes: each lane may appear once per append")
         return arr.astype(np.int64, copy=False)
 
-    def _columns_of(self, data: Any, n: int | None, checked: bool) -> tuple[dict[str, np.ndarray], int]:
-        """Flat, validated columns of ``data`` and their common leading length."""
+    def _columns_of(self, data: Any, n: int | None, checked: bool,
+                    partial: bool = False) -> tuple[dict[str, np.ndarray], int]:
+        """Flat, validated columns of ``data`` and their common leading length.
+
+        ``partial``: ``data`` is a dict holding some of the spec's top-level keys (the others are not
+        written).
+        """
+        fields = self.fields
         if self._flat_spec and type(data) is dict and data.keys() == self.fields.keys():
             flat = data  # a flat spec given a dict with exactly its keys: nothing to flatten
+        elif partial:
+            if not isinstance(self.spec, Mapping) or not isinstance(data, Mapping) or not data:
+                raise SpecError("a partial write takes a dict with some of the spec's top-level keys")
+            unknown = [k for k in data if k not in self.spec]
+            if unknown:
+                raise SpecError(f"partial write: unexpected keys {unknown}; the spec has {list(self.spec)}")
+            sub = {k: self.spec[k] for k in data}
+            flat = _specs.flatten_data(sub, data)
+            fields = {name: self.fields[name] for name in flat}
         else:
             flat = _specs.flatten_data(self.spec, data)
         if n is None and checked:  # validate checks every field's leading length against the first's
@@ -158,19 +173,23 @@ class StepStore:
             if len(lengths) != 1 or -1 in lengths:
                 raise SpecError(f"extend: every field needs the same leading length T, got lengths {sorted(lengths)}")
             n = lengths.pop()
-        return (_specs.validate(self.fields, flat, (n,)) if checked else flat), n
+        return (_specs.validate(fields, flat, (n,)) if checked else flat), n
 
-    def append(self, data: Any, lanes: Any = None, first: Any = None, *, checked: bool = True) -> np.ndarray:
+    def append(self, data: Any, lanes: Any = None, first: Any = None, *, checked: bool = True,
+               partial: bool = False) -> np.ndarray:
         """Write one row to each of ``lanes`` (default: every lane) and return their absolute indices.
 
         ``data`` has the spec's structure with a leading axis of ``len(lanes)``. ``first[i]`` marks the
         row as the start of a new episode in its lane. Invalid data raises and writes nothing.
-        ``checked=False`` skips validation, for callers that validated already.
+        ``checked=False`` skips validation, for callers that validated already. ``partial=True`` takes
+        a dict with some of the spec's top-level keys: the new rows' other columns keep whatever the
+        ring held there until :meth:`write` fills them (adders write a row's observation when it
+        arrives and its action and reward one step later).
         """
         with self.lock:
             lanes_arr = self._check_lanes(lanes)
             n = lanes_arr.size
-            cols, _ = self._columns_of(data, n, checked)
+            cols, _ = self._columns_of(data, n, checked, partial)
             if n == 1:
                 return self._write_lane(int(lanes_arr[0]), cols, 1, self._check_first(first, 1, allow_none=True))
             first_arr = self._check_first(first, n)
@@ -185,6 +204,27 @@ class StepStore:
                 self._flat[name][flat_idx] = col
             self._mark(lanes_arr, first_arr)
             return rows
+
+    def write(self, lanes: Any, rows: Any, data: Any, *, checked: bool = True) -> None:
+        """Overwrite some top-level columns of stored rows ``rows[i]`` of lanes ``lanes[i]``.
+
+        ``data`` is a dict with some of the spec's top-level keys, each with a leading axis of
+        ``len(rows)``. Rows must be stored; invalid data raises and writes nothing.
+        """
+        with self.lock:
+            lanes_arr = np.asarray(lanes, np.int64).reshape(-1)
+            rows_arr = np.asarray(rows, np.int64).reshape(-1)
+            if lanes_arr.shape != rows_arr.shape:
+                raise ValueError(f"write: lanes and rows differ in length ({lanes_arr.size} vs {rows_arr.size})")
+            if checked:
+                if lanes_arr.size and (lanes_arr.min() < 0 or lanes_arr.max() >= self.num_lanes):
+                    raise ValueError(f"lanes: expected values in [0, {self.num_lanes}), got "
+                                     f"{lanes_arr.min()}..{lanes_arr.max()}")
+                self._require_alive(lanes_arr, rows_arr)
+            cols, _ = self._columns_of(data, rows_arr.size, checked, partial=True)
+            flat_idx = lanes_arr * self.capacity + rows_arr % self.capacity
+            for name, col in cols.items():
+                self._flat[name][flat_idx] = col
 
     def extend(self, lane: int, data: Any, first: Any = None, *, checked: bool = True) -> np.ndarray:
         """Write ``T`` consecutive rows to one lane (``data`` leads with axis ``T``); return their indices.

@@ -39,6 +39,7 @@ from rlflow.replay.rate_limiters import MinSize, RateLimiter
 from rlflow.replay.sample import Sample
 from rlflow.replay.selectors import Fifo, Selector, Uniform
 from rlflow.replay.storage import StepStore
+from rlflow.replay.views import ItemView
 from rlflow.specs import Spec
 
 __all__ = ["RateLimitTimeout", "Table"]
@@ -138,7 +139,30 @@ class Table:
         self.sampler.bind(self.max_size)
         self.remover.bind(self.max_size)
         self._items = Items(self.max_size, store.num_lanes, store.capacity, self.item_fields)
+        self.view: ItemView | None = None
         store.subscribe(self)
+
+    def configure_items(self, view: ItemView, item_spec: Spec | None) -> None:
+        """Declare the kind of items this table holds: samples are then shaped by ``view``.
+
+        Adders call this when they are built. A table holds one kind of item: configuring it again
+        with another view or item spec raises, as does configuring a table that already held items.
+        """
+        with self.lock:
+            fields = _specs.flatten_spec(item_spec) if item_spec is not None else {}
+            if self.view is not None or self.item_spec is not None:
+                if self.view == view and fields == self.item_fields:
+                    return
+                raise ValueError(
+                    f"table {self.name!r} already holds {self.view.kind if self.view else 'window'} items with "
+                    f"fields {list(self.item_fields)}; an adder of {view.kind} items with fields {list(fields)} "
+                    "needs a table of its own")
+            if self._items.next_seq:
+                raise ValueError(f"table {self.name!r} already held items; configure its item kind before inserting")
+            self.view = view
+            self.item_spec = item_spec
+            self.item_fields = fields
+            self._items = Items(self.max_size, self.store.num_lanes, self.store.capacity, fields)
 
     # ------------------------------------------------------------------ bookkeeping
     @property
@@ -337,13 +361,17 @@ class Table:
             self.rate_limiter.sample(batch_size)
             self._wake()  # samples are what let a blocked insert through
             lanes, starts, lengths = meta[:, LANE], meta[:, START], meta[:, LENGTH]
-            data, mask = self.store.take_windows(meta)
             fields = {n: c[slots] for n, c in self._items.columns.items()}
+            if self.view is None:
+                data, mask = self.store.take_windows(meta)
+                data = self.store.unflatten(data)
+            else:
+                data, mask = self.view.gather(self.store, meta, fields)
             if self.max_times_sampled is not None:
                 self._retire(slots)
         return Sample(
             keys=meta[:, KEY], probabilities=probs, weights=weights, times_sampled=times, lanes=lanes,
-            starts=starts, lengths=lengths, data=self.store.unflatten(data), mask=mask,
+            starts=starts, lengths=lengths, data=data, mask=mask,
             fields=_specs.unflatten(self.item_spec, fields) if self.item_spec is not None else None,
         )
 
@@ -431,6 +459,7 @@ class Table:
         return {
             "name": self.name, "max_size": self.max_size, "max_times_sampled": self.max_times_sampled,
             "cross_episodes": self.cross_episodes,
+            "view": self.view.config() if self.view is not None else None,
             "sampler": [type(self.sampler).__name__, self.sampler.config()],
             "remover": [type(self.remover).__name__, self.remover.config()],
             "item_fields": {n: [list(f.shape), f.dtype.str] for n, f in self.item_fields.items()},

@@ -1,0 +1,329 @@
+"""The adder base: turns a batched TimeStep stream into step rows, and tells its subclass what changed.
+
+Every adder writes rows the same way (the boundary model of :mod:`rlflow.types`):
+
+- a lane's observation becomes a row when it arrives (``first`` marks a new episode's first row); the
+  row stays *open* until the next :meth:`Adder.add` fills in the action taken from it, the reward and
+  the ``terminated``/``truncated`` flags received after it, and the extras;
+- when an episode ends, its true final observation becomes one more row (``last=True``, zero action,
+  zero reward), so an episode of ``T`` actions is ``T + 1`` rows and ``next_observation`` is always the
+  next row, stored once;
+- every input is checked before anything is written: a bad call raises and changes nothing.
+
+Subclasses (:class:`~rlflow.adders.NStepTransition`, :class:`~rlflow.adders.Sequence`,
+:class:`~rlflow.adders.Episode`) decide which windows of rows become items, in :meth:`Adder._emit`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from rlflow import specs as _specs
+from rlflow.replay import _item_kernels as KI
+from rlflow.replay._item_kernels import LANE, LENGTH, START, VALID
+from rlflow.replay.storage import StepStore
+from rlflow.replay.table import Table
+from rlflow.replay.views import ItemView
+from rlflow.specs import SpecError
+from rlflow.types import TimeStep
+
+__all__ = ["Adder", "PriorityFn", "StepEvents"]
+
+PriorityFn = Callable[[Any], Any]
+_ROW_KEYS = ("observation", "action", "reward", "terminated", "truncated", "first", "last")
+
+
+@dataclass
+class StepEvents:
+    """What one :meth:`Adder.add` call wrote, per lane group (all arrays int64 or bool, one entry per lane).
+
+    Attributes:
+        ended: lanes whose episode ended in this call.
+        final_rows: the final-observation row of each ended lane.
+        episode_starts: the first row of each ended episode.
+        terminated: whether each ended episode terminated (else it was truncated).
+        continued: lanes whose episode goes on with a new open row.
+        continued_rows: that new row, per continued lane.
+        continued_starts: the first row of each continued lane's episode.
+        started: lanes that started an episode in this call.
+        started_rows: the first row of each started lane's episode.
+    """
+
+    ended: np.ndarray
+    final_rows: np.ndarray
+    episode_starts: np.ndarray
+    terminated: np.ndarray
+    continued: np.ndarray
+    continued_rows: np.ndarray
+    continued_starts: np.ndarray
+    started: np.ndarray
+    started_rows: np.ndarray
+
+
+def _under(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + "/")
+
+
+def _bool_lanes(name: str, value: Any, n: int) -> np.ndarray:
+    arr = np.asarray(value)
+    if arr.shape != (n,) or arr.dtype != np.bool_:
+        raise SpecError(f"timestep.{name}: expected a bool array of shape ({n},), got {arr.dtype} {arr.shape}")
+    return arr
+
+
+class Adder:
+    """Writes a batched TimeStep stream into a store's lanes; subclasses turn rows into items.
+
+    Args:
+        store: the step rows (its spec from :func:`rlflow.types.step_spec`); one lane per env stream.
+        tables: the tables that receive every item (each on ``store``).
+        view: how those tables shape sampled items (set on each table).
+        item_spec: the item fields the subclass writes (set on each table).
+        priority_fns: per table name, a function of the batch of new items (shaped like a sample of the
+            table) returning their priorities; tables without one give new items priority 1.
+        min_capacity: rows per lane the store needs so that every item is still stored when it is written
+            (its window, plus the rows one call writes after the window's first row).
+    """
+
+    def __init__(self, store: StepStore, tables: Sequence[Table], *, view: ItemView, item_spec: Any,
+                 priority_fns: Mapping[str, PriorityFn] | None, min_capacity: int) -> None:
+        if not isinstance(store.spec, Mapping) or any(k not in store.spec for k in _ROW_KEYS):
+            raise SpecError(f"an adder needs a store whose spec has the keys {list(_ROW_KEYS)} "
+                            f"(build it with rlflow.types.step_spec), got {list(store.fields)}")
+        extra = [k for k in store.spec if k not in (*_ROW_KEYS, "extras")]
+        if extra:
+            raise SpecError(f"unexpected top-level keys {extra} in the store's spec; put user columns under 'extras'")
+        if not tables:
+            raise ValueError("an adder needs at least one table")
+        for table in tables:
+            if table.store is not store:
+                raise ValueError(f"table {table.name!r} is on another store")
+        if store.capacity < min_capacity:
+            raise ValueError(f"this adder needs a store of at least {min_capacity} rows per lane, "
+                             f"got capacity {store.capacity}")
+        names = [t.name for t in tables]
+        unknown = sorted(set(priority_fns or {}) - set(names))
+        if unknown:
+            raise ValueError(f"priority_fns names tables {unknown}; the adder's tables are {names}")
+        for table in tables:
+            table.configure_items(view, item_spec)
+        self.store = store
+        self.tables = list(tables)
+        self.view = view
+        self.priority_fns = dict(priority_fns or {})
+        self.num_lanes = store.num_lanes
+        fields = store.fields
+        self._obs_fields = {n: f for n, f in fields.items() if _under(n, "observation")}
+        self._act_fields = {n: f for n, f in fields.items() if _under(n, "action")}
+        self._extra_fields = {n: f for n, f in fields.items() if _under(n, "extras")}
+        self._reward_fields = {"reward": fields["reward"]}
+        self._open = np.full(self.num_lanes, -1, np.int64)  # the lane's open row (action pending), or -1
+        self._episode_start = np.full(self.num_lanes, -1, np.int64)
+
+    # ------------------------------------------------------------------ the Acme-style interface
+    def add_first(self, timestep: TimeStep) -> None:
+        """Start an episode on every lane (``timestep`` comes from ``env.reset()``: every lane ``first``)."""
+        n = self.num_lanes
+        first = _bool_lanes("first", timestep.first, n)
+        if not first.all():
+            raise SpecError(f"add_first: expected first=True on all {n} lanes, got False on lanes "
+                            f"{np.flatnonzero(~first).tolist()}")
+        busy = np.flatnonzero(self._open >= 0)
+        if busy.size:
+            raise ValueError(f"add_first: lanes {busy.tolist()} have an episode in progress; call reset() first")
+        obs = self._check(self._obs_fields, {"observation": timestep.observation}, n, "timestep.observation")
+        lanes = np.arange(n)
+        with self.store.lock:
+            rows = self._open_rows(lanes, obs, first)
+            empty = lanes[:0]
+            self._emit(StepEvents(ended=empty, final_rows=empty, episode_starts=empty, terminated=first[:0],
+                                  continued=empty, continued_rows=empty, continued_starts=empty, started=lanes,
+                                  started_rows=rows))
+
+    def add(self, actions: Any, next_timestep: TimeStep, extras: Any = None) -> None:
+        """Record the actions taken on every lane and what followed (see :mod:`rlflow.types`).
+
+        Lanes whose ``next_timestep`` only starts an episode (``first`` without ``last``) ignore their
+        action. Raises, writing nothing, on input that does not match the store's spec or on a lane
+        whose flags do not follow from its state (e.g. ``add`` before ``add_first``).
+        """
+        ts = next_timestep
+        n = self.num_lanes
+        first = _bool_lanes("first", ts.first, n)
+        last = _bool_lanes("last", ts.last, n)
+        terminated = _bool_lanes("terminated", ts.terminated, n)
+        truncated = _bool_lanes("truncated", ts.truncated, n)
+        if not np.array_equal(last, terminated | truncated):
+            raise SpecError("timestep: expected last == terminated | truncated on every lane")
+        is_open = self._open >= 0
+        self._check_flow(is_open, first, last)
+        self._precheck(is_open, first, last)
+        acted = np.flatnonzero(is_open)
+        row = {"action": actions, "reward": ts.reward, "terminated": terminated, "truncated": truncated}
+        fields = {**self._act_fields, **self._reward_fields}
+        if self._extra_fields:
+            if extras is None:
+                raise SpecError(f"add: the store has extras {list(self._extra_fields)}; pass extras=")
+            row["extras"] = extras
+            fields.update(self._extra_fields)
+        elif extras is not None:
+            raise SpecError("add: extras given, but the store's spec has no 'extras'")
+        checked = self._check(fields, row, n, "add")
+        checked["terminated"], checked["truncated"] = terminated, truncated
+        opening = first | ~last
+        obs = self._check(self._obs_fields, {"observation": ts.observation}, n, "timestep.observation") \
+            if opening.any() else None
+        ended = np.flatnonzero(last)
+        final = None
+        if ended.size:
+            if ts.final_observation is None:
+                raise SpecError(f"timestep: lanes {ended.tolist()} are last but final_observation is None")
+            final = self._check(self._obs_fields, {"observation": ts.final_observation}, n,
+                                "timestep.final_observation", rows=ended)
+        # ---- every input is valid: write.
+        store = self.store
+        with store.lock:
+            if acted.size:
+                cols = checked if acted.size == n else {k: v[acted] for k, v in checked.items()}
+                store.write(acted, self._open[acted], {**self._top(cols), "terminated": cols["terminated"],
+                                                       "truncated": cols["truncated"]}, checked=False)
+            events_end = self._close(ended, final, terminated[ended])
+            continuing = np.flatnonzero(opening & ~first)
+            started = np.flatnonzero(first)
+            new_rows = self._open_rows(np.flatnonzero(opening), obs, first, select=True)
+            starting = first[opening]
+            self._emit(StepEvents(
+                ended=ended, final_rows=events_end[0], episode_starts=events_end[1], terminated=terminated[ended],
+                continued=continuing, continued_rows=new_rows[~starting],
+                continued_starts=self._episode_start[continuing], started=started, started_rows=new_rows[starting]))
+
+    def reset(self) -> None:
+        """Abandon the episodes in progress: their open rows become final rows; no further items come from them."""
+        with self.store.lock:
+            lanes = np.flatnonzero(self._open >= 0)
+            if lanes.size:
+                zero = _specs.zeros({**self._act_fields, **self._reward_fields, **self._extra_fields}, (lanes.size,))
+                self.store.write(lanes, self._open[lanes], {
+                    **self._top(zero), "terminated": np.zeros(lanes.size, bool),
+                    "truncated": np.zeros(lanes.size, bool), "last": np.ones(lanes.size, bool)}, checked=False)
+                self._open[lanes] = -1
+                self._abandon(lanes)
+
+    # ------------------------------------------------------------------ subclass hooks
+    def _emit(self, events: StepEvents) -> None:
+        raise NotImplementedError
+
+    def _precheck(self, is_open: np.ndarray, first: np.ndarray, last: np.ndarray) -> None:
+        """Raise, before anything is written, if this call's rows would break the subclass's limits."""
+
+    def _abandon(self, lanes: np.ndarray) -> None:
+        """Episodes of ``lanes`` were abandoned by :meth:`reset` (their pending items are dropped)."""
+
+    # ------------------------------------------------------------------ helpers
+    def _check_flow(self, is_open: np.ndarray, first: np.ndarray, last: np.ndarray) -> None:
+        bad = np.flatnonzero(~is_open & ~first)
+        if bad.size:
+            raise ValueError(f"add: lanes {bad.tolist()} have no episode in progress and the timestep does not start "
+                             "one (call add_first with the reset timestep first)")
+        bad = np.flatnonzero(is_open & first & ~last)
+        if bad.size:
+            raise ValueError(f"add: lanes {bad.tolist()} start a new episode while one is in progress and did not "
+                             "end (last=False); call reset() to abandon an episode")
+
+    def _check(self, fields: dict[str, Any], data: dict[str, Any], n: int, what: str,
+               rows: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        """Validate ``data`` (top-level keys of the row) against ``fields``; flat columns out."""
+        sub = {k: self.store.spec[k] for k in data}
+        flat = _specs.flatten_data(sub, data)
+        if rows is not None:  # only these lanes' rows matter (e.g. final observations)
+            for name, value in flat.items():
+                arr = np.asarray(value)
+                if arr.shape[:1] != (n,):
+                    raise SpecError(f"{what}: field {name!r}: expected a leading axis of {n} lanes, got {arr.shape}")
+                flat[name] = arr[rows]
+            n = rows.size
+        try:
+            return _specs.validate(fields, flat, (n,))
+        except SpecError as exc:
+            raise SpecError(f"{what}: {exc}") from None
+
+    def _top(self, flat: dict[str, np.ndarray]) -> dict[str, Any]:
+        """Flat columns back into top-level keys of the row (nested parts unflattened)."""
+        out: dict[str, Any] = {}
+        for key in ("observation", "action", "reward", "extras"):
+            if key in self.store.spec and any(_under(n, key) for n in flat):
+                out[key] = _specs.unflatten(self.store.spec[key], flat, key)
+        return out
+
+    def _open_rows(self, lanes: np.ndarray, obs: dict[str, np.ndarray] | None, first: np.ndarray, *,
+                   select: bool = False) -> np.ndarray:
+        """Append each lane's observation as a new open row; ``first`` marks new episodes."""
+        if not lanes.size:
+            return lanes
+        if select and lanes.size < self.num_lanes:
+            obs = {k: v[lanes] for k, v in obs.items()}  # type: ignore[union-attr]
+            first = first[lanes]
+        elif select:
+            first = first.copy()
+        data = {**self._top(obs), "first": first, "last": np.zeros(lanes.size, bool)}  # type: ignore[arg-type]
+        rows = self.store.append(data, lanes=lanes, first=first, checked=False, partial=True)
+        self._open[lanes] = rows
+        self._episode_start[lanes[first]] = rows[first]
+        return rows
+
+    def _close(self, lanes: np.ndarray, final: dict[str, np.ndarray] | None,
+               terminated: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Write the final-observation rows of ``lanes``; return them and their episodes' first rows."""
+        if not lanes.size:
+            return lanes, lanes
+        zero = _specs.zeros({**self._act_fields, **self._reward_fields, **self._extra_fields}, (lanes.size,))
+        k = lanes.size
+        data = {**self._top({**final, **zero}), "terminated": np.zeros(k, bool),  # type: ignore[dict-item]
+                "truncated": np.zeros(k, bool), "first": np.zeros(k, bool), "last": np.ones(k, bool)}
+        rows = self.store.append(data, lanes=lanes, first=np.zeros(k, bool), checked=False)
+        starts = self._episode_start[lanes].copy()
+        self._open[lanes] = -1
+        return rows, starts
+
+    def _insert(self, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
+                fields: dict[str, np.ndarray] | None) -> None:
+        """Insert the items into every table, with each table's priorities."""
+        if not lanes.size:
+            return
+        batch = None
+        for table in self.tables:
+            fn = self.priority_fns.get(table.name)
+            priorities: Any = 1.0
+            if fn is not None:
+                if batch is None:
+                    batch = self._batch_of(lanes, starts, lengths, fields)
+                priorities = fn(batch)
+            table.insert(lanes, starts, lengths, priorities=priorities, fields=fields)
+
+    def _batch_of(self, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
+                  fields: dict[str, np.ndarray] | None) -> Any:
+        """New items shaped as a sample of the tables would shape them (for priority functions)."""
+        meta = np.zeros((lanes.size, 6), np.int64)
+        meta[:, LANE], meta[:, START], meta[:, LENGTH] = lanes, starts, lengths
+        valid = np.empty(lanes.size, np.int64)
+        KI.check_windows(self.store.count, self.store.episode_id, self.store.capacity, lanes, starts, lengths,
+                         self.tables[0].cross_episodes, valid)
+        meta[:, VALID] = valid
+        return self.view.gather(self.store, meta, fields or {})[0]
+
+    # ------------------------------------------------------------------ checkpoint state
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """The lanes' open rows and episode starts (restore with :meth:`load_state_dict`)."""
+        return {"open": self._open.copy(), "episode_start": self._episode_start.copy()}
+
+    def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
+        for key in ("open", "episode_start"):
+            arr = np.asarray(state[key])
+            if arr.shape != (self.num_lanes,):
+                raise ValueError(f"adder state {key!r}: expected shape ({self.num_lanes},), got {arr.shape}")
+        self._open[...] = state["open"]
+        self._episode_start[...] = state["episode_start"]

@@ -1,0 +1,108 @@
+"""N-step transitions: one item per action taken, a window of the rows it spans.
+
+For the action taken at row ``t`` of an episode with ``T`` actions (rows ``0 .. T``, row ``T`` the final
+observation), let ``k = min(n, T - t)``. The item is the window of rows ``t .. t + k`` and its fields
+are::
+
+    return   = r_t + g r_{t+1} + ... + g^(k-1) r_{t+k-1}
+    discount = 0       if the window ends on the final row of a terminated episode
+               g^k     otherwise (mid-episode, and on truncation: bootstrap from the true final observation)
+
+so the learner's target is ``return + discount * Q(next_observation)``. ``n = 1`` gives plain
+transitions. Every action yields exactly one item (no extra short windows at episode starts), and
+observations are never copied per transition: ``next_observation`` is row ``t + k``.
+
+Worked example (``n = 3``, ``g = 0.9``), an episode of four actions with rewards ``1, 2, 3, 4`` that
+terminates::
+
+    start t   rows      return                         discount
+    0         0..3      1 + .9*2 + .81*3    = 5.23      .729
+    1         1..4      2 + .9*3 + .81*4    = 7.94      0      (ends on the terminal row)
+    2         2..4      3 + .9*4            = 6.6       0
+    3         3..4      4                   = 4         0
+
+Had the episode been truncated instead, the last three discounts would be ``.729, .81, .9``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from rlflow.adders.base import Adder, PriorityFn, StepEvents
+from rlflow.replay.storage import StepStore
+from rlflow.replay.table import Table
+from rlflow.replay.views import TransitionView
+from rlflow.specs import Field
+
+__all__ = ["NStepTransition"]
+
+
+class NStepTransition(Adder):
+    """Writes n-step transition items (see the module docstring for the exact semantics).
+
+    Args:
+        store: the step rows (spec from :func:`rlflow.types.step_spec`), one lane per env stream.
+        tables: tables receiving every transition; sampling them returns
+            :class:`~rlflow.replay.views.Transition` batches.
+        n: rewards summed per transition (``n >= 1``).
+        discount: the per-step discount ``g`` in ``[0, 1]``.
+        priority_fns: per table name, ``fn(transitions) -> priorities`` for new items (default 1).
+    """
+
+    def __init__(self, store: StepStore, tables: Sequence[Table], *, n: int = 1, discount: float = 0.99,
+                 priority_fns: Mapping[str, PriorityFn] | None = None) -> None:
+        if int(n) != n or n < 1:
+            raise ValueError(f"n must be an integer >= 1, got {n}")
+        if not 0.0 <= float(discount) <= 1.0:
+            raise ValueError(f"discount must be in [0, 1], got {discount}")
+        self.n = int(n)
+        self.discount = float(discount)
+        reward = store.fields.get("reward")
+        item_spec = {"return": Field(reward.shape if reward is not None else (), np.float32),
+                     "discount": Field((), np.float32)}
+        super().__init__(store, tables, view=TransitionView(), item_spec=item_spec, priority_fns=priority_fns,
+                         min_capacity=self.n + 2)
+        self._powers = self.discount ** np.arange(self.n + 1)  # g^0 .. g^n, float64
+
+    def _emit(self, events: StepEvents) -> None:
+        n = self.n
+        # Lanes that go on: the window that now reaches n steps ahead is complete.
+        starts = events.continued_rows - n
+        full = starts >= events.continued_starts
+        lanes = events.continued[full]
+        starts = starts[full]
+        ks = np.full(lanes.size, n, np.int64)
+        discounts = np.full(lanes.size, self._powers[n])
+        if events.ended.size:
+            # Lanes that ended: every start within n rows of the final row, each with k = final - start.
+            f, s0 = events.final_rows, events.episode_starts
+            first = np.maximum(s0, f - n)
+            count = f - first
+            end_lanes = np.repeat(events.ended, count)
+            offsets = np.arange(count.sum()) - np.repeat(np.cumsum(count) - count, count)
+            end_starts = np.repeat(first, count) + offsets
+            end_k = np.repeat(f, count) - end_starts
+            end_disc = np.where(np.repeat(events.terminated, count), 0.0, self._powers[end_k])
+            lanes = np.concatenate([lanes, end_lanes])
+            starts = np.concatenate([starts, end_starts])
+            ks = np.concatenate([ks, end_k])
+            discounts = np.concatenate([discounts, end_disc])
+        if not lanes.size:
+            return
+        returns = self._returns(lanes, starts, ks)
+        self._insert(lanes, starts, ks + 1, {"return": returns, "discount": discounts.astype(np.float32)})
+
+    def _returns(self, lanes: np.ndarray, starts: np.ndarray, ks: np.ndarray) -> np.ndarray:
+        """``sum_{j<k} g^j r_{start+j}`` per item, from the stored rewards (float64 sums)."""
+        store = self.store
+        cap = store.capacity
+        j = np.arange(self.n)
+        idx = lanes[:, None] * cap + (starts[:, None] + j) % cap  # [M, n]
+        rewards = store._flat["reward"][idx].astype(np.float64)  # [M, n, *reward shape]
+        weight = np.where(j < ks[:, None], self._powers[:-1], 0.0)  # rows past k: weight 0
+        inside = (j < ks[:, None]).reshape(weight.shape + (1,) * (rewards.ndim - 2))
+        rewards = np.where(inside, rewards, 0.0)  # unwritten rows may hold anything
+        weight = weight.reshape(inside.shape)
+        return (weight * rewards).sum(axis=1).astype(np.float32)

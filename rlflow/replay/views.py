@@ -1,0 +1,151 @@
+"""Item views: how a table's sampled items are shaped into a batch.
+
+A table without a view returns each item's window of rows as ``[B, L, ...]`` columns with a mask. An
+adder declares the kind of item it writes on the tables it feeds (:meth:`Table.configure_items`), and
+from then on ``Table.sample`` shapes the batch by that kind:
+
+- :class:`TransitionView`: a :class:`Transition` ``[B, ...]``; only the rows a transition needs are
+  gathered (the observation, action and extras of the window's first row, the observation of its last
+  row) and the reward and discount come from the item's fields.
+- :class:`SequenceView`: the window's rows ``[B, L, ...]`` in the store's nesting with a mask
+  ``[B, L]``, ``L`` fixed by the adder.
+- :class:`EpisodeView`: whole episodes, padded to ``[B, max_length, ...]`` with a mask, or ragged (a
+  list of ``B`` episodes, each ``[T_i, ...]``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from rlflow import specs as _specs
+from rlflow.replay import _item_kernels as KI
+from rlflow.replay._item_kernels import LANE, LENGTH, START, VALID
+
+__all__ = ["EpisodeView", "ItemView", "SequenceView", "Transition", "TransitionView"]
+
+
+class Transition(NamedTuple):
+    """A batch of (n-step) transitions, each leaf ``[B, ...]``.
+
+    ``next_observation`` is the observation ``k`` steps after ``observation`` (``k`` = the number of
+    rewards summed into ``reward``), and the learner's target is ``reward + discount * Q(next_observation)``:
+    ``discount`` is ``gamma ** k``, or 0 when the episode terminated within the window.
+    """
+
+    observation: Any
+    action: Any
+    reward: np.ndarray
+    discount: np.ndarray
+    next_observation: Any
+    extras: Any = None
+
+
+def _under(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + "/")
+
+
+def _nest(store: Any, flat: dict[str, np.ndarray], prefix: str) -> Any:
+    """The columns under ``prefix`` in the spec's nesting of that part of the row (None if absent)."""
+    part = store.spec.get(prefix) if isinstance(store.spec, dict) else None
+    return None if part is None else _specs.unflatten(part, flat, prefix)
+
+
+class ItemView:
+    """Shapes sampled items into a batch (see the module docstring)."""
+
+    kind = "window"
+
+    def config(self) -> dict[str, Any]:
+        return {"kind": self.kind}
+
+    def gather(self, store: Any, meta: np.ndarray, fields: dict[str, np.ndarray]) -> tuple[Any, Any]:
+        """The batch of items ``meta`` (rows of the item kernels' metadata) and its mask (or None)."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class TransitionView(ItemView):
+    """Windows ``(t, k + 1 rows)`` as transitions ``(s_t, a_t, R, discount, s_{t+k})``."""
+
+    kind = "transition"
+
+    def gather(self, store: Any, meta: np.ndarray, fields: dict[str, np.ndarray]) -> tuple[Transition, None]:
+        cap = store.capacity
+        base = meta[:, LANE] * cap
+        first = base + meta[:, START] % cap
+        ends = np.empty((2, meta.shape[0]), np.int64)  # [2, B]: each half is a contiguous [B, ...] batch
+        ends[0] = first
+        ends[1] = base + (meta[:, START] + meta[:, LENGTH] - 1) % cap
+        flat: dict[str, np.ndarray] = {}
+        nxt: dict[str, np.ndarray] = {}
+        for name, col in store._flat.items():
+            if _under(name, "observation"):
+                both = np.take(col, ends, axis=0)
+                flat[name], nxt[name] = both[0], both[1]
+            elif _under(name, "action") or _under(name, "extras"):
+                flat[name] = np.take(col, first, axis=0) if col.ndim > 1 else col[first]
+        batch = Transition(
+            observation=_nest(store, flat, "observation"),
+            action=_nest(store, flat, "action"),
+            reward=fields["return"],
+            discount=fields["discount"],
+            next_observation=_nest(store, nxt, "observation"),
+            extras=_nest(store, flat, "extras"),
+        )
+        return batch, None
+
+
+@dataclass(frozen=True)
+class SequenceView(ItemView):
+    """Windows of up to ``length`` rows as ``[B, length, ...]`` plus a mask ``[B, length]``."""
+
+    length: int
+    kind = "sequence"
+
+    def config(self) -> dict[str, Any]:
+        return {"kind": self.kind, "length": self.length}
+
+    def gather(self, store: Any, meta: np.ndarray, fields: dict[str, np.ndarray]) -> tuple[Any, np.ndarray]:
+        return _padded(store, meta, self.length)
+
+
+@dataclass(frozen=True)
+class EpisodeView(ItemView):
+    """Whole episodes: padded to ``max_length`` rows with a mask, or a ragged list when ``ragged``."""
+
+    max_length: int
+    ragged: bool = False
+    kind = "episode"
+
+    def config(self) -> dict[str, Any]:
+        return {"kind": self.kind, "max_length": self.max_length, "ragged": self.ragged}
+
+    def gather(self, store: Any, meta: np.ndarray, fields: dict[str, np.ndarray]) -> tuple[Any, Any]:
+        if not self.ragged:
+            return _padded(store, meta, self.max_length)
+        cap = store.capacity
+        episodes = []
+        for b in range(meta.shape[0]):
+            idx = meta[b, LANE] * cap + (meta[b, START] + np.arange(meta[b, VALID])) % cap
+            episodes.append(store.unflatten(store.take(idx)))
+        return episodes, None
+
+
+def _padded(store: Any, meta: np.ndarray, length: int) -> tuple[Any, np.ndarray]:
+    """Windows as ``[B, length, ...]``: rows past each item's valid length zero-filled and masked."""
+    padded = meta.copy()
+    padded[:, LENGTH] = length
+    np.minimum(padded[:, VALID], length, out=padded[:, VALID])
+    if meta.shape[0]:
+        idx, mask, full = KI.window_index(padded, LANE, START, LENGTH, VALID, store.capacity)
+    else:
+        idx, mask, full = np.zeros((0, length), np.int64), np.zeros((0, length), bool), True
+    data = store.take(idx)
+    if not full:
+        hole = ~mask
+        for arr in data.values():
+            arr[hole] = 0
+    return store.unflatten(data), mask

@@ -1,0 +1,346 @@
+"""Adders against the slow reference (tests/adder_reference.py), hand-computed cases, and bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from adder_reference import SPEC, Stream, alive, episode_items, nstep_items, sequence_items
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rlflow import adders, specs
+from rlflow.replay import Fifo, StepStore, Table, Uniform
+from rlflow.replay._item_kernels import LANE, LENGTH, START, VALID
+from rlflow.specs import SpecError
+from rlflow.types import TimeStep, step_spec
+
+G = 0.9
+
+
+def run_stream(adder_factory, *, lanes, capacity, steps, p_end, same_step, seed, cross_episodes=False):
+    store = StepStore(SPEC, capacity=capacity, lanes=lanes)
+    table = Table(store, sampler=Uniform(seed=0), remover=Fifo(), max_size=10 * capacity * lanes,
+                  cross_episodes=cross_episodes)
+    adder = adder_factory(store, table)
+    stream = Stream(lanes, np.random.default_rng(seed), same_step)
+    adder.add_first(stream.reset())
+    for _ in range(steps):
+        actions, ts, extras = stream.step(stream.random_events(p_end))
+        adder.add(actions, ts, extras)
+    return store, table, stream
+
+
+def check_rows(store, stream):
+    """Every stored row equals the reference row at the same absolute index."""
+    for e, lane in enumerate(stream.lanes):
+        lo = max(0, len(lane.rows) - store.capacity)
+        assert int(store.count[e]) == len(lane.rows)
+        idx = np.arange(lo, len(lane.rows))
+        got = store.gather(np.full(idx.size, e), idx)
+        for j, i in enumerate(idx):
+            ref = lane.rows[i]
+            assert tuple(got["observation"][j]) == ref.obs
+            assert bool(got["first"][j]) == ref.first and bool(got["last"][j]) == ref.last
+            if ref.complete:
+                assert got["action"][j] == ref.action and got["reward"][j] == np.float32(ref.reward)
+                assert got["extras/v"][j] == np.float32(ref.v)
+                assert bool(got["terminated"][j]) == ref.terminated and bool(got["truncated"][j]) == ref.truncated
+
+
+def live_meta(table):
+    items = table.items()
+    meta = np.zeros((items["key"].size, 6), np.int64)
+    meta[:, LANE], meta[:, START], meta[:, LENGTH], meta[:, VALID] = (
+        items["lane"], items["start"], items["length"], items["valid"])
+    return items, meta
+
+
+streams = st.fixed_dictionaries({
+    "lanes": st.integers(1, 3), "steps": st.integers(0, 40), "p_end": st.sampled_from([0.05, 0.2, 0.5]),
+    "same_step": st.booleans(), "seed": st.integers(0, 2**16), "slack": st.integers(1, 12)})
+
+
+@settings(max_examples=60, deadline=None)
+@given(streams, st.integers(1, 5))
+def test_nstep_matches_reference(cfg, n):
+    capacity = n + 1 + cfg.pop("slack")
+    store, table, stream = run_stream(lambda s, t: adders.NStepTransition(s, [t], n=n, discount=G),
+                                      capacity=capacity, **cfg)
+    check_rows(store, stream)
+    items, meta = live_meta(table)
+    got = {(int(lane), int(s)): i for i, (lane, s) in enumerate(zip(items["lane"], items["start"], strict=True))}
+    want = {}
+    for e, lane in enumerate(stream.lanes):
+        for s, item in nstep_items(lane, n, G).items():
+            if alive(lane, s, capacity):
+                want[(e, s)] = item
+    assert set(got) == set(want)
+    batch, _ = table.view.gather(store, meta, {"return": items["field/return"], "discount": items["field/discount"]})
+    for (e, s), i in got.items():
+        length, ret, disc = want[(e, s)]
+        rows = stream.lanes[e].rows
+        assert items["length"][i] == length
+        np.testing.assert_allclose(batch.reward[i], ret, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(batch.discount[i], disc, rtol=1e-6)
+        assert tuple(batch.observation[i]) == rows[s].obs
+        assert tuple(batch.next_observation[i]) == rows[s + length - 1].obs
+        assert batch.action[i] == rows[s].action and batch.extras["v"][i] == np.float32(rows[s].v)
+
+
+@settings(max_examples=80, deadline=None)
+@given(streams, st.integers(1, 5), st.integers(1, 6), st.sampled_from(["write", "zero_pad", "truncate", "continue"]))
+def test_sequence_matches_reference(cfg, length, period, behavior):
+    capacity = length + 1 + cfg.pop("slack")
+    store, table, stream = run_stream(
+        lambda s, t: adders.Sequence(s, [t], length=length, period=period, end_behavior=behavior),
+        capacity=capacity, cross_episodes=behavior == "continue", **cfg)
+    check_rows(store, stream)
+    items, meta = live_meta(table)
+    got = {(int(lane), int(s)): int(n) for lane, s, n in zip(items["lane"], items["start"], items["length"],
+                                                             strict=True)}
+    want = {(e, s): n for e, lane in enumerate(stream.lanes)
+            for s, n in sequence_items(lane, length, period, behavior).items() if alive(lane, s, capacity)}
+    assert got == want
+    data, mask = table.view.gather(store, meta, {})
+    assert data["observation"].shape == (len(got), length, 2)
+    for i, (e, s) in enumerate(zip(items["lane"], items["start"], strict=True)):
+        rows = stream.lanes[e].rows
+        n_rows = items["length"][i]
+        np.testing.assert_array_equal(mask[i], np.arange(length) < n_rows)
+        for j in range(n_rows):
+            assert tuple(data["observation"][i, j]) == rows[s + j].obs
+        assert not data["observation"][i, n_rows:].any()  # padding is zero
+
+
+@settings(max_examples=40, deadline=None)
+@given(streams)
+def test_episode_matches_reference(cfg):
+    capacity = 60 + cfg.pop("slack")
+    _, table, stream = run_stream(lambda s, t: adders.Episode(s, [t], max_length=50),
+                                      capacity=capacity, **cfg)
+    items, _ = live_meta(table)
+    got = {(int(lane), int(s)): int(n) for lane, s, n in zip(items["lane"], items["start"], items["length"],
+                                                             strict=True)}
+    want = {(e, s): n for e, lane in enumerate(stream.lanes) for s, n in episode_items(lane).items()
+            if alive(lane, s, capacity)}
+    assert got == want
+
+
+# --------------------------------------------------------------------------- hand-computed cases
+def one_lane(n=3, discount=G, capacity=32):
+    spec = step_spec(specs.Field((), np.float32), specs.Field((), np.int64))
+    store = StepStore(spec, capacity=capacity)
+    table = Table(store, sampler=Fifo(), remover=Fifo())
+    return store, table, adders.NStepTransition(store, [table], n=n, discount=discount)
+
+
+def ts(obs, reward=0.0, *, first=False, term=False, trunc=False, final=None):
+    b = lambda x: np.array([x])  # noqa: E731
+    return TimeStep(np.array([obs], np.float32), np.array([reward], np.float32), b(term), b(trunc), b(first),
+                    b(term or trunc), None if final is None else np.array([final], np.float32))
+
+
+def play(adder, rewards, end):
+    """Observations 0, 1, ...; rewards as given; the last step ends the episode by ``end``."""
+    adder.add_first(ts(0.0, first=True))
+    for t, r in enumerate(rewards):
+        if t < len(rewards) - 1:
+            adder.add(np.array([t]), ts(t + 1.0, r))
+        else:
+            adder.add(np.array([t]), ts(99.0, r, first=True, term=end == "term", trunc=end == "trunc",
+                                        final=t + 1.0))
+
+
+def table_rows(table):
+    it = table.items()
+    return [(int(s), int(n), round(float(r), 6), round(float(d), 6))
+            for s, n, r, d in zip(it["start"], it["length"], it["field/return"], it["field/discount"], strict=True)]
+
+
+# Acme's three-step discounted example, in rlflow's convention (discount = the full factor g^k, 0 on a
+# terminal end): rewards 1, 2, 3, 4 (g = 0.9, n = 3).
+@pytest.mark.parametrize("end,expected", [
+    ("term", [(0, 4, 5.23, 0.729), (1, 4, 7.94, 0.0), (2, 3, 6.6, 0.0), (3, 2, 4.0, 0.0)]),
+    ("trunc", [(0, 4, 5.23, 0.729), (1, 4, 7.94, 0.729), (2, 3, 6.6, 0.81), (3, 2, 4.0, 0.9)]),
+])
+def test_three_step_example(end, expected):
+    _, table, adder = one_lane()
+    play(adder, [1.0, 2.0, 3.0, 4.0], end)
+    assert table_rows(table) == expected
+
+
+def test_truncated_tail_is_not_discounted_by_a_fixed_power():
+    """A truncated two-step tail with n = 3 bootstraps with g^2, not g^3 (the fixed-power mistake)."""
+    _, table, adder = one_lane(n=3)
+    play(adder, [1.0, 1.0], "trunc")
+    assert table_rows(table) == [(0, 3, 1.9, 0.81), (1, 2, 1.0, 0.9)]
+
+
+def test_every_start_is_sampled_including_the_last_n_minus_one():
+    """Each action yields one item: the last n - 1 starts of an episode are not dropped."""
+    _, table, adder = one_lane(n=3)
+    play(adder, [1.0] * 5, "term")
+    assert [r[0] for r in table_rows(table)] == [0, 1, 2, 3, 4]
+
+
+def test_no_extra_short_windows_at_episode_start():
+    _, table, adder = one_lane(n=3)
+    adder.add_first(ts(0.0, first=True))
+    adder.add(np.array([0]), ts(1.0, 1.0))
+    adder.add(np.array([0]), ts(2.0, 1.0))
+    assert table.size == 0  # no s0->s1, s0->s2 windows; the first item waits for s3
+    adder.add(np.array([0]), ts(3.0, 1.0))
+    assert table_rows(table) == [(0, 4, 2.71, 0.729)]
+
+
+def test_final_observation_is_the_true_one_not_the_reset():
+    store, table, adder = one_lane(n=1)
+    play(adder, [1.0, 1.0], "trunc")
+    items, meta = live_meta(table)
+    batch, _ = table.view.gather(store, meta, {"return": items["field/return"], "discount": items["field/discount"]})
+    assert batch.observation.tolist() == [0.0, 1.0]
+    assert batch.next_observation.tolist() == [1.0, 2.0]  # the true final observation; 99 (the reset) never
+
+
+def test_truncation_on_the_last_step_bootstraps():
+    """Truncation on the very last step keeps a non-zero discount (the flexibuff-style mistake zeroes it)."""
+    _, table, adder = one_lane(n=1)
+    play(adder, [2.0], "trunc")
+    assert table_rows(table) == [(0, 2, 2.0, 0.9)]
+
+
+def test_next_step_reset_pseudo_step_is_not_a_transition():
+    _, table, adder = one_lane(n=1)
+    adder.add_first(ts(0.0, first=True))
+    adder.add(np.array([0]), ts(1.0, 1.0, term=True, final=1.0))  # next-step: no restart yet
+    adder.add(np.array([5]), ts(7.0, 0.0, first=True))  # the reset call: its action is ignored
+    adder.add(np.array([1]), ts(8.0, 3.0))
+    assert table_rows(table) == [(0, 2, 1.0, 0.0), (2, 2, 3.0, 0.9)]
+
+
+def test_sequence_end_behaviours_acme_example():
+    """L = 3, P = 2, an episode of six rows: the last sequence per behaviour (Acme's table)."""
+    expected = {"write": (3, 3), "zero_pad": (4, 2), "truncate": (4, 2)}
+    for behavior, last in expected.items():
+        spec = step_spec(specs.Field((), np.float32), specs.Field((), np.int64))
+        store = StepStore(spec, capacity=32)
+        table = Table(store, sampler=Fifo(), remover=Fifo())
+        adder = adders.Sequence(store, [table], length=3, period=2, end_behavior=behavior)
+        play(adder, [1.0] * 5, "term")  # five actions: six rows
+        it = table.items()
+        assert list(zip(it["start"].tolist(), it["length"].tolist(), strict=True)) == [(0, 3), (2, 3), last]
+    sample = table.sample(3)
+    assert sample.data["observation"].shape == (3, 3) and sample.mask.shape == (3, 3)
+
+
+# --------------------------------------------------------------------------- bad input
+def snapshot(store, table):
+    return {k: np.array(v, copy=True) for k, v in store.state_dict().items()}, table.items()
+
+
+def assert_unchanged(before, store, table):
+    state, items = before
+    for k, v in store.state_dict().items():
+        np.testing.assert_array_equal(v, state[k], err_msg=k)
+    for k, v in table.items().items():
+        np.testing.assert_array_equal(v, items[k], err_msg=k)
+
+
+@pytest.mark.parametrize("bad,match", [
+    (dict(actions=np.array([1.5])), "action"),  # a float action for an int64 column
+    (dict(actions=np.array([9])), "<= 5"),  # out of the action space
+    (dict(actions=np.array([1, 2])), "shape"),
+    (dict(obs=np.array([[1.0, 2.0, 3.0]], np.float32)), "observation"),
+    (dict(obs=np.array([[np.nan, 0.0]], np.float32)), "finite"),
+    (dict(extras=None), "extras"),
+    (dict(reward=np.array([np.inf], np.float32)), "finite"),
+])
+def test_bad_add_changes_nothing(bad, match):
+    store = StepStore(SPEC, capacity=8)
+    table = Table(store)
+    adder = adders.NStepTransition(store, [table], n=2, discount=G)
+    stream = Stream(1, np.random.default_rng(0), True)
+    adder.add_first(stream.reset())
+    for _ in range(9):  # wrap the ring once
+        a, t, x = stream.step(["mid"])
+        adder.add(a, t, x)
+    before = snapshot(store, table)
+    a, t, x = stream.step(["term"])
+    if "actions" in bad:
+        a = bad["actions"]
+    if "obs" in bad:
+        t.final_observation = bad["obs"]
+    if "reward" in bad:
+        t.reward = bad["reward"]
+    if "extras" in bad:
+        x = bad["extras"]
+    with pytest.raises(SpecError, match=match):
+        adder.add(a, t, x)
+    assert_unchanged(before, store, table)
+
+
+def test_add_before_add_first_and_inconsistent_flags():
+    store = StepStore(SPEC, capacity=8)
+    table = Table(store)
+    adder = adders.NStepTransition(store, [table], n=1)
+    stream = Stream(1, np.random.default_rng(0), True)
+    reset = stream.reset()
+    a, t, x = stream.step(["mid"])
+    with pytest.raises(ValueError, match="add_first"):
+        adder.add(a, t, x)
+    assert int(store.count[0]) == 0
+    adder.add_first(reset)
+    with pytest.raises(ValueError, match="in progress"):
+        adder.add_first(reset)
+    t.first = np.array([True])  # a reset without the episode ending
+    with pytest.raises(ValueError, match="reset"):
+        adder.add(a, t, x)
+    t.first, t.last = np.array([False]), np.array([True])  # last without terminated/truncated
+    with pytest.raises(SpecError, match="last == terminated"):
+        adder.add(a, t, x)
+    assert int(store.count[0]) == 1 and table.size == 0
+
+
+def test_episode_longer_than_max_length_raises_and_writes_nothing():
+    store = StepStore(SPEC, capacity=16)
+    table = Table(store)
+    adder = adders.Episode(store, [table], max_length=4)
+    stream = Stream(1, np.random.default_rng(0), True)
+    adder.add_first(stream.reset())
+    for _ in range(3):
+        adder.add(*stream.step(["mid"]))
+    before = snapshot(store, table)
+    with pytest.raises(ValueError, match="max_length=4"):
+        adder.add(*stream.step(["term"]))
+    assert_unchanged(before, store, table)
+
+
+def test_reset_abandons_the_episode():
+    store = StepStore(SPEC, capacity=16)
+    table = Table(store)
+    adder = adders.Episode(store, [table], max_length=8)
+    stream = Stream(1, np.random.default_rng(0), True)
+    adder.add_first(stream.reset())
+    adder.add(*stream.step(["mid"]))
+    adder.reset()
+    assert table.size == 0
+    last = store.gather([0], [1])
+    assert bool(last["last"][0]) and last["action"][0] == 0
+    adder.add_first(Stream(1, np.random.default_rng(1), True).reset())
+    assert int(store.count[0]) == 3
+
+
+def test_one_table_one_item_kind():
+    store = StepStore(SPEC, capacity=16)
+    table = Table(store)
+    adders.NStepTransition(store, [table], n=3)
+    adders.NStepTransition(store, [table], n=1)  # same kind and fields: fine
+    with pytest.raises(ValueError, match="table of its own"):
+        adders.Sequence(store, [table], length=4)
+    with pytest.raises(ValueError, match="cross_episodes"):
+        adders.Sequence(store, [Table(store)], length=4, end_behavior="continue")
+    with pytest.raises(ValueError, match="capacity"):
+        adders.Episode(store, [Table(store)], max_length=16)
+    with pytest.raises(SpecError, match="step_spec"):
+        s = StepStore({"obs": specs.Field((), np.float32)}, capacity=4)
+        adders.NStepTransition(s, [Table(s)])
