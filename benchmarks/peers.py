@@ -13,6 +13,11 @@ Rules every adapter follows:
 * ``setup`` fills the buffer to capacity (untimed, in large batches where the library has a batch add),
   so every case, the add cases included, measures a full ring buffer in steady state.
 * ``run_once`` is one timed operation: one add call, one sample, or one sample plus priority update.
+* The n-step cases (``Case.nstep > 1``) go through each peer's own n-step machinery, wherever the peer
+  computes the return (at add, at sample, or in its algorithm code). The pool's ``done`` flags are
+  terminations (episode ends that are not time limits); every peer is fed them as its own done /
+  terminated input, with no truncations. Each adapter's docstring states how the peer treats episode
+  ends inside the n steps, as verified against the installed version.
 
 Run ``python benchmarks/peers.py`` (in the peer venv, see README.md) for a table of medians.
 """
@@ -56,6 +61,8 @@ ADD_ONE_CYCLE = 1_024
 PRIORITY_CYCLE = 64
 # Probability that a generated transition ends its episode.
 DONE_PROBABILITY = 1e-3
+# Discount of the n-step cases.
+NSTEP_GAMMA = 0.99
 
 
 @dataclass(frozen=True)
@@ -70,6 +77,8 @@ class Case:
     capacity: int
     batch: int  # transitions per add call (add cases) or per sample (sample cases)
     op: str  # "add", "sample" or "per"
+    nstep: int = 1  # > 1: n-step transitions (return over nstep rewards, next obs nstep steps ahead)
+    gamma: float = NSTEP_GAMMA  # discount of the n-step return (unused when nstep == 1)
 
     @property
     def obs_nbytes(self) -> int:
@@ -88,6 +97,8 @@ CASES: dict[str, Case] = {
     "sample": Case("sample", (17,), np.float32, 6, np.float32, 1_000_000, 256, "sample"),
     "per": Case("per", (17,), np.float32, 6, np.float32, 1_000_000, 256, "per"),
     "pixel": Case("pixel", (84, 84, 4), np.uint8, 1, np.int64, 100_000, 32, "sample"),
+    "add_nstep3": Case("add_nstep3", (17,), np.float32, 6, np.float32, 1_000_000, 256, "add", nstep=3),
+    "sample_nstep3": Case("sample_nstep3", (17,), np.float32, 6, np.float32, 1_000_000, 256, "sample", nstep=3),
 }
 
 
@@ -232,6 +243,10 @@ class NumpyLimit(_Base):
     gather of the same bytes; no priority bookkeeping at all). Indices are drawn fresh on every call
     because a small pre-drawn index pool would keep the gathered rows warm in the CPU cache.
     pixel: one copy of the frames; gather of obs[idx] and obs[idx + 1] (the next_obs) plus act, rew, done.
+    add_nstep3: the add limit (slice writes of the rows): the n-step return can be left to sample time.
+    sample_nstep3: gather of obs, act, the n-step return, the bootstrap discount (float32,
+    gamma**k * (1 - terminal)) and the n-step next_obs, stored as precomputed columns: the bytes any
+    n-step sample returns, with no return arithmetic at all.
     """
 
     name = "numpy"
@@ -245,6 +260,8 @@ class NumpyLimit(_Base):
     def describe(self, case: Case) -> str:
         if case.pixel:
             return "single frame array; gather obs[idx] and obs[idx+1]"
+        if case.nstep > 1 and case.op == "sample":
+            return "rng.integers + gather of obs, act, n-step return, discount, n-step next_obs"
         return {
             "add": "slice assignment at a cursor",
             "sample": "rng.integers + fancy-index gather",
@@ -271,6 +288,12 @@ class NumpyLimit(_Base):
             self.rew[pos : pos + n] = pool.rew[start : start + n]
             self.done[pos : pos + n] = pool.done[start : start + n]
             pos += n
+        # n-step sample: rew holds the return column and disc the bootstrap discount column (values are
+        # stand-ins; only the gathered bytes matter).
+        self.disc = None
+        if case.nstep > 1 and case.op == "sample":
+            self.disc = np.where(self.done, np.float32(0.0), np.float32(case.gamma**case.nstep))
+            self.done = None  # type: ignore[assignment]
         self._cursor = 0
         if case.op == "add" and case.batch == 1:
             self._items = [
@@ -314,6 +337,15 @@ class NumpyLimit(_Base):
         if case.pixel:
             idx = self._rng.integers(0, self._cap - 1, self._batch)
             self._out = (self.obs[idx], self.act[idx], self.rew[idx], self.obs[idx + 1], self.done[idx])
+        elif self.disc is not None:
+            idx = self._rng.integers(0, self._cap, self._batch)
+            self._out = (
+                self.obs[idx],
+                self.act[idx],
+                self.rew[idx],
+                self.disc[idx],
+                self.next_obs[idx],  # type: ignore[index]
+            )
         else:
             idx = self._rng.integers(0, self._cap, self._batch)
             self._out = (
@@ -326,7 +358,7 @@ class NumpyLimit(_Base):
 
     def teardown(self) -> None:
         super().teardown()
-        self.obs = self.next_obs = self.act = self.rew = self.done = None  # type: ignore[assignment]
+        self.obs = self.next_obs = self.act = self.rew = self.done = self.disc = None  # type: ignore[assignment]
         self._out = None
 
 
@@ -343,6 +375,28 @@ class CpprbAdapter(_Base):
     per: ``PrioritizedReplayBuffer(alpha=0.6).sample(batch, beta=0.4)`` (returns ``weights`` and
     ``indexes``) + ``update_priorities(indexes, priorities)``; segment trees in C++.
     pixel: ``next_of="obs"`` so next_obs shares the obs memory (one copy of the frames).
+    add_nstep3 / sample_nstep3: ``ReplayBuffer(Nstep={"size": 3, "gamma": 0.99, "rew": "rew",
+    "next": "next_obs"})``. The return is computed at add: a Python/numpy ``NstepBuffer`` holds the last
+    n - 1 transitions and each ``add`` releases the transitions whose window is complete (so stored rows
+    lag the input by n - 1). The sample is the plain ``rb.sample(batch)``. Stored per row: ``rew`` is
+    sum_k gamma^k r_{t+k}, each term masked by the ``done`` flags before it (no reward leaks past an
+    episode end); ``next_obs`` is next_obs_{t+n-1} whatever the episode ends (masked by ``done``);
+    ``done`` is the *sum* d_t + ... + d_{t+n-2}. No discount is stored: the user bootstraps with
+    gamma^n * (1 - done). Verified against cpprb 11 with a 10-step probe:
+
+    * the window's last step is left out of ``done``: when the episode terminates at step t+n-1, the row
+      has done = 0 and next_obs = the terminal observation, so the target bootstraps from a terminal
+      state;
+    * ``done`` is a count, so two episode ends in one window (a one-step episode) give done = 2 and
+      (1 - done) = -1;
+    * there is no truncation input: ``on_episode_end()`` flushes the last n - 1 rows of an episode with
+      shortened returns, done = 0 and next_obs never written (the local buffer's fill value, 1.0), and the
+      fixed gamma^n bootstrap is then wrong too. The benchmark has terminations only and never calls
+      ``on_episode_end`` (a batched add cannot end an episode in its middle; ``done`` carries the ends);
+    * ``add`` writes partial returns into the caller's ``rew`` array when it already is float32 (cpprb
+      converts its inputs without copying when no conversion is needed). The adapter therefore passes
+      float64 rewards, which cpprb casts into a fresh float32 array, so the pool (shared with the other
+      peers) and the cycled items stay intact; the cast of 256 values is part of the timed add.
     """
 
     name = "cpprb"
@@ -356,6 +410,10 @@ class CpprbAdapter(_Base):
     def describe(self, case: Case) -> str:
         if case.pixel:
             return "ReplayBuffer(next_of='obs').sample"
+        if case.nstep > 1:
+            if case.op == "add":
+                return "ReplayBuffer(Nstep).add(**kwargs): return summed at add"
+            return "ReplayBuffer(Nstep).sample (return summed at add)"
         return {
             "add": "ReplayBuffer.add(**kwargs)",
             "sample": "ReplayBuffer.sample",
@@ -374,11 +432,13 @@ class CpprbAdapter(_Base):
         return env
 
     @staticmethod
-    def _kwargs(pool: Pool, start: int, n: int) -> dict[str, Any]:
+    def _kwargs(pool: Pool, start: int, n: int, nstep: bool = False) -> dict[str, Any]:
+        rew = pool.rew[start : start + n]
         return {
             "obs": pool.obs(start, n),
             "act": pool.act[start : start + n],
-            "rew": pool.rew[start : start + n],
+            # float64: cpprb's n-step add would otherwise write into the float32 array it is given.
+            "rew": rew.astype(np.float64) if nstep else rew,
             "next_obs": pool.next_obs(start, n),
             "done": pool.done[start : start + n].astype(np.float32),
         }
@@ -386,14 +446,20 @@ class CpprbAdapter(_Base):
     def setup(self, case: Case, rng: np.random.Generator) -> None:
         cpprb = importlib.import_module("cpprb")
         pool = get_pool(case)
+        nstep = case.nstep > 1
         if case.op == "per":
             self.buf = cpprb.PrioritizedReplayBuffer(case.capacity, self._env_dict(case), alpha=PER_ALPHA)
         elif case.pixel:
             self.buf = cpprb.ReplayBuffer(case.capacity, self._env_dict(case), next_of="obs")
+        elif nstep:
+            spec = {"size": case.nstep, "gamma": case.gamma, "rew": "rew", "next": "next_obs"}
+            self.buf = cpprb.ReplayBuffer(case.capacity, self._env_dict(case), Nstep=spec)
         else:
             self.buf = cpprb.ReplayBuffer(case.capacity, self._env_dict(case))
-        for start, n in fill_chunks(case.capacity, pool.rows, pool.rows):
-            self.buf.add(**self._kwargs(pool, start, n))
+        # The n-step buffer holds back n - 1 transitions: feed that many more to fill the ring.
+        total = case.capacity + (case.nstep if nstep else 0)
+        for start, n in fill_chunks(total, pool.rows, pool.rows):
+            self.buf.add(**self._kwargs(pool, start, n, nstep))
         if case.op == "add" and case.batch == 1:
             self._items = [
                 {
@@ -407,7 +473,7 @@ class CpprbAdapter(_Base):
             ]
         elif case.op == "add":
             b = case.batch
-            self._items = [self._kwargs(pool, k * b, b) for k in range(pool.n_batches(b))]
+            self._items = [self._kwargs(pool, k * b, b, nstep) for k in range(pool.n_batches(b))]
         elif case.op == "per":
             self._prios = list(pool.priorities)
 
@@ -438,6 +504,26 @@ class TorchRLAdapter(_Base):
     and ``priority_weight``) + ``rb.update_priority(index, priority)``; needs the C++ extension
     ``torchrl._torchrl`` (segment trees).
     pixel: obs and next_obs are separate tensors (two copies of the frames).
+    add_nstep3 / sample_nstep3: ``ReplayBuffer(storage=LazyTensorStorage(capacity),
+    transform=MultiStepTransform(n_steps=3, gamma=0.99))``, TorchRL's documented n-step path for replay
+    buffers (``torchrl.envs.transforms``; the ``MultiStep`` postproc is for collectors). The transform
+    needs a TensorDict in the nested ("next", ...) layout: observation, action, ("next", observation /
+    reward / done / terminated / truncated), each flag shaped (B, 1); the pool's done flags go to done
+    and terminated, truncated is all False. The return is computed at ``extend`` (inverse transform):
+    the transform keeps the last n rows, concatenates them with the new batch, computes with
+    ``_multi_step_func`` and stores all but the last n rows (stored rows lag the input by n, so no
+    window is cut short at the write end). The sample is the plain ``rb.sample()`` of a TensorDict
+    holding, besides the inputs, ("next", "reward") (the return), ("next", "original_reward"),
+    ``steps_to_next_obs`` (int64), ``gamma`` (gamma^k) and ``nonterminal``.
+    Semantics (verified on torchrl 0.14.1 with a 10-step probe): ("next", "done") splits trajectories;
+    the return sums rewards up to and including the first done step within n steps; ("next",
+    "observation") is that step's next observation; ``steps_to_next_obs`` = k and ``gamma`` = gamma^k
+    count the steps actually taken, so truncation (done without terminated) is handled right. But the
+    done keys are left untouched (the docstring: entries "not part of the done_keys or reward_keys will
+    be mapped"): ("next", "terminated") stays the flag of step t itself, so a row whose episode
+    terminates at t+1 .. t+n-1 has terminated = False, nonterminal = True and the terminal observation
+    as next observation, and TorchRL's losses (which mask the bootstrap with ("next", "terminated") and
+    discount with gamma ** steps_to_next_obs) then bootstrap from a terminal state.
     """
 
     name = "torchrl"
@@ -468,6 +554,10 @@ class TorchRLAdapter(_Base):
                     f"to load ({err}); rebuild it as in README.md"
                 )
             return "PrioritizedReplayBuffer.sample(return_info=True) + update_priority"
+        if case.nstep > 1:
+            if case.op == "add":
+                return "ReplayBuffer(transform=MultiStepTransform).extend(TensorDict): return at extend"
+            return "ReplayBuffer(transform=MultiStepTransform).sample (return computed at extend)"
         return {
             "add": "ReplayBuffer.add" if case.batch == 1 else "ReplayBuffer.extend",
             "sample": "ReplayBuffer.sample",
@@ -483,11 +573,54 @@ class TorchRLAdapter(_Base):
             t.from_numpy(pool.done[start : start + n]),
         )
 
+    @staticmethod
+    def _tensordict(pool: Pool, start: int, n: int) -> Any:
+        """Rows [start, start + n) in the nested ("next", ...) layout ``MultiStepTransform`` reads."""
+        tensordict = importlib.import_module("tensordict")
+        t = torch
+        done = t.from_numpy(pool.done[start : start + n]).unsqueeze(-1)
+        nxt = tensordict.TensorDict(
+            {
+                "observation": t.from_numpy(pool.next_obs(start, n)),
+                "reward": t.from_numpy(pool.rew[start : start + n]).unsqueeze(-1),
+                "done": done,
+                "terminated": done.clone(),
+                "truncated": t.zeros_like(done),
+            },
+            batch_size=[n],
+        )
+        return tensordict.TensorDict(
+            {
+                "observation": t.from_numpy(pool.obs(start, n)),
+                "action": t.from_numpy(pool.act[start : start + n]),
+                "next": nxt,
+            },
+            batch_size=[n],
+        )
+
+    def _setup_nstep(self, case: Case, data: Any, storage: Any) -> None:
+        transforms = importlib.import_module("torchrl.envs.transforms")
+        pool = get_pool(case)
+        self.buf = data.ReplayBuffer(
+            storage=storage,
+            batch_size=case.batch,
+            transform=transforms.MultiStepTransform(n_steps=case.nstep, gamma=case.gamma),
+        )
+        # The transform holds back n rows: feed that many more to fill the ring.
+        for start, n in fill_chunks(case.capacity + case.nstep, pool.rows, pool.rows):
+            self.buf.extend(self._tensordict(pool, start, n))
+        if case.op == "add":
+            b = case.batch
+            self._items = [self._tensordict(pool, k * b, b) for k in range(pool.n_batches(b))]
+
     def setup(self, case: Case, rng: np.random.Generator) -> None:
         logging.getLogger("torchrl").setLevel(logging.WARNING)
         data = importlib.import_module("torchrl.data")
         pool = get_pool(case)
         storage = data.LazyTensorStorage(case.capacity, device="cpu")
+        if case.nstep > 1:
+            self._setup_nstep(case, data, storage)
+            return
         if case.op == "per":
             self.buf = data.PrioritizedReplayBuffer(
                 alpha=PER_ALPHA, beta=PER_BETA, storage=storage, batch_size=case.batch
@@ -510,7 +643,7 @@ class TorchRLAdapter(_Base):
             if case.batch == 1:
                 self.buf.add(self._next_item())
             else:
-                self.buf.extend(self._next_item())
+                self.buf.extend(self._next_item())  # n-step: the transform computes the return here
         elif case.op == "per":
             _, info = self.buf.sample(return_info=True)
             self.buf.update_priority(info["index"], self._next_prio())
@@ -535,6 +668,22 @@ class TianshouAdapter(_Base):
     numpy segment tree, vectorised.
     pixel: ``ignore_obs_next=True`` (next obs gathered from obs[next(idx)]: one copy of the frames).
     Fills: ``buffer.update(ReplayBuffer.from_data(...))`` for the 1M-row cases, single adds for pixel.
+    add_nstep3 / sample_nstep3: Tianshou's buffers know nothing of n-step returns; they are computed at
+    sample time by ``Algorithm.compute_nstep_return(batch, buffer, indices, target_q_fn, gamma, n_step)``
+    (a public static method, what DQN / DDPG / TD3 / SAC call on every sampled batch). It only reads the
+    buffer, so it is comparable with SB3's sample-time n-step; it needs no policy, only ``target_q_fn``,
+    which gets the buffer and the indices n steps ahead. The adapter passes a stub that gathers
+    ``buffer.obs_next`` at those indices (the n-step next obs, the data a target network would read) and
+    returns zero Q values (Tianshou's own ``_target_q`` methods read ``buffer[indices].obs_next``, a
+    gather of every key), so the timed work is the buffer side: ``buffer.sample(batch)`` (obs, act, the
+    1-step rew / flags and obs_next at t), n - 1 ``buffer.next`` calls, the gather, a copy of the whole
+    ``buffer.done`` array (1M bools, on every call) and the numba ``_nstep_return`` kernel. The output
+    folds the discount into the return (``returns`` = n-step return + gamma^k * (1 - terminated) * Q), so
+    no separate discount is returned. add_nstep3 is therefore the same ``VectorReplayBuffer.add`` as
+    add_batch. Semantics (verified on 2.0.1 with a 10-step probe): ``buffer.next`` stops at ``done``
+    (terminated or truncated) and at the newest row (never past the write cursor); the return sums
+    rewards up to the first done; the bootstrap uses obs_next of the window's last step, gamma^k with k
+    the steps taken, and is masked by that step's ``terminated`` only, so truncation is handled right.
     """
 
     name = "tianshou"
@@ -551,8 +700,17 @@ class TianshouAdapter(_Base):
         if case.op == "add":
             if case.batch == 1:
                 return "ReplayBuffer.add(Batch)"
+            if case.nstep > 1:
+                return "VectorReplayBuffer.add(Batch, buffer_ids): plain add, return computed at sample"
             return "VectorReplayBuffer.add(Batch, buffer_ids)"
+        if case.nstep > 1:
+            return "ReplayBuffer.sample + Algorithm.compute_nstep_return (stub target Q: obs_next gather)"
         return {"sample": "ReplayBuffer.sample", "per": "PrioritizedReplayBuffer.sample + update_weight"}[case.op]
+
+    def _target_q(self, buffer: Any, indices: npt.NDArray[np.int64]) -> Any:
+        """Stub target Q for ``compute_nstep_return``: gather the n-step next obs, return zero values."""
+        self._next_obs = buffer.obs_next[indices]
+        return torch.zeros((len(indices), 1), dtype=torch.float32)
 
     @staticmethod
     def _batch(ts: Any, pool: Pool, start: int, n: int) -> Any:
@@ -614,6 +772,9 @@ class TianshouAdapter(_Base):
             self.buf.update(source)
         if case.op == "add":
             self._items = singles
+        elif case.nstep > 1:
+            self._algorithm = importlib.import_module("tianshou.algorithm").Algorithm
+            self.run_once(case)  # compiles the numba kernel outside the timed region
 
     def run_once(self, case: Case) -> None:
         if case.op == "add":
@@ -625,8 +786,17 @@ class TianshouAdapter(_Base):
             _, idx = self.buf.sample(case.batch)
             self.buf.update_weight(idx, self._next_prio())
             self._step += 1
+        elif case.nstep > 1:
+            batch, idx = self.buf.sample(case.batch)
+            self._out = self._algorithm.compute_nstep_return(
+                batch, self.buf, idx, self._target_q, gamma=case.gamma, n_step=case.nstep
+            )
         else:
             self.buf.sample(case.batch)
+
+    def teardown(self) -> None:
+        super().teardown()
+        self._out = self._next_obs = None
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -644,6 +814,18 @@ class SB3Adapter(_Base):
     per: no prioritized replay in SB3.
     pixel: ``n_envs=1``, ``optimize_memory_usage=True`` (next obs is obs[idx + 1]: one copy of the frames),
     which requires ``handle_timeout_termination=False``.
+    add_nstep3 / sample_nstep3: ``NStepReplayBuffer(n_steps=3, gamma=0.99)`` (SB3 >= 2.7), ``n_envs=256``
+    as in add_batch / sample (pool row k * 256 + e is step k of env column e),
+    ``handle_timeout_termination=True``; the pool's done flags are ``dones`` and no info carries
+    ``TimeLimit.truncated``. The add is the plain ``ReplayBuffer.add`` (nothing
+    n-step happens there); the return is computed at sample time, vectorised: for each sampled (row,
+    env) it gathers the next n rewards / dones / timeouts of the same env column, cuts the window at the
+    first done or timeout (inclusive), and returns ``rewards`` = sum_k gamma^k r_{t+k} over the window,
+    ``discounts`` = gamma^k (k = steps in the window), ``next_observations`` = the next obs of the
+    window's last step and ``dones`` = that step's done * (1 - timeout). The newest row (pos - 1) is
+    temporarily marked as a timeout so windows never run past the write cursor into the oldest rows.
+    Verified with a 10-step probe: terminations and truncations inside the window are both handled right
+    (gamma^k, not a fixed gamma^n, on truncated windows).
     """
 
     name = "sb3"
@@ -651,12 +833,24 @@ class SB3Adapter(_Base):
     def available(self) -> str | None:
         return _import("stable_baselines3.common.buffers")[1]
 
+    @staticmethod
+    def _has_nstep() -> bool:
+        return hasattr(importlib.import_module("stable_baselines3.common.buffers"), "NStepReplayBuffer")
+
     def supports(self, case: Case) -> bool:
+        if case.nstep > 1:
+            return self._has_nstep()
         return case.op != "per"
 
     def describe(self, case: Case) -> str:
         if case.op == "per":
             return "unsupported: Stable-Baselines3 has no prioritized replay buffer"
+        if case.nstep > 1:
+            if not self._has_nstep():
+                return "unsupported: this Stable-Baselines3 has no NStepReplayBuffer (added in 2.7)"
+            if case.op == "add":
+                return "NStepReplayBuffer.add (n_envs=256): plain add, return computed at sample"
+            return "NStepReplayBuffer.sample (n_envs=256): return computed at sample"
         if case.pixel:
             return "ReplayBuffer(optimize_memory_usage=True).sample"
         if case.op == "add":
@@ -674,9 +868,11 @@ class SB3Adapter(_Base):
             obs_space = spaces.Box(-np.inf, np.inf, case.obs_shape, np.float32)
             act_space = spaces.Box(-1.0, 1.0, (case.act_dim,), np.float32)
         n_envs = 1 if (case.pixel or case.batch == 1) else 256
+        cls = buffers.NStepReplayBuffer if case.nstep > 1 else buffers.ReplayBuffer
+        extra = {"n_steps": case.nstep, "gamma": case.gamma} if case.nstep > 1 else {}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            self.buf = buffers.ReplayBuffer(
+            self.buf = cls(
                 case.capacity,
                 obs_space,
                 act_space,
@@ -684,6 +880,7 @@ class SB3Adapter(_Base):
                 n_envs=n_envs,
                 optimize_memory_usage=case.pixel,
                 handle_timeout_termination=not case.pixel,
+                **extra,
             )
         infos = [{} for _ in range(n_envs)]
         if n_envs == 1:
@@ -736,6 +933,10 @@ class FlexibuffAdapter(_Base):
     per: no prioritized replay (``memory_weights`` gives weighted sampling without priority updates,
     segment trees or importance weights).
     pixel: obs and obs_ are separate arrays (two copies of the frames).
+    add_nstep3 / sample_nstep3: unsupported. flexibuff has no n-step transitions: ``K_Step_TD(rewards,
+    values, terminated, ...)`` is a static helper computing k-step TD targets over one contiguous
+    trajectory tensor (from ``sample_episodes``) with caller-supplied values, in a Python loop per step;
+    nothing samples n-step transitions from the buffer.
     """
 
     name = "flexibuff"
@@ -744,11 +945,16 @@ class FlexibuffAdapter(_Base):
         return _import("flexibuff")[1]
 
     def supports(self, case: Case) -> bool:
-        return case.op != "per"
+        return case.op != "per" and case.nstep == 1
 
     def describe(self, case: Case) -> str:
         if case.op == "per":
             return "unsupported: flexibuff has no prioritized replay"
+        if case.nstep > 1:
+            return (
+                "unsupported: flexibuff has no n-step transition replay (K_Step_TD only computes k-step "
+                "TD targets over a whole episode tensor with given values)"
+            )
         if case.op == "add":
             return "save_transition" if case.batch == 1 else "256 x save_transition (no batch add)"
         return "sample_transitions"
@@ -932,8 +1138,9 @@ def format_table(results: list[Result]) -> str:
     the observations); ``THP`` is the share of that growth backed by transparent huge pages.
     """
     limit = {r.case: r.median for r in results if r.peer == "numpy" and r.median}
+    cw = max([10, *(len(r.case) for r in results)])
     header = (
-        f"{'case':<10} {'peer':<10} {'median us':>10} {'best us':>10} {'x numpy':>8} {'fill s':>7} "
+        f"{'case':<{cw}} {'peer':<10} {'median us':>10} {'best us':>10} {'x numpy':>8} {'fill s':>7} "
         f"{'RSS':>18} {'THP':>5}"
     )
     lines = [f"{header}  api / note", "-" * 120]
@@ -942,7 +1149,7 @@ def format_table(results: list[Result]) -> str:
         case = CASES[r.case]
         if med is None or r.best is None:
             lines.append(
-                f"{r.case:<10} {r.peer:<10} {'-':>10} {'-':>10} {'-':>8} {'-':>7} {'-':>18} {'-':>5}  {r.note}"
+                f"{r.case:<{cw}} {r.peer:<10} {'-':>10} {'-':>10} {'-':>8} {'-':>7} {'-':>18} {'-':>5}  {r.note}"
             )
             continue
         ratio = f"{med / limit[r.case]:.1f}x" if r.case in limit else "-"
@@ -955,7 +1162,7 @@ def format_table(results: list[Result]) -> str:
             if r.huge_growth is not None and r.rss_growth > 0:
                 thp = f"{min(1.0, max(0.0, r.huge_growth / r.rss_growth)):.0%}"
         lines.append(
-            f"{r.case:<10} {r.peer:<10} {med * 1e6:>10.1f} {r.best * 1e6:>10.1f} {ratio:>8} "
+            f"{r.case:<{cw}} {r.peer:<10} {med * 1e6:>10.1f} {r.best * 1e6:>10.1f} {ratio:>8} "
             f"{r.setup_s:>7.1f} {rss:>18} {thp:>5}  {r.note}"
         )
     return "\n".join(lines)
@@ -981,7 +1188,7 @@ def main(argv: list[str] | None = None) -> int:
         for peer in args.peers:
             res = run_case(ADAPTERS[peer](), case, args.repeats, args.target_s)
             med = f"{res.median * 1e6:.1f} us" if res.median is not None else res.note
-            print(f"  {case_name:<10} {peer:<10} {med}  (fill {res.setup_s:.1f} s)", flush=True)
+            print(f"  {case_name:<13} {peer:<10} {med}  (fill {res.setup_s:.1f} s)", flush=True)
             results.append(res)
         _POOLS.pop(case_name, None)
         gc.collect()

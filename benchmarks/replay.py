@@ -6,8 +6,9 @@ doing only the memory traffic), and the three are timed in rotating order, round
 reports medians over the rounds, each peer's time divided by rlflow's, and both divided by the numpy
 limit. torch runs with one intra-op thread (set in ``peers.py``).
 
-rlflow stores each step once as a row of a ``StepStore`` lane and inserts one two-row transition item
-(row t, row t + 1) per step into a ``Table``; ``next_observation`` is the next row, never a copy.
+rlflow writes every step through its n-step transition adder: each observation is stored once as a row
+of a ``StepStore`` lane, and each action gives one item (a window of rows) in a ``Table``;
+``next_observation`` is a later row, never a copy.
 
     python benchmarks/replay.py                      # every case, every peer
     python benchmarks/replay.py --cases per --peers cpprb tianshou
@@ -30,14 +31,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import peers
 from peers import ADAPTERS, CASES, Case, get_pool
 
-from rlflow import specs
+from rlflow import adders, specs
 from rlflow.replay import Fifo, MinSize, Prioritized, StepStore, Table, Uniform
+from rlflow.types import TimeStep, step_spec
 
 
 class RlflowAdapter(peers._Base):
-    """rlflow: StepStore rows + a Table of two-row transition items (Uniform or Prioritized sampler)."""
+    """rlflow: a StepStore, an n-step transition adder and a Table (Uniform or Prioritized sampler).
+
+    Every row is written once, through ``adders.NStepTransition`` (n = 1, or ``case.nstep``); the table's
+    items are windows of rows and sampling returns ``Transition`` batches (``next_observation`` is the
+    row ``k`` steps later, never a copy). Episode ends are the pool's ``done`` flags, as terminations with
+    a same-step reset. Add cases time ``adder.add`` with one row per lane: 256 lanes for the batched
+    cases (a vector env's step), one for ``add_one``. Sample cases fill 256 lanes (32 for pixels).
+    """
 
     name = "rlflow"
+    checked = True
 
     def available(self) -> str | None:
         return None
@@ -46,56 +56,59 @@ class RlflowAdapter(peers._Base):
         return True
 
     def describe(self, case: Case) -> str:
+        n = f"NStepTransition(n={case.nstep})"
         return {
-            "add": "StepStore.append/extend + Table.insert of (row, 2) items",
-            "sample": "Table.sample (Uniform)",
-            "per": "Table.sample (Prioritized) + update_priorities",
+            "add": f"{n}.add, {case.batch} lane(s)",
+            "sample": f"Table.sample (Uniform) of {n} items",
+            "per": f"Table.sample (Prioritized) + update_priorities of {n} items",
         }[case.op]
 
     def setup(self, case: Case, rng: np.random.Generator) -> None:
         pool = get_pool(case)
-        spec = {
-            "observation": specs.Field(case.obs_shape, case.obs_dtype),
-            "action": specs.Field((case.act_dim,), case.act_dtype),
-            "reward": specs.Field((), np.float32),
-            "terminated": specs.Field((), np.bool_),
-        }
-        self.store = StepStore(spec, capacity=case.capacity)
+        lanes = case.batch if case.op == "add" else (32 if case.pixel else 256)
+        spec = step_spec(specs.Field(case.obs_shape, case.obs_dtype), specs.Field((case.act_dim,), case.act_dtype))
+        self.store = StepStore(spec, capacity=case.capacity // lanes, lanes=lanes)
         sampler = Prioritized(peers.PER_ALPHA, peers.PER_BETA, seed=0) if case.op == "per" else Uniform(seed=0)
         self.table = Table(self.store, sampler=sampler, remover=Fifo(), rate_limiter=MinSize(1))
-        self.zero = np.zeros(1, np.int64)
-
-        def rows(start: int, n: int) -> dict[str, Any]:
-            return {
-                "observation": pool.obs(start, n),
-                "action": pool.act[start : start + n],
-                "reward": pool.rew[start : start + n],
-                "terminated": pool.done[start : start + n],
-            }
-
-        chunk = min(pool.rows, case.capacity)
-        while int(self.store.count[0]) < case.capacity:
-            n = min(chunk, case.capacity - int(self.store.count[0]))
-            written = self.store.extend(0, rows(0, n))
-            starts = written - 1 if written[0] > 0 else written[:-1]
-            self.table.insert(np.zeros(starts.size, np.int64), starts, 2)
-        if case.op == "add" and case.batch == 1:
-            self._items = [{k: v[:1] for k, v in rows(i, 1).items()} for i in range(peers.ADD_ONE_CYCLE)]
-        elif case.op == "add":
-            self._items = [rows(k * case.batch, case.batch) for k in range(pool.n_batches(case.batch))]
-            self._lanes = np.zeros(case.batch, np.int64)
-        elif case.op == "per":
+        self.adder = adders.NStepTransition(self.store, [self.table], n=case.nstep, discount=case.gamma)
+        calls = pool.rows // lanes
+        steps = []
+        for k in range(calls):
+            lo, hi = k * lanes, (k + 1) * lanes
+            done = pool.done[lo:hi]
+            z = np.zeros(lanes, bool)
+            steps.append((pool.act[lo:hi], TimeStep(
+                observation=pool.frames[hi: hi + lanes] if hi + lanes <= pool.rows else pool.frames[:lanes],
+                reward=pool.rew[lo:hi], terminated=done, truncated=z, first=done, last=done,
+                final_observation=pool.next_obs(lo, lanes) if done.any() else None)))
+        self._items = steps
+        self.adder.add_first(TimeStep(pool.frames[:lanes], np.zeros(lanes, np.float32), np.zeros(lanes, bool),
+                                      np.zeros(lanes, bool), np.ones(lanes, bool), np.zeros(lanes, bool)))
+        if lanes == 1:  # one lane: fill the ring in large blocks, then go on through the adder
+            self._fill_one_lane(case, pool)
+        else:
+            while int(self.store.count.min()) < self.store.capacity:
+                self.adder.add(*self._next_item())
+        if case.op == "per":
             self._prios = list(pool.priorities.astype(np.float64))
+
+    def _fill_one_lane(self, case: Case, pool: Any) -> None:
+        """Rows and one-step items written in blocks (the adder's rows and items, without its per-call cost)."""
+        store, cap = self.store, self.store.capacity
+        z = np.zeros(pool.rows, bool)
+        while int(store.count[0]) < cap + 1:
+            n = min(pool.rows, cap + 1 - int(store.count[0]))
+            rows = store.extend(0, {"observation": pool.obs(0, n), "action": pool.act[:n], "reward": pool.rew[:n],
+                                    "terminated": z[:n], "truncated": z[:n], "first": z[:n], "last": z[:n]})
+            starts = rows - 1
+            starts = starts[starts >= max(0, int(store.count[0]) - cap)]
+            self.table.insert(np.zeros(starts.size, np.int64), starts, 2,
+                              fields={"return": pool.rew[:starts.size], "discount": np.full(starts.size, 0.99)})
+        self.adder._open[0] = int(store.count[0]) - 1  # the last row is the open one
 
     def run_once(self, case: Case) -> None:
         if case.op == "add":
-            item = self._next_item()
-            if case.batch == 1:
-                row = self.store.append(item, lanes=self.zero)
-                self.table.insert(self.zero, row - 1, 2)
-            else:
-                written = self.store.extend(0, item)
-                self.table.insert(self._lanes, written - 1, 2)
+            self.adder.add(*self._next_item())
         elif case.op == "per":
             sample = self.table.sample(case.batch)
             self.table.update_priorities(sample.keys, self._prios[self._step % len(self._prios)])
@@ -105,33 +118,12 @@ class RlflowAdapter(peers._Base):
 
     def teardown(self) -> None:
         super().teardown()
-        self.store = self.table = self._out = None  # type: ignore[assignment]
-
-
-class RlflowUncheckedAdapter(RlflowAdapter):
-    """rlflow's add cases with ``checked=False``: what input validation costs on the write path."""
-
-    name = "rlflow-unchecked"
-
-    def supports(self, case: Case) -> bool:
-        return case.op == "add"
-
-    def describe(self, case: Case) -> str:
-        return "StepStore.append/extend(checked=False) + Table.insert" if case.op == "add" else "add cases only"
-
-    def run_once(self, case: Case) -> None:
-        item = self._next_item()
-        if case.batch == 1:
-            row = self.store.append(item, lanes=self.zero, checked=False)
-            self.table.insert(self.zero, row - 1, 2)
-        else:
-            written = self.store.extend(0, item, checked=False)
-            self.table.insert(self._lanes, written - 1, 2)
+        self.store = self.table = self.adder = self._out = None  # type: ignore[assignment]
 
 
 WARMUP_ROUNDS = 2  # timed but not counted
 
-ADAPTERS_ALL = {"rlflow": RlflowAdapter, **ADAPTERS, "rlflow-unchecked": RlflowUncheckedAdapter}
+ADAPTERS_ALL = {"rlflow": RlflowAdapter, **ADAPTERS}
 
 
 @dataclass

@@ -75,6 +75,38 @@ def _bool_lanes(name: str, value: Any, n: int) -> np.ndarray:
     return arr
 
 
+def _leaves(spec: Any, key: str) -> list[tuple[str, Any, Any]] | None:
+    """(flat name, key in the value or None, Field) of a top-level part that is a Field or a flat dict of
+    Fields; None for deeper nesting (always validated the general way)."""
+    if isinstance(spec, _specs.Field):
+        return [(key, None, spec)]
+    if isinstance(spec, Mapping) and all(isinstance(f, _specs.Field) for f in spec.values()):
+        return [(f"{key}/{k}", k, f) for k, f in spec.items()]
+    return None
+
+
+def _fast_leaves(leaves: list[tuple[str, Any, Any]] | None, value: Any, n: int, out: dict[str, np.ndarray]) -> bool:
+    """Put ``value``'s leaves in ``out`` if each is an ndarray of exactly its field's dtype and shape, with
+    finite floats and in-bounds integers; False (out partly filled) otherwise."""
+    if leaves is None:
+        return False
+    if leaves[0][1] is not None:
+        if type(value) is not dict or len(value) != len(leaves):
+            return False
+    for name, key, field in leaves:
+        v = value if key is None else value.get(key)
+        if type(v) is not np.ndarray or v.dtype != field.dtype or v.shape != (n, *field.shape):
+            return False
+        kind = field.dtype.kind
+        if kind == "f" and not field.allow_nonfinite and v.size and not _specs._all_finite(v):
+            return False
+        if kind in "iu" and v.size and ((field.low is not None and v.min() < field.low)
+                                        or (field.high is not None and v.max() > field.high)):
+            return False
+        out[name] = v
+    return True
+
+
 class Adder:
     """Writes a batched TimeStep stream into a store's lanes; subclasses turn rows into items.
 
@@ -123,6 +155,12 @@ class Adder:
         self._reward_fields = {"reward": fields["reward"]}
         self._open = np.full(self.num_lanes, -1, np.int64)  # the lane's open row (action pending), or -1
         self._episode_start = np.full(self.num_lanes, -1, np.int64)
+        self._lanes = np.arange(self.num_lanes)
+        self._lane_base = self._lanes * store.capacity
+        self._no_lanes = self._lanes[:0]
+        self._false = np.zeros(self.num_lanes, bool)
+        self._layout = {key: _leaves(store.spec[key], key) for key in ("observation", "action", "reward", "extras")
+                        if key in store.spec}
 
     # ------------------------------------------------------------------ the Acme-style interface
     def add_first(self, timestep: TimeStep) -> None:
@@ -153,6 +191,8 @@ class Adder:
         """
         ts = next_timestep
         n = self.num_lanes
+        if self._add_fast(actions, ts, extras):
+            return
         first = _bool_lanes("first", ts.first, n)
         last = _bool_lanes("last", ts.last, n)
         terminated = _bool_lanes("terminated", ts.terminated, n)
@@ -212,6 +252,59 @@ class Adder:
                     "truncated": np.zeros(lanes.size, bool), "last": np.ones(lanes.size, bool)}, checked=False)
                 self._open[lanes] = -1
                 self._abandon(lanes)
+
+    def _add_fast(self, actions: Any, ts: TimeStep, extras: Any) -> bool:
+        """The common call, every lane mid-episode, with inputs of exactly the stored dtypes and shapes.
+
+        Returns False (having written nothing) whenever anything is unusual; :meth:`add` then takes the
+        general path, which also raises the precise errors.
+        """
+        n = self.num_lanes
+        for flags in (ts.first, ts.last, ts.terminated, ts.truncated):
+            if type(flags) is not np.ndarray or flags.dtype != np.bool_ or flags.shape != (n,) or flags.any():
+                return False
+        open_rows = self._open
+        if open_rows.min() < 0:
+            return False
+        cols: dict[str, np.ndarray] = {}
+        layout = self._layout
+        if not _fast_leaves(layout["action"], actions, n, cols):
+            return False
+        if not _fast_leaves(layout["reward"], ts.reward, n, cols):
+            return False
+        if "extras" in layout:
+            if extras is None or not _fast_leaves(layout["extras"], extras, n, cols):
+                return False
+        elif extras is not None:
+            return False
+        obs: dict[str, np.ndarray] = {}
+        if not _fast_leaves(layout["observation"], ts.observation, n, obs):
+            return False
+        store = self.store
+        with store.lock:
+            r0 = open_rows[0]
+            if n == 1 or (open_rows == r0).all():  # lanes in lockstep: one strided copy per column
+                pos = int(r0) % store.capacity
+                columns = store.columns
+                for name, col in cols.items():
+                    columns[name][:, pos] = col
+                columns["terminated"][:, pos] = False
+                columns["truncated"][:, pos] = False
+            else:
+                flat = store._flat
+                idx = self._lane_base + open_rows % store.capacity
+                for name, col in cols.items():
+                    flat[name][idx] = col
+                flat["terminated"][idx] = False
+                flat["truncated"][idx] = False
+            obs["first"] = obs["last"] = self._false
+            rows = store._put_rows(self._lanes, obs, self._false)
+            self._open[:] = rows
+            empty = self._no_lanes
+            self._emit(StepEvents(ended=empty, final_rows=empty, episode_starts=empty, terminated=self._false[:0],
+                                  continued=self._lanes, continued_rows=rows, continued_starts=self._episode_start,
+                                  started=empty, started_rows=empty))
+        return True
 
     # ------------------------------------------------------------------ subclass hooks
     def _emit(self, events: StepEvents) -> None:
@@ -295,14 +388,17 @@ class Adder:
         if not lanes.size:
             return
         batch = None
+        ones = None
         for table in self.tables:
             fn = self.priority_fns.get(table.name)
-            priorities: Any = 1.0
             if fn is not None:
                 if batch is None:
                     batch = self._batch_of(lanes, starts, lengths, fields)
-                priorities = fn(batch)
-            table.insert(lanes, starts, lengths, priorities=priorities, fields=fields)
+                table.insert(lanes, starts, lengths, priorities=fn(batch), fields=fields)
+            else:  # the adder built these arrays itself: they need no conversion or checks
+                if ones is None:
+                    ones = np.ones(lanes.size, np.float64)
+                table._insert_checked(lanes, starts, lengths, ones, fields or {}, None)
 
     def _batch_of(self, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
                   fields: dict[str, np.ndarray] | None) -> Any:

@@ -65,12 +65,23 @@ class NStepTransition(Adder):
         super().__init__(store, tables, view=TransitionView(), item_spec=item_spec, priority_fns=priority_fns,
                          min_capacity=self.n + 2)
         self._powers = self.discount ** np.arange(self.n + 1)  # g^0 .. g^n, float64
+        self._steps = np.arange(self.n)
 
     def _emit(self, events: StepEvents) -> None:
         n = self.n
         # Lanes that go on: the window that now reaches n steps ahead is complete.
         starts = events.continued_rows - n
         full = starts >= events.continued_starts
+        if not events.ended.size:  # the common call: at most one full-length item per lane
+            if not full.all():
+                lanes, starts = events.continued[full], starts[full]
+            else:
+                lanes = events.continued
+            if lanes.size:
+                ks = np.full(lanes.size, n, np.int64)
+                self._insert(lanes, starts, ks + 1, {"return": self._returns(lanes, starts, ks),
+                                                     "discount": np.full(lanes.size, self._powers[n], np.float32)})
+            return
         lanes = events.continued[full]
         starts = starts[full]
         ks = np.full(lanes.size, n, np.int64)
@@ -98,9 +109,12 @@ class NStepTransition(Adder):
         """``sum_{j<k} g^j r_{start+j}`` per item, from the stored rewards (float64 sums)."""
         store = self.store
         cap = store.capacity
-        j = np.arange(self.n)
+        j = self._steps
         idx = lanes[:, None] * cap + (starts[:, None] + j) % cap  # [M, n]
-        rewards = store._flat["reward"][idx].astype(np.float64)  # [M, n, *reward shape]
+        rewards = store._flat["reward"][idx]  # [M, n, *reward shape]
+        if rewards.ndim == 2 and ks.min() == self.n:  # the common case: n scalar rewards each
+            return (rewards @ self._powers[:-1]).astype(np.float32)
+        rewards = rewards.astype(np.float64)
         weight = np.where(j < ks[:, None], self._powers[:-1], 0.0)  # rows past k: weight 0
         inside = (j < ks[:, None]).reshape(weight.shape + (1,) * (rewards.ndim - 2))
         rewards = np.where(inside, rewards, 0.0)  # unwritten rows may hold anything

@@ -192,18 +192,29 @@ class StepStore:
             cols, _ = self._columns_of(data, n, checked, partial)
             if n == 1:
                 return self._write_lane(int(lanes_arr[0]), cols, 1, self._check_first(first, 1, allow_none=True))
-            first_arr = self._check_first(first, n)
-            rows = self.count[lanes_arr]
-            old = rows - self.capacity
-            if self._listeners and old.max(initial=-1) >= 0:
-                keep = old >= 0
-                for listener in self._listeners:
-                    listener.on_overwrite(lanes_arr[keep], old[keep])
+            return self._put_rows(lanes_arr, cols, self._check_first(first, n))
+
+    def _put_rows(self, lanes_arr: np.ndarray, cols: dict[str, np.ndarray], first_arr: np.ndarray) -> np.ndarray:
+        """Write one validated row to each of ``lanes_arr`` (distinct); the caller holds the lock."""
+        if lanes_arr.size == 1:
+            return self._write_lane(int(lanes_arr[0]), cols, 1, first_arr if first_arr.any() else _NO_FIRST)
+        rows = self.count[lanes_arr]
+        old = rows - self.capacity
+        if self._listeners and old.max(initial=-1) >= 0:
+            keep = old >= 0
+            for listener in self._listeners:
+                listener.on_overwrite(lanes_arr[keep], old[keep])
+        r0 = rows[0]
+        if lanes_arr.size == self.num_lanes and (rows == r0).all() and (lanes_arr == self._all_lanes).all():
+            pos = int(r0) % self.capacity  # every lane at one ring position: one strided copy per column
+            for name, col in cols.items():
+                self.columns[name][:, pos] = col
+        else:
             flat_idx = lanes_arr * self.capacity + rows % self.capacity
             for name, col in cols.items():
                 self._flat[name][flat_idx] = col
-            self._mark(lanes_arr, first_arr)
-            return rows
+        self._mark(lanes_arr, first_arr)
+        return rows
 
     def write(self, lanes: Any, rows: Any, data: Any, *, checked: bool = True) -> None:
         """Overwrite some top-level columns of stored rows ``rows[i]`` of lanes ``lanes[i]``.

@@ -218,6 +218,14 @@ class Table:
             lengths_arr = _int_array("lengths", lengths, n)
             prios = _check_priorities(priorities, n)
             cols = self._check_fields(fields, n)
+            return self._insert_checked(lanes_arr, starts_arr, lengths_arr, prios, cols, timeout)
+
+    def _insert_checked(self, lanes_arr: np.ndarray, starts_arr: np.ndarray, lengths_arr: np.ndarray,
+                        prios: np.ndarray, cols: dict[str, np.ndarray], timeout: float | None) -> np.ndarray:
+        """:meth:`insert` of arguments already converted and checked (int64 arrays of one length, float64
+        finite non-negative priorities, item fields of the item spec); windows are still checked."""
+        with self._cond:
+            n = starts_arr.size
             if n <= self._items.num_free and self.rate_limiter.can_insert(n):
                 # The common case: room for all, admitted at once: check and place in one pass.
                 store = self.store

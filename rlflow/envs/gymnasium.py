@@ -1,0 +1,298 @@
+"""Gymnasium environments as a stream of batched TimeSteps, one lane per sub-environment.
+
+:class:`GymEnvironment` wraps a ``gymnasium.Env`` (one lane) or a ``gymnasium.vector.VectorEnv`` (``E``
+lanes, sync or async, any autoreset mode) and hands out :class:`~rlflow.types.TimeStep` s whose flags follow
+the table in :mod:`rlflow.types`::
+
+    env = make("CartPole-v1", num_envs=4)        # autoreset_mode="same_step"
+    ts = env.reset(seed=0)                       # every lane: first=True
+    ts = env.step(np.zeros(4, np.int64))         # reward [4] float32, flags [4] bool
+
+How each gymnasium autoreset mode (``env.metadata["autoreset_mode"]``) becomes flags, per lane:
+
+- ``NEXT_STEP``: the ending call gives ``last=True, first=False`` with ``final_observation`` (and
+  ``observation``) the true final observation. On the next call gymnasium resets that sub-env and
+  ignores its action; the wrapper reports ``first=True, last=False``, reward 0, both flags False.
+- ``SAME_STEP``: the ending call gives ``first=last=True``; ``observation`` is the reset observation,
+  ``final_observation`` the true final one, taken from ``info["final_obs"]``.
+- ``DISABLED``: after a step where lanes ended, the wrapper resets them with
+  ``env.reset(options={"reset_mask": ended})`` and reports ``first=last=True`` as in ``SAME_STEP``;
+  the reset infos are added to ``info`` as ``info["reset_info"]`` (mask ``info["_reset_info"]``).
+
+A plain ``gymnasium.Env`` runs inside a one-lane ``SyncVectorEnv`` in ``SAME_STEP`` mode, so its infos
+are batched like a vector env's.
+
+``final_observation`` is ``None`` when no lane is ``last``. Otherwise its rows for the lanes that are
+not ``last`` carry no meaning: they are the lanes' observations under ``NEXT_STEP`` (where
+``final_observation`` *is* ``observation``) and zero under ``SAME_STEP`` and ``DISABLED`` (a new array,
+built from the ended lanes' rows only).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import gymnasium
+import numpy as np
+from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
+from gymnasium.vector.utils import create_empty_array
+
+from rlflow.specs import Spec, from_space
+from rlflow.types import TimeStep, step_spec
+
+__all__ = ["GymEnvironment", "make", "to_autoreset_mode"]
+
+_MODE_NAMES = {
+    "next_step": AutoresetMode.NEXT_STEP,
+    "same_step": AutoresetMode.SAME_STEP,
+    "disabled": AutoresetMode.DISABLED,
+}
+
+
+def to_autoreset_mode(value: AutoresetMode | str) -> AutoresetMode:
+    """``value`` as an ``AutoresetMode``: the enum, its value (``"SameStep"``) or name (``"same_step"``)."""
+    if isinstance(value, AutoresetMode):
+        return value
+    if isinstance(value, str):
+        if value.lower() in _MODE_NAMES:
+            return _MODE_NAMES[value.lower()]
+        try:
+            return AutoresetMode(value)
+        except ValueError:
+            pass
+    raise ValueError(
+        "autoreset_mode: expected 'next_step', 'same_step', 'disabled' or a gymnasium.vector.AutoresetMode, "
+        f"got {value!r}"
+    )
+
+
+def _set_row(out: Any, i: int, value: Any) -> None:
+    """Write one sub-env's (nested) observation into row ``i`` of the batched arrays ``out``."""
+    if isinstance(out, Mapping):
+        for key, sub in out.items():
+            _set_row(sub, i, value[key])
+    elif isinstance(out, tuple):
+        for sub, item in zip(out, value, strict=True):
+            _set_row(sub, i, item)
+    else:
+        out[i] = value
+
+
+def _rows_where(obs: Any, mask: np.ndarray) -> Any:
+    """New arrays shaped like ``obs``: its rows where ``mask``, zero elsewhere (only those rows are copied)."""
+    if isinstance(obs, Mapping):
+        return {key: _rows_where(sub, mask) for key, sub in obs.items()}
+    if isinstance(obs, tuple):
+        return tuple(_rows_where(sub, mask) for sub in obs)
+    arr = np.asarray(obs)
+    out = np.zeros(arr.shape, arr.dtype)  # calloc: rows never written cost no copy
+    out[mask] = arr[mask]
+    return out
+
+
+class GymEnvironment:
+    """A gymnasium env or vector env as a stream of batched :class:`~rlflow.types.TimeStep` s.
+
+    Args:
+        env: a ``gymnasium.Env`` (one lane, same-step form) or a ``gymnasium.vector.VectorEnv`` (one lane
+            per sub-env; its autoreset mode is read from ``env.metadata["autoreset_mode"]``, ``NEXT_STEP``
+            when missing, as gymnasium assumes).
+        seed: the seed of the first :meth:`reset` when that call gives none (sub-env ``i`` gets ``seed + i``).
+
+    ``reset()`` must come before ``step()``. Observations are the arrays the vector env returns: new
+    ones on every call with gymnasium's default ``copy=True``, its reused buffers with ``copy=False``
+    (valid until the next ``step``/``reset``). The wrapper itself copies only the final observations
+    of ended lanes (``SAME_STEP``, ``DISABLED``).
+    """
+
+    def __init__(self, env: gymnasium.Env | VectorEnv, *, seed: int | None = None) -> None:
+        if isinstance(env, VectorEnv):
+            self._vec: VectorEnv = env
+            mode = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
+        elif isinstance(env, gymnasium.Env):
+            self._vec = SyncVectorEnv([lambda: env], autoreset_mode=AutoresetMode.SAME_STEP)
+            mode = AutoresetMode.SAME_STEP
+        else:
+            raise TypeError(f"env: expected a gymnasium.Env or gymnasium.vector.VectorEnv, got {type(env).__name__}")
+        self._env = env
+        self._mode = to_autoreset_mode(mode)
+        self._num_envs = int(self._vec.num_envs)
+        self._observation_spec = from_space(self._vec.single_observation_space)
+        self._action_spec = from_space(self._vec.single_action_space)
+        self._seed = seed
+        self._pending = np.zeros(self._num_envs, np.bool_)  # NEXT_STEP: lanes gymnasium resets on the next call
+        self._needs_reset = True
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def env(self) -> gymnasium.Env | VectorEnv:
+        """The wrapped env, as given."""
+        return self._env
+
+    @property
+    def num_envs(self) -> int:
+        """The number of lanes ``E``."""
+        return self._num_envs
+
+    @property
+    def autoreset_mode(self) -> AutoresetMode:
+        """How the wrapped env resets ended episodes (``SAME_STEP`` for a plain ``gymnasium.Env``)."""
+        return self._mode
+
+    @property
+    def single_observation_space(self) -> gymnasium.Space:
+        return self._vec.single_observation_space
+
+    @property
+    def single_action_space(self) -> gymnasium.Space:
+        return self._vec.single_action_space
+
+    @property
+    def observation_spec(self) -> Spec:
+        """The spec of one lane's observation (from the single observation space)."""
+        return self._observation_spec
+
+    @property
+    def action_spec(self) -> Spec:
+        """The spec of one lane's action (from the single action space)."""
+        return self._action_spec
+
+    @property
+    def spec(self) -> dict[str, Spec]:
+        """The columns of a step row, without extras: ``rlflow.types.step_spec(observation, action)``."""
+        return step_spec(self._observation_spec, self._action_spec)
+
+    def step_spec(self, extras: Spec | None = None) -> dict[str, Spec]:
+        """The columns of a step row with the user's ``extras`` (log-probs, values, RNN state, ...)."""
+        return step_spec(self._observation_spec, self._action_spec, extras)
+
+    # ------------------------------------------------------------------ stepping
+    def reset(self, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None) -> TimeStep:
+        """Reset every lane: ``first=True``, ``last=False``, reward 0, both flags False."""
+        if options is not None and "reset_mask" in options:
+            raise ValueError("options: expected no 'reset_mask' (reset() resets every lane), got one")
+        if seed is None and self._seed is not None:
+            seed = self._seed
+        self._seed = None
+        obs, info = self._vec.reset(seed=seed, options=options)
+        n = self._num_envs
+        self._pending = np.zeros(n, np.bool_)
+        self._needs_reset = False
+        return TimeStep(obs, np.zeros(n, np.float32), np.zeros(n, np.bool_), np.zeros(n, np.bool_),
+                        np.ones(n, np.bool_), np.zeros(n, np.bool_), None, info)
+
+    def step(self, actions: Any) -> TimeStep:
+        """Take one action per lane (leading axis ``E``, also for a plain env) and report what happened."""
+        if self._needs_reset:
+            raise RuntimeError("step() before reset(): expected a call to reset() first")
+        self._check_actions(actions)
+        obs, reward, terminated, truncated, info = self._vec.step(actions)
+        reward = np.array(reward, dtype=np.float32)
+        terminated = np.array(terminated, dtype=np.bool_)
+        truncated = np.array(truncated, dtype=np.bool_)
+        last = terminated | truncated
+        final = None
+        if self._mode is AutoresetMode.NEXT_STEP:
+            first = self._pending
+            if first.any():  # the reset pseudo-step: never a transition
+                reward[first] = 0.0
+                terminated[first] = truncated[first] = last[first] = False
+            self._pending = last.copy()
+            if last.any():
+                final = obs
+        elif self._mode is AutoresetMode.SAME_STEP:
+            first = last.copy()
+            if last.any():
+                final = self._final_from_info(info, last)
+        else:
+            first = last.copy()
+            if last.any():
+                final = _rows_where(obs, last)  # before the reset, which may overwrite a shared buffer
+                obs, reset_info = self._vec.reset(options={"reset_mask": last.copy()})
+                info = {**info, "reset_info": reset_info, "_reset_info": last.copy()}
+        return TimeStep(obs, reward, terminated, truncated, first, last, final, info)
+
+    def _check_actions(self, actions: Any) -> None:
+        n = self._num_envs
+        stack: list[tuple[str, Any]] = [("", actions)]
+        while stack:
+            path, value = stack.pop()
+            if isinstance(value, Mapping):
+                stack.extend((f"{path}[{k!r}]", v) for k, v in value.items())
+            elif isinstance(value, tuple):
+                stack.extend((f"{path}[{i}]", v) for i, v in enumerate(value))
+            else:
+                shape = np.shape(value)
+                if not shape or shape[0] != n:
+                    raise ValueError(
+                        f"actions{path}: expected a leading axis of size {n} (one action per lane), got shape {shape}"
+                    )
+
+    def _final_from_info(self, info: Mapping[str, Any], last: np.ndarray) -> Any:
+        """The ended lanes' true final observations (``info["final_obs"]``), stacked into batched arrays."""
+        lanes = np.flatnonzero(last)
+        final_obs = info.get("final_obs")
+        mask = info.get("_final_obs")
+        if final_obs is None or (mask is not None and not np.asarray(mask)[lanes].all()):
+            raise RuntimeError(
+                f"a SAME_STEP env ended lanes {lanes.tolist()}: expected their final observations in "
+                f"info['final_obs'], got {'none' if final_obs is None else 'a mask of ' + str(mask)}"
+            )
+        out = create_empty_array(self._vec.single_observation_space, n=self._num_envs, fn=np.zeros)
+        for i in lanes:
+            _set_row(out, int(i), final_obs[i])
+        return out
+
+    # ------------------------------------------------------------------ lifetime
+    def close(self) -> None:
+        """Close the wrapped env (and its worker processes)."""
+        self._vec.close()
+
+    def __enter__(self) -> GymEnvironment:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"GymEnvironment({self._env}, num_envs={self._num_envs}, autoreset_mode={self._mode.name})"
+
+
+def make(
+    env_id: str,
+    num_envs: int | None = 1,
+    *,
+    vectorization_mode: str = "sync",
+    autoreset_mode: AutoresetMode | str = "same_step",
+    seed: int | None = None,
+    **kwargs: Any,
+) -> GymEnvironment:
+    """Build a gymnasium env by id and wrap it.
+
+    ``num_envs=None`` makes a plain env (``gymnasium.make``; one lane, same-step form); an integer
+    (also 1) makes a vector env (``gymnasium.make_vec``) with that many lanes, ``vectorization_mode``
+    ``"sync"``, ``"async"`` or ``"vector_entry_point"`` (the env's own vector class, whose autoreset
+    mode must equal ``autoreset_mode``). ``kwargs`` go to the env constructor (e.g. ``max_episode_steps``)
+    or, as ``vector_kwargs=``/``wrappers=``, to ``make_vec``. ``seed`` seeds the first ``reset()``.
+    """
+    if num_envs is None:
+        return GymEnvironment(gymnasium.make(env_id, **kwargs), seed=seed)
+    if isinstance(num_envs, bool) or not isinstance(num_envs, int | np.integer) or num_envs < 1:
+        raise ValueError(f"num_envs: expected None or an integer >= 1, got {num_envs!r}")
+    mode = to_autoreset_mode(autoreset_mode)
+    if vectorization_mode == "vector_entry_point":
+        env = gymnasium.make_vec(env_id, int(num_envs), vectorization_mode=vectorization_mode, **kwargs)
+        got = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
+        if to_autoreset_mode(got) is not mode:
+            env.close()
+            raise ValueError(
+                f"autoreset_mode: {env_id}'s vector entry point resets in mode {to_autoreset_mode(got).name}, "
+                f"got a request for {mode.name}; pass autoreset_mode={to_autoreset_mode(got).name.lower()!r} "
+                "or vectorization_mode='sync'"
+            )
+    else:
+        vector_kwargs = {**(kwargs.pop("vector_kwargs", None) or {}), "autoreset_mode": mode}
+        env = gymnasium.make_vec(env_id, int(num_envs), vectorization_mode=vectorization_mode,
+                                 vector_kwargs=vector_kwargs, **kwargs)
+    return GymEnvironment(env, seed=seed)

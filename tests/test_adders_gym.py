@@ -1,0 +1,69 @@
+"""Real gymnasium vector envs, every autoreset mode, through the wrapper and the n-step adder."""
+
+import numpy as np
+import pytest
+
+from rlflow import adders, envs
+from rlflow.replay import Fifo, StepStore, Table, Uniform
+from rlflow.replay._item_kernels import LANE, LENGTH, START, VALID
+
+
+def collect(mode: str, n: int, steps: int = 300):
+    """Run CartPole with 3 lanes; return the table, store and the per-lane episodes seen from the wrapper."""
+    env = envs.make("CartPole-v1", num_envs=3, autoreset_mode=mode)
+    store = StepStore(env.spec, capacity=1024, lanes=3)
+    table = Table(store, sampler=Uniform(seed=0), remover=Fifo())
+    adder = adders.NStepTransition(store, [table], n=n, discount=0.5)
+    rng = np.random.default_rng(0)
+    ts = env.reset(seed=0)
+    adder.add_first(ts)
+    episodes = [[[ts.observation[e].copy()]] for e in range(3)]  # per lane: list of [obs..., final obs]
+    rewards = [[[]] for _ in range(3)]
+    ends = [[] for _ in range(3)]
+    for _ in range(steps):
+        actions = rng.integers(0, 2, 3)
+        ts = env.step(actions)
+        adder.add(actions, ts)
+        for e in range(3):
+            if ts.first[e] and not ts.last[e]:  # next-step reset call: a new episode, no transition
+                episodes[e].append([ts.observation[e].copy()])
+                rewards[e].append([])
+                continue
+            rewards[e][-1].append(float(ts.reward[e]))
+            if ts.last[e]:
+                episodes[e][-1].append(ts.final_observation[e].copy())
+                ends[e].append(bool(ts.terminated[e]))
+                if ts.first[e]:
+                    episodes[e].append([ts.observation[e].copy()])
+                    rewards[e].append([])
+            else:
+                episodes[e][-1].append(ts.observation[e].copy())
+    env.close()
+    return table, store, episodes, rewards, ends
+
+
+@pytest.mark.parametrize("mode", ["same_step", "next_step", "disabled"])
+@pytest.mark.parametrize("n", [1, 3])
+def test_every_transition_matches_the_episodes_seen(mode, n):
+    table, store, episodes, rewards, ends = collect(mode, n)
+    want = []
+    for e in range(3):
+        for i, obs in enumerate(episodes[e]):
+            done = i < len(ends[e])  # finished episodes hold their final observation
+            T = len(obs) - 1
+            for t in range(T):
+                k = min(n, T - t)
+                if not done and t + n > T:
+                    continue  # still open: the window needs more steps
+                ret = sum(0.5**j * rewards[e][i][t + j] for j in range(k))
+                disc = 0.0 if done and ends[e][i] and t + k == T else 0.5**k
+                want.append((tuple(obs[t]), round(ret, 5), disc, tuple(obs[t + k])))
+    items = table.items()
+    meta = np.zeros((items["key"].size, 6), np.int64)
+    meta[:, LANE], meta[:, START], meta[:, LENGTH], meta[:, VALID] = (
+        items["lane"], items["start"], items["length"], items["valid"])
+    b, _ = table.view.gather(store, meta, {"return": items["field/return"], "discount": items["field/discount"]})
+    got = [(tuple(b.observation[i]), round(float(b.reward[i]), 5), round(float(b.discount[i]), 6),
+            tuple(b.next_observation[i])) for i in range(items["key"].size)]
+    want = [(o, r, round(float(np.float32(d)), 6), x) for o, r, d, x in want]
+    assert sorted(got) == sorted(want)
