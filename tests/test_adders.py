@@ -344,3 +344,28 @@ def test_one_table_one_item_kind():
     with pytest.raises(SpecError, match="step_spec"):
         s = StepStore({"obs": specs.Field((), np.float32)}, capacity=4)
         adders.NStepTransition(s, [Table(s)])
+
+
+def test_truncate_closes_episodes_at_the_open_row():
+    """truncate(): the open row becomes the final row; each adder writes what a truncated episode gives."""
+    spec = step_spec(specs.Field((), np.float32), specs.Field((), np.int64))
+    cases = {
+        "nstep": (lambda s, t: adders.NStepTransition(s, [t], n=2, discount=G),
+                  [(0, 3, 1.9, 0.81), (1, 3, 1.9, 0.81), (2, 2, 1.0, 0.9)]),
+        "sequence": (lambda s, t: adders.Sequence(s, [t], length=3, period=3), [(0, 3), (3, 1)]),
+        "episode": (lambda s, t: adders.Episode(s, [t], max_length=8), [(0, 4)]),
+    }
+    for name, (make, expected) in cases.items():
+        store = StepStore(spec, capacity=16)
+        table = Table(store, sampler=Fifo(), remover=Fifo())
+        adder = make(store, table)
+        adder.add_first(ts(0.0, first=True))
+        for t in range(3):
+            adder.add(np.array([t]), ts(t + 1.0, 1.0))
+        adder.truncate()
+        got = table_rows(table) if name == "nstep" else [
+            (int(s), int(n)) for s, n in zip(table.items()["start"], table.items()["length"], strict=True)]
+        assert got == expected, name
+        rows = store.gather([0, 0], [2, 3])
+        assert rows["truncated"].tolist() == [True, False] and rows["last"].tolist() == [False, True]
+        adder.add_first(ts(7.0, first=True))  # the lane is free again

@@ -51,6 +51,8 @@ class StepEvents:
         continued_starts: the first row of each continued lane's episode.
         started: lanes that started an episode in this call.
         started_rows: the first row of each started lane's episode.
+        final_was_open: the final rows were already stored as open rows (:meth:`Adder.truncate`), so
+            windows ending on them that were complete before are not new.
     """
 
     ended: np.ndarray
@@ -62,6 +64,7 @@ class StepEvents:
     continued_starts: np.ndarray
     started: np.ndarray
     started_rows: np.ndarray
+    final_was_open: bool = False
 
 
 def _under(name: str, prefix: str) -> bool:
@@ -163,24 +166,70 @@ class Adder:
                         if key in store.spec}
 
     # ------------------------------------------------------------------ the Acme-style interface
-    def add_first(self, timestep: TimeStep) -> None:
-        """Start an episode on every lane (``timestep`` comes from ``env.reset()``: every lane ``first``)."""
-        n = self.num_lanes
+    def add_first(self, timestep: TimeStep, lanes: Any = None) -> None:
+        """Start an episode on every lane, or on ``lanes`` (``timestep`` then leads with ``len(lanes)``).
+
+        ``timestep`` comes from ``env.reset()``: every lane ``first``. The lanes must have no episode in
+        progress (end it, or call :meth:`reset` or :meth:`truncate`).
+        """
+        lanes_arr = self._lanes if lanes is None else self._lane_subset(lanes)
+        n = lanes_arr.size
         first = _bool_lanes("first", timestep.first, n)
         if not first.all():
-            raise SpecError(f"add_first: expected first=True on all {n} lanes, got False on lanes "
+            raise SpecError(f"add_first: expected first=True on all {n} lanes, got False at positions "
                             f"{np.flatnonzero(~first).tolist()}")
-        busy = np.flatnonzero(self._open >= 0)
+        busy = lanes_arr[self._open[lanes_arr] >= 0]
         if busy.size:
             raise ValueError(f"add_first: lanes {busy.tolist()} have an episode in progress; call reset() first")
         obs = self._check(self._obs_fields, {"observation": timestep.observation}, n, "timestep.observation")
-        lanes = np.arange(n)
         with self.store.lock:
-            rows = self._open_rows(lanes, obs, first)
-            empty = lanes[:0]
+            rows = self._open_rows(lanes_arr, obs, first)
+            empty = self._no_lanes
             self._emit(StepEvents(ended=empty, final_rows=empty, episode_starts=empty, terminated=first[:0],
-                                  continued=empty, continued_rows=empty, continued_starts=empty, started=lanes,
+                                  continued=empty, continued_rows=empty, continued_starts=empty, started=lanes_arr,
                                   started_rows=rows))
+
+    def truncate(self, lanes: Any = None) -> None:
+        """End the episodes in progress (on ``lanes``, default all) as truncated at their open row.
+
+        The open row's observation becomes the episode's final observation: its row gets ``last=True``
+        (zero action and reward) and the row before it ``truncated=True``; items are written as for any
+        truncated episode (bootstrapping from that observation). For a run that stops collecting, this
+        keeps the last transitions that :meth:`reset` would drop.
+        """
+        lanes_arr = self._lanes if lanes is None else self._lane_subset(lanes)
+        with self.store.lock:
+            lanes_arr = lanes_arr[self._open[lanes_arr] >= 0]
+            if not lanes_arr.size:
+                return
+            rows = self._open[lanes_arr].copy()
+            starts = self._episode_start[lanes_arr].copy()
+            k = lanes_arr.size
+            zero = _specs.zeros({**self._act_fields, **self._reward_fields, **self._extra_fields}, (k,))
+            self.store.write(lanes_arr, rows, {**self._top(zero), "terminated": np.zeros(k, bool),
+                                               "truncated": np.zeros(k, bool), "last": np.ones(k, bool)},
+                             checked=False)
+            acted = rows > starts  # episodes with at least one action; the others are just dropped
+            if acted.any():
+                self.store.write(lanes_arr[acted], rows[acted] - 1, {"truncated": np.ones(int(acted.sum()), bool)},
+                                 checked=False)
+            self._open[lanes_arr] = -1
+            empty = self._no_lanes
+            ended = lanes_arr[acted]
+            self._emit(StepEvents(ended=ended, final_rows=rows[acted], episode_starts=starts[acted],
+                                  terminated=np.zeros(ended.size, bool), continued=empty, continued_rows=empty,
+                                  continued_starts=empty, started=empty, started_rows=empty, final_was_open=True))
+            if (~acted).any():
+                self._abandon(lanes_arr[~acted])
+
+    def _lane_subset(self, lanes: Any) -> np.ndarray:
+        arr = np.asarray(lanes)
+        if arr.ndim != 1 or arr.dtype.kind not in "iu" or (arr.size and (arr.min() < 0 or arr.max() >= self.num_lanes)):
+            raise ValueError(f"lanes: expected distinct integers in [0, {self.num_lanes}), got {arr!r}")
+        arr = arr.astype(np.int64)
+        if np.unique(arr).size != arr.size:
+            raise ValueError(f"lanes: expected distinct integers in [0, {self.num_lanes}), got {arr.tolist()}")
+        return arr
 
     def add(self, actions: Any, next_timestep: TimeStep, extras: Any = None) -> None:
         """Record the actions taken on every lane and what followed (see :mod:`rlflow.types`).

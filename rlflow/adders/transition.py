@@ -89,7 +89,9 @@ class NStepTransition(Adder):
         if events.ended.size:
             # Lanes that ended: every start within n rows of the final row, each with k = final - start.
             f, s0 = events.final_rows, events.episode_starts
-            first = np.maximum(s0, f - n)
+            # (After truncate() the final row was the open row: the window reaching it at full length n
+            # was written when that row arrived.)
+            first = np.maximum(s0, f - n + int(events.final_was_open))
             count = f - first
             end_lanes = np.repeat(events.ended, count)
             offsets = np.arange(count.sum()) - np.repeat(np.cumsum(count) - count, count)

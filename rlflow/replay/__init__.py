@@ -1,5 +1,6 @@
 """Replay: step storage, tables of items, selectors, rate limiters and checkpoints."""
 
+from rlflow.replay.buffer import ReplayBuffer
 from rlflow.replay.checkpoint import CheckpointError, load, save
 from rlflow.replay.rate_limiters import MinSize, Queue, RateLimiter, SampleToInsertRatio, Stack
 from rlflow.replay.sample import Sample
@@ -18,6 +19,7 @@ __all__ = [
     "Queue",
     "RateLimitTimeout",
     "RateLimiter",
+    "ReplayBuffer",
     "Sample",
     "SampleToInsertRatio",
     "Selector",

@@ -1,0 +1,127 @@
+"""The ReplayBuffer facade against a plain list of the transitions added."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gymnasium import spaces
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rlflow.replay import ReplayBuffer
+from rlflow.replay._item_kernels import LANE, LENGTH, START, VALID
+from rlflow.specs import SpecError
+
+OBS = spaces.Box(-10, 10, (3,), np.float32)
+ACT = spaces.Discrete(4)
+G = 0.9
+
+
+def all_transitions(buf):
+    it = buf.table.items()
+    meta = np.zeros((it["key"].size, 6), np.int64)
+    meta[:, LANE], meta[:, START], meta[:, LENGTH], meta[:, VALID] = it["lane"], it["start"], it["length"], it["valid"]
+    b, _ = buf.table.view.gather(buf.store, meta, {"return": it["field/return"], "discount": it["field/discount"]})
+    return sorted((tuple(b.observation[i]), int(b.action[i]), round(float(b.reward[i]), 4),
+                   round(float(b.discount[i]), 5), tuple(b.next_observation[i])) for i in range(it["key"].size))
+
+
+def reference(transitions, n, closed):
+    """n-step transitions from a list of (obs, action, reward, next_obs, terminated, truncated).
+
+    An episode ends on terminated/truncated, or where the next transition's obs is not this next_obs
+    (then it is truncated there). The last episode is open unless ``closed``.
+    """
+    episodes, cur = [], []
+    for i, tr in enumerate(transitions):
+        cur.append(tr)
+        nxt = transitions[i + 1] if i + 1 < len(transitions) else None
+        ended = tr[4] or tr[5] or (nxt is not None and nxt[0] != tr[3])
+        if ended or nxt is None:
+            episodes.append((cur, ended or closed, tr[4]))
+            cur = []
+    out = []
+    for steps, done, terminated in episodes:
+        T = len(steps)
+        for t in range(T):
+            k = min(n, T - t)
+            if not done and t + n > T:
+                continue
+            ret = sum(G**j * steps[t + j][2] for j in range(k))
+            disc = 0.0 if (done and terminated and t + k == T) else G**k
+            out.append((steps[t][0], steps[t][1], round(float(np.float32(ret)), 4),
+                        round(float(np.float32(disc)), 5), steps[t + k - 1][3]))
+    return sorted(out)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.integers(1, 4), st.lists(st.sampled_from(["mid", "mid", "mid", "term", "trunc", "jump"]), max_size=30),
+       st.booleans())
+def test_matches_the_transitions_added(n, plan, close):
+    rng = np.random.default_rng(len(plan))
+    buf = ReplayBuffer(OBS, ACT, capacity=256, n_step=n, discount=G)
+    added = []
+    obs = rng.integers(-9, 9, 3).astype(np.float32)
+    for what in plan:
+        if what == "jump":  # the loop restarts from an unrelated observation without an episode end
+            obs = rng.integers(-9, 9, 3).astype(np.float32)
+            what = "mid"
+        action, reward = int(rng.integers(0, 4)), float(np.float32(rng.standard_normal()))
+        nxt = rng.integers(-9, 9, 3).astype(np.float32)
+        term, trunc = what == "term", what == "trunc"
+        buf.add(obs, action, reward, nxt, term, trunc)
+        added.append((tuple(obs), action, reward, tuple(nxt), term, trunc))
+        obs = rng.integers(-9, 9, 3).astype(np.float32) if term or trunc else nxt
+    if close:
+        buf.end_episodes()
+    assert all_transitions(buf) == reference(added, n, close)
+
+
+def test_batched_envs_store_each_observation_once():
+    buf = ReplayBuffer(OBS, ACT, capacity=1000, num_envs=4, n_step=1)
+    obs = np.zeros((4, 3), np.float32)
+    for t in range(10):
+        nxt = np.full((4, 3), t + 1, np.float32)
+        buf.add(obs, np.zeros(4, np.int64), np.ones(4, np.float32), nxt, np.zeros(4, bool), np.zeros(4, bool))
+        obs = nxt
+    assert len(buf) == 40
+    assert len(buf.store) == 44  # 11 observations per env, each stored once
+    batch = buf.sample(8).data
+    np.testing.assert_array_equal(batch.next_observation, batch.observation + 1)
+
+
+def test_prioritized_updates_and_weights():
+    buf = ReplayBuffer(OBS, ACT, capacity=100, prioritized=True, seed=0)
+    obs = np.zeros(3, np.float32)
+    for t in range(20):
+        nxt = np.full(3, t + 1, np.float32)
+        buf.add(obs, 1, 1.0, nxt, False, False)
+        obs = nxt
+    s = buf.sample(16)
+    assert buf.update_priorities(s.keys, np.arange(16) + 1.0) == 16
+    assert s.weights.shape == (16,)
+
+
+@pytest.mark.parametrize("bad,match", [
+    (dict(action=7), "<= 3"),
+    (dict(obs=np.zeros(4, np.float32)), "shape"),
+    (dict(next_obs=np.full(3, np.nan, np.float32)), "finite"),
+    (dict(terminated="yes"), "terminated"),
+])
+def test_bad_input_changes_nothing(bad, match):
+    buf = ReplayBuffer(OBS, ACT, capacity=64, n_step=2)
+    obs = np.zeros(3, np.float32)
+    for t in range(70):  # wrap the ring
+        nxt = np.full(3, t % 9, np.float32)
+        buf.add(obs, 1, 1.0, nxt, t % 13 == 0, False)
+        obs = np.zeros(3, np.float32) if t % 13 == 0 else nxt
+    before = {k: v.copy() for k, v in buf.store.state_dict().items()}, buf.table.items()
+    args = dict(obs=np.ones(3, np.float32), action=1, reward=1.0, next_obs=np.ones(3, np.float32),
+                terminated=False, truncated=False)
+    args.update(bad)
+    with pytest.raises((SpecError, ValueError), match=match):
+        buf.add(**args)
+    for k, v in buf.store.state_dict().items():
+        np.testing.assert_array_equal(v, before[0][k])
+    for k, v in buf.table.items().items():
+        np.testing.assert_array_equal(v, before[1][k])
