@@ -1,0 +1,184 @@
+"""Minibatch indices for on-policy rollouts ``[T, E, ...]`` (time, envs, ...).
+
+- :func:`feedforward` shuffles single steps: each epoch yields ``(t, e)`` index arrays ``[M]`` covering
+  every (valid) step exactly once.
+- :func:`recurrent_chunks` cuts every lane (env) into chunks of ``L`` consecutive steps, never across
+  lanes, and shuffles whole chunks: each epoch yields :class:`Chunks` with ``(t, e)`` indices ``[M, L]``,
+  each chunk's first step (to take its initial RNN state from the states stored during the rollout) and a
+  mask ``[M, L]`` for the last, partial chunk of a lane when ``T`` is not a multiple of ``L``.
+- :func:`take` gathers nested dicts (lists, tuples) of numpy arrays or torch tensors with those indices.
+
+An agent axis ``[T, E, A, ...]`` comes along as data (the gathered leaves are ``[M, A, ...]``, one
+minibatch holds all agents of a step, as MAPPO's shared critic wants), or becomes lanes: reshape every
+array to ``[T, E * A, ...]`` and pass ``E * A`` (one RNN stream per agent, independent sampling).
+
+Indices are built at the call, so a bad argument raises there, and one call is one epoch: call again
+(with the same generator) for the next epoch.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from typing import Any, NamedTuple
+
+import numpy as np
+
+__all__ = ["Chunks", "chunk_resets", "feedforward", "recurrent_chunks", "take"]
+
+
+def _positive(name: str, value: Any) -> int:
+    if isinstance(value, bool) or int(value) != value or value < 1:
+        raise ValueError(f"{name}: expected an integer >= 1, got {value!r}")
+    return int(value)
+
+
+def _numpy(x: Any) -> np.ndarray:
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(x, torch.Tensor):
+        return x.detach().cpu().numpy()
+    return np.asarray(x)
+
+
+def feedforward(
+    T: int,
+    E: int,
+    num_minibatches: int | None = None,
+    *,
+    minibatch_size: int | None = None,
+    rng: np.random.Generator | int | None = None,
+    mask: Any = None,
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """One epoch of shuffled minibatches of single steps.
+
+    Args:
+        T, E: the rollout's time steps and envs (lanes).
+        num_minibatches: split the valid steps into this many minibatches, whose sizes differ by at most
+            one. Give this or ``minibatch_size``.
+        minibatch_size: minibatches of this many steps; the last one holds the rest (may be smaller).
+        rng: a numpy Generator, or a seed for one.
+        mask: ``[T, E]`` bool (numpy or torch); only steps marked True are yielded.
+
+    Returns:
+        An iterator of ``(t, e)``: int64 arrays ``[M]``; ``take(rollout, (t, e))`` gives ``[M, ...]``.
+    """
+    T, E = _positive("T", T), _positive("E", E)
+    if (num_minibatches is None) == (minibatch_size is None):
+        raise ValueError(f"expected exactly one of num_minibatches and minibatch_size, "
+                         f"got num_minibatches={num_minibatches!r} and minibatch_size={minibatch_size!r}")
+    if mask is None:
+        valid = np.arange(T * E)
+    else:
+        m = _numpy(mask)
+        if m.shape != (T, E):
+            raise ValueError(f"mask: expected shape ({T}, {E}), got {m.shape}")
+        valid = np.flatnonzero(m.astype(bool))
+    order = np.random.default_rng(rng).permutation(valid)
+    if num_minibatches is not None:
+        k = _positive("num_minibatches", num_minibatches)
+        if k > order.size:
+            raise ValueError(f"num_minibatches: expected at most the {order.size} valid steps, got {k}")
+        batches = np.array_split(order, k)
+    else:
+        size = _positive("minibatch_size", minibatch_size)
+        batches = [order[i:i + size] for i in range(0, order.size, size)]
+    return iter([(b // E, b % E) for b in batches])
+
+
+class Chunks(NamedTuple):
+    """One minibatch of ``M`` chunks of ``L`` steps.
+
+    Attributes:
+        index: ``(t, e)``, int64 ``[M, L]``: the steps of each chunk, all in lane ``e[i, 0]``. Past the
+            rollout's end ``t`` repeats the lane's last step (and ``mask`` is False).
+        start: ``(t, e)``, int64 ``[M]``: each chunk's first step; ``take(rnn_states, chunks.start)`` gives
+            the initial RNN state of every chunk from the states stored during the rollout.
+        mask: ``[M, L]`` bool, False past the rollout's end.
+    """
+
+    index: tuple[np.ndarray, np.ndarray]
+    start: tuple[np.ndarray, np.ndarray]
+    mask: np.ndarray
+
+
+def recurrent_chunks(
+    T: int, E: int, chunk_length: int, num_minibatches: int, *, rng: np.random.Generator | int | None = None
+) -> Iterator[Chunks]:
+    """One epoch of shuffled minibatches of chunks of consecutive steps, for recurrent policies.
+
+    Each lane is cut at ``0, L, 2L, ...`` into ``ceil(T / L)`` chunks (the last is partial when ``L`` does
+    not divide ``T``); the ``E * ceil(T / L)`` chunks are shuffled and split into ``num_minibatches``
+    minibatches whose sizes differ by at most one. Chunks may contain episode starts: reset the RNN state
+    there (:func:`chunk_resets`).
+
+    Args:
+        T, E: the rollout's time steps and envs (lanes).
+        chunk_length: ``L``, steps per chunk.
+        num_minibatches: at most the number of chunks.
+        rng: a numpy Generator, or a seed for one.
+
+    Returns:
+        An iterator of :class:`Chunks`.
+    """
+    T, E, L = _positive("T", T), _positive("E", E), _positive("chunk_length", chunk_length)
+    k = _positive("num_minibatches", num_minibatches)
+    per_lane = -(-T // L)
+    if k > E * per_lane:
+        raise ValueError(f"num_minibatches: expected at most the {E * per_lane} chunks "
+                         f"({E} lanes x ceil({T} / {L})), got {k}")
+    order = np.random.default_rng(rng).permutation(E * per_lane)
+    out = []
+    for b in np.array_split(order, k):
+        t0, e0 = (b % per_lane) * L, b // per_lane
+        t = t0[:, None] + np.arange(L)
+        e = np.broadcast_to(e0[:, None], t.shape).copy()
+        out.append(Chunks((np.minimum(t, T - 1), e), (t0, e0), t < T))
+    return iter(out)
+
+
+def chunk_resets(first: Any, chunks: Chunks) -> Any:
+    """``[M, L]`` bool: where to reset the RNN state to the initial state before processing a step.
+
+    ``first [T, E]`` marks steps that start an episode (``first[t] = terminated[t-1] | truncated[t-1]``
+    for ``t > 0``, and at ``t = 0`` whether the rollout's first step starts one). A reset at a chunk's
+    first step is harmless when the stored state there is already the reset state. Returns the type of
+    ``first`` (numpy or torch, on its device); False where ``chunks.mask`` is.
+    """
+    got = take(first, chunks.index)
+    if isinstance(got, np.ndarray):
+        return got & chunks.mask
+    return got & sys.modules["torch"].as_tensor(chunks.mask, device=got.device)
+
+
+def take(tree: Any, index: Any) -> Any:
+    """Gather every leaf of nested dicts/lists/tuples: ``leaf[index]``.
+
+    Args:
+        tree: numpy arrays or torch tensors, nested in dicts, lists and tuples (NamedTuples kept).
+        index: a tuple of integer arrays indexing the leading axes, e.g. ``(t, e)`` from the iterators.
+            Torch leaves are indexed with the indices moved to their device.
+
+    Returns:
+        The same nesting, each leaf ``leaf[index]`` (a copy).
+    """
+    index = tuple(index) if isinstance(index, tuple | list) else (index,)
+    torch = sys.modules.get("torch")
+    on_device: dict[Any, tuple[Any, ...]] = {}
+
+    def gather(node: Any) -> Any:
+        if isinstance(node, dict):
+            return {k: gather(v) for k, v in node.items()}
+        if isinstance(node, tuple) and hasattr(node, "_fields"):
+            return type(node)(*(gather(v) for v in node))
+        if isinstance(node, tuple | list):
+            return type(node)(gather(v) for v in node)
+        if isinstance(node, np.ndarray):
+            return node[tuple(_numpy(i) for i in index)]
+        if torch is not None and isinstance(node, torch.Tensor):
+            if node.device not in on_device:
+                on_device[node.device] = tuple(torch.as_tensor(i, device=node.device) for i in index)
+            return node[on_device[node.device]]
+        raise TypeError(f"take: expected numpy arrays or torch tensors in nested dicts/lists/tuples, "
+                        f"got {type(node).__name__}")
+
+    return gather(tree)

@@ -1,0 +1,167 @@
+"""rlflow.minibatches: coverage of every step once per epoch, chunks within lanes, determinism, take."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import NamedTuple
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rlflow import minibatches as mb
+
+
+@settings(max_examples=80)
+@given(st.integers(1, 12), st.integers(1, 4), st.integers(1, 6), st.booleans(), st.integers(0, 2**32 - 1))
+def test_feedforward_covers_every_valid_step_once(T, E, k, use_mask, seed):
+    rng = np.random.default_rng(seed)
+    mask = rng.random((T, E)) < 0.6 if use_mask else None
+    valid = {(t, e) for t in range(T) for e in range(E) if mask is None or mask[t, e]}
+    if k > len(valid):
+        with pytest.raises(ValueError, match=f"num_minibatches: expected at most the {len(valid)} valid steps"):
+            mb.feedforward(T, E, k, rng=seed, mask=mask)
+        return
+    batches = list(mb.feedforward(T, E, k, rng=seed, mask=mask))
+    assert len(batches) == k
+    sizes = [len(t) for t, _ in batches]
+    assert max(sizes) - min(sizes) <= 1
+    seen = Counter((int(t), int(e)) for ts, es in batches for t, e in zip(ts, es, strict=True))
+    assert set(seen) == valid and set(seen.values()) == {1}
+
+
+@settings(max_examples=40)
+@given(st.integers(1, 12), st.integers(1, 4), st.integers(1, 10))
+def test_feedforward_minibatch_size(T, E, size):
+    batches = list(mb.feedforward(T, E, minibatch_size=size, rng=0))
+    assert [len(t) for t, _ in batches[:-1]] == [size] * (len(batches) - 1)
+    assert 1 <= len(batches[-1][0]) <= size
+    flat = np.concatenate([t * E + e for t, e in batches])
+    np.testing.assert_array_equal(np.sort(flat), np.arange(T * E))
+
+
+def test_feedforward_is_deterministic_with_a_seed_and_shuffles():
+    a = [np.stack(b) for b in mb.feedforward(16, 4, 4, rng=7)]
+    b = [np.stack(b) for b in mb.feedforward(16, 4, 4, rng=np.random.default_rng(7))]
+    for x, y in zip(a, b, strict=True):
+        np.testing.assert_array_equal(x, y)
+    rng = np.random.default_rng(7)
+    first, second = (np.concatenate([t for t, _ in mb.feedforward(16, 4, 4, rng=rng)]) for _ in range(2))
+    assert not np.array_equal(first, second)  # one generator: a new order every epoch
+    assert not np.array_equal(first, np.repeat(np.arange(16), 4))
+
+
+def test_feedforward_bad_arguments():
+    with pytest.raises(ValueError, match="expected exactly one of num_minibatches and minibatch_size, got "
+                                         "num_minibatches=None and minibatch_size=None"):
+        mb.feedforward(4, 2)
+    with pytest.raises(ValueError, match="expected exactly one of"):
+        mb.feedforward(4, 2, 2, minibatch_size=4)
+    with pytest.raises(ValueError, match="minibatch_size: expected an integer >= 1, got 0"):
+        mb.feedforward(4, 2, minibatch_size=0)
+    with pytest.raises(ValueError, match="T: expected an integer >= 1, got 0"):
+        mb.feedforward(0, 2, 1)
+    with pytest.raises(ValueError, match=r"mask: expected shape \(4, 2\), got \(2, 4\)"):
+        mb.feedforward(4, 2, 1, mask=np.ones((2, 4), bool))
+    with pytest.raises(ValueError, match="num_minibatches: expected at most the 8 valid steps, got 9"):
+        mb.feedforward(4, 2, 9)
+
+
+@settings(max_examples=80)
+@given(st.integers(1, 12), st.integers(1, 4), st.integers(1, 14), st.integers(1, 8), st.integers(0, 2**32 - 1))
+def test_recurrent_chunks_tile_each_lane(T, E, L, k, seed):
+    per_lane = -(-T // L)
+    if k > E * per_lane:
+        with pytest.raises(ValueError, match=f"num_minibatches: expected at most the {E * per_lane} chunks"):
+            mb.recurrent_chunks(T, E, L, k, rng=seed)
+        return
+    batches = list(mb.recurrent_chunks(T, E, L, k, rng=seed))
+    assert len(batches) == k
+    sizes = [len(c.mask) for c in batches]
+    assert max(sizes) - min(sizes) <= 1 and sum(sizes) == E * per_lane
+    seen: Counter = Counter()
+    for c in batches:
+        (t, e), (t0, e0) = c.index, c.start
+        M = len(t0)
+        assert t.shape == e.shape == c.mask.shape == (M, L) and t.dtype == e.dtype == np.int64
+        assert np.all(e == e0[:, None])                          # a chunk never leaves its lane
+        np.testing.assert_array_equal(t[:, 0], t0)               # the start is the chunk's first step
+        assert np.all(t0 % L == 0) and np.all(t0 < T)            # chunks start at 0, L, 2L, ...
+        raw = t0[:, None] + np.arange(L)
+        np.testing.assert_array_equal(c.mask, raw < T)           # only past the rollout's end is masked
+        np.testing.assert_array_equal(t, np.minimum(raw, T - 1))  # padding repeats the last step
+        seen.update(zip(t[c.mask].tolist(), e[c.mask].tolist(), strict=True))
+    assert seen == Counter({(t, e): 1 for t in range(T) for e in range(E)})
+
+
+def test_recurrent_chunks_deterministic_and_bad_arguments():
+    a = list(mb.recurrent_chunks(10, 3, 4, 2, rng=1))
+    b = list(mb.recurrent_chunks(10, 3, 4, 2, rng=1))
+    for x, y in zip(a, b, strict=True):
+        np.testing.assert_array_equal(x.index[0], y.index[0])
+        np.testing.assert_array_equal(x.index[1], y.index[1])
+    with pytest.raises(ValueError, match="chunk_length: expected an integer >= 1, got 0"):
+        mb.recurrent_chunks(10, 3, 0, 2)
+    with pytest.raises(ValueError,
+                       match=r"num_minibatches: expected at most the 9 chunks \(3 lanes x ceil\(10 / 4\)\), got 10"):
+        mb.recurrent_chunks(10, 3, 4, 10)
+    with pytest.raises(ValueError, match="num_minibatches: expected an integer >= 1, got 0"):
+        mb.recurrent_chunks(10, 3, 4, 0)
+    with pytest.raises(ValueError, match=r"chunk_length: expected an integer >= 1, got 2\.5"):
+        mb.recurrent_chunks(10, 3, 2.5, 1)
+
+
+@pytest.mark.parametrize("as_torch", [False, True])
+def test_chunks_replay_a_recurrent_rollout(as_torch):
+    """Initial states from chunk starts plus resets at episode starts reproduce the rollout's states."""
+    T, E, L = 11, 3, 4
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(T, E))
+    first = rng.random((T, E)) < 0.2
+    first[0] = first[-1] = True  # an episode starts at the last step, which pads the partial chunks
+    states = np.zeros((T, E))  # the state given to the policy at each step, as an actor stores it
+    h = np.full(E, 7.0)
+    for t in range(T):
+        h = np.where(first[t], 0.0, h)
+        states[t] = h
+        h = 0.5 * h + x[t]
+    rollout = {"x": x, "rnn": states, "first": first}
+    if as_torch:
+        rollout = {k: torch.from_numpy(v) for k, v in rollout.items()}
+    for chunks in mb.recurrent_chunks(T, E, L, 3, rng=0):
+        batch = mb.take(rollout, chunks.index)
+        reset = mb.chunk_resets(rollout["first"], chunks)
+        h = mb.take(rollout["rnn"], chunks.start)
+        replayed = []
+        for j in range(L):
+            h = torch.where(reset[:, j], 0.0, h) if as_torch else np.where(reset[:, j], 0.0, h)
+            replayed.append(h)
+            h = 0.5 * h + batch["x"][:, j]
+        got = torch.stack(replayed, 1).numpy() if as_torch else np.stack(replayed, 1)
+        want = np.asarray(batch["rnn"])
+        np.testing.assert_allclose(got[chunks.mask], want[chunks.mask], rtol=1e-12)
+        assert not np.asarray(reset)[~chunks.mask].any()
+
+
+class Pair(NamedTuple):
+    a: np.ndarray
+    b: torch.Tensor
+
+
+def test_take_gathers_nested_numpy_and_torch():
+    T, E, A = 6, 2, 3
+    tree = {"obs": np.arange(T * E * A * 2.0).reshape(T, E, A, 2), "pair": Pair(np.arange(T * E).reshape(T, E),
+            torch.arange(T * E).reshape(T, E)), "list": [torch.ones(T, E, 5)]}
+    (t, e) = next(mb.feedforward(T, E, 2, rng=0))
+    got = mb.take(tree, (t, e))
+    assert got["obs"].shape == (6, A, 2) and isinstance(got["pair"], Pair)
+    np.testing.assert_array_equal(got["obs"], tree["obs"][t, e])
+    np.testing.assert_array_equal(got["pair"].a, t * E + e)
+    np.testing.assert_array_equal(got["pair"].b.numpy(), t * E + e)
+    assert got["list"][0].shape == (6, 5)
+    chunks = next(mb.recurrent_chunks(T, E, 4, 1, rng=0))
+    assert mb.take(tree, chunks.index)["obs"].shape == (4, 4, A, 2)
+    with pytest.raises(TypeError, match=r"take: expected numpy arrays or torch tensors .*, got str"):
+        mb.take({"a": "text"}, (t, e))
