@@ -32,7 +32,7 @@ import peers
 from peers import ADAPTERS, CASES, Case, get_pool
 
 from rlflow import adders, specs
-from rlflow.replay import Fifo, MinSize, Prioritized, StepStore, Table, Uniform
+from rlflow.replay import Fifo, MinSize, Prioritized, ReplayBuffer, StepStore, Table, Uniform
 from rlflow.types import TimeStep, step_spec
 
 
@@ -42,8 +42,9 @@ class RlflowAdapter(peers._Base):
     Every row is written once, through ``adders.NStepTransition`` (n = 1, or ``case.nstep``); the table's
     items are windows of rows and sampling returns ``Transition`` batches (``next_observation`` is the
     row ``k`` steps later, never a copy). Episode ends are the pool's ``done`` flags, as terminations with
-    a same-step reset. Add cases time ``adder.add`` with one row per lane: 256 lanes for the batched
-    cases (a vector env's step), one for ``add_one``. Sample cases fill 256 lanes (32 for pixels).
+    a same-step reset. The batched add cases time ``adder.add`` with one row per lane on 256 lanes (a
+    vector env's step); ``add_one`` times ``ReplayBuffer.add`` of one transition. Sample cases fill 256
+    lanes (32 for pixels).
     """
 
     name = "rlflow"
@@ -58,22 +59,24 @@ class RlflowAdapter(peers._Base):
     def describe(self, case: Case) -> str:
         n = f"NStepTransition(n={case.nstep})"
         return {
-            "add": f"{n}.add, {case.batch} lane(s)",
+            "add": "ReplayBuffer.add (one env)" if case.batch == 1 else f"{n}.add, {case.batch} lanes",
             "sample": f"Table.sample (Uniform) of {n} items",
             "per": f"Table.sample (Prioritized) + update_priorities of {n} items",
         }[case.op]
 
     def setup(self, case: Case, rng: np.random.Generator) -> None:
         pool = get_pool(case)
+        if case.op == "add" and case.batch == 1:
+            self._setup_buffer(case, pool)
+            return
         lanes = case.batch if case.op == "add" else (32 if case.pixel else 256)
         spec = step_spec(specs.Field(case.obs_shape, case.obs_dtype), specs.Field((case.act_dim,), case.act_dtype))
         self.store = StepStore(spec, capacity=case.capacity // lanes, lanes=lanes)
         sampler = Prioritized(peers.PER_ALPHA, peers.PER_BETA, seed=0) if case.op == "per" else Uniform(seed=0)
         self.table = Table(self.store, sampler=sampler, remover=Fifo(), rate_limiter=MinSize(1))
         self.adder = adders.NStepTransition(self.store, [self.table], n=case.nstep, discount=case.gamma)
-        calls = pool.rows // lanes
         steps = []
-        for k in range(calls):
+        for k in range(pool.rows // lanes):
             lo, hi = k * lanes, (k + 1) * lanes
             done = pool.done[lo:hi]
             z = np.zeros(lanes, bool)
@@ -84,30 +87,33 @@ class RlflowAdapter(peers._Base):
         self._items = steps
         self.adder.add_first(TimeStep(pool.frames[:lanes], np.zeros(lanes, np.float32), np.zeros(lanes, bool),
                                       np.zeros(lanes, bool), np.ones(lanes, bool), np.zeros(lanes, bool)))
-        if lanes == 1:  # one lane: fill the ring in large blocks, then go on through the adder
-            self._fill_one_lane(case, pool)
-        else:
-            while int(self.store.count.min()) < self.store.capacity:
-                self.adder.add(*self._next_item())
+        while int(self.store.count.min()) < self.store.capacity:
+            self.adder.add(*self._next_item())
         if case.op == "per":
             self._prios = list(pool.priorities.astype(np.float64))
 
-    def _fill_one_lane(self, case: Case, pool: Any) -> None:
-        """Rows and one-step items written in blocks (the adder's rows and items, without its per-call cost)."""
-        store, cap = self.store, self.store.capacity
-        z = np.zeros(pool.rows, bool)
-        while int(store.count[0]) < cap + 1:
-            n = min(pool.rows, cap + 1 - int(store.count[0]))
-            rows = store.extend(0, {"observation": pool.obs(0, n), "action": pool.act[:n], "reward": pool.rew[:n],
-                                    "terminated": z[:n], "truncated": z[:n], "first": z[:n], "last": z[:n]})
-            starts = rows - 1
-            starts = starts[starts >= max(0, int(store.count[0]) - cap)]
-            self.table.insert(np.zeros(starts.size, np.int64), starts, 2,
-                              fields={"return": pool.rew[:starts.size], "discount": np.full(starts.size, 0.99)})
-        self.adder._open[0] = int(store.count[0]) - 1  # the last row is the open one
+    def _setup_buffer(self, case: Case, pool: Any) -> None:
+        """add_one: the ReplayBuffer facade (one env), filled in blocks through the adder's add_steps."""
+        obs, act = specs.Field(case.obs_shape, case.obs_dtype), specs.Field((case.act_dim,), case.act_dtype)
+        self.buf = ReplayBuffer(obs, act, capacity=case.capacity, n_step=case.nstep, discount=case.gamma)
+        self.store, self.table, self.adder = self.buf.store, self.buf.table, self.buf.adder
+        self.buf.add(pool.frames[0], pool.act[0], pool.rew[0], pool.frames[1], False, False)
+        self.buf.flush()
+        written = 1
+        while written < case.capacity:
+            n = min(pool.rows - 1, case.capacity - written)
+            self.adder.add_steps(0, pool.act[1:n + 1], pool.rew[1:n + 1], pool.frames[2:n + 2])
+            written += n
+        # One transition per call, continuing from the last stored observation: frames i -> i + 1.
+        last = pool.frames[n + 1]
+        self._items = [(last if i == 0 else pool.frames[i], pool.act[i], pool.rew[i], pool.frames[i + 1], pool.done[i])
+                       for i in range(peers.ADD_ONE_CYCLE)]
 
     def run_once(self, case: Case) -> None:
-        if case.op == "add":
+        if case.op == "add" and case.batch == 1:
+            obs, act, rew, nxt, done = self._next_item()
+            self.buf.add(obs, act, rew, nxt, done, False)
+        elif case.op == "add":
             self.adder.add(*self._next_item())
         elif case.op == "per":
             sample = self.table.sample(case.batch)
@@ -118,7 +124,7 @@ class RlflowAdapter(peers._Base):
 
     def teardown(self) -> None:
         super().teardown()
-        self.store = self.table = self.adder = self._out = None  # type: ignore[assignment]
+        self.store = self.table = self.adder = self.buf = self._out = None  # type: ignore[assignment]
 
 
 WARMUP_ROUNDS = 2  # timed but not counted

@@ -369,3 +369,51 @@ def test_truncate_closes_episodes_at_the_open_row():
         rows = store.gather([0, 0], [2, 3])
         assert rows["truncated"].tolist() == [True, False] and rows["last"].tolist() == [False, True]
         adder.add_first(ts(7.0, first=True))  # the lane is free again
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 4), st.lists(st.integers(1, 6), min_size=1, max_size=8),
+       st.sampled_from(["mid", "term", "trunc"]), st.integers(0, 6))
+def test_add_steps_equals_one_add_per_step(n, chunks, end, slack):
+    """add_steps over chunks of a lane's steps writes the same rows and items as add() per step."""
+    total = sum(chunks)
+    capacity = max(chunks) + n + 3 + slack
+    rng = np.random.default_rng(total)
+    acts = rng.integers(0, 6, total)
+    rews = rng.standard_normal(total).astype(np.float32)
+    vs = rng.standard_normal(total).astype(np.float32)
+    obs = np.stack([np.array([0.0, i], np.float32) for i in range(total + 1)])
+    results = []
+    for chunked in (False, True):
+        store = StepStore(SPEC, capacity=capacity)
+        table = Table(store, sampler=Fifo(), remover=Fifo())
+        adder = adders.NStepTransition(store, [table], n=n, discount=G)
+        z = np.zeros(1, bool)
+        adder.add_first(TimeStep(obs[:1], np.zeros(1, np.float32), z, z, ~z, z))
+        if chunked:
+            i = 0
+            for c in chunks:
+                stop = i + c == total and end != "mid"
+                adder.add_steps(0, acts[i:i + c], rews[i:i + c], obs[i + 1:i + c + 1], extras={"v": vs[i:i + c]},
+                                terminated=stop and end == "term", truncated=stop and end == "trunc")
+                i += c
+        else:
+            for i in range(total):
+                stop = i == total - 1 and end != "mid"
+                te, tr = np.array([stop and end == "term"]), np.array([stop and end == "trunc"])
+                adder.add(acts[i:i + 1], TimeStep(obs[i + 1:i + 2], rews[i:i + 1], te, tr, z, te | tr,
+                                                  obs[i + 1:i + 2] if stop else None), {"v": vs[i:i + 1]})
+        state = {k: v.copy() for k, v in store.state_dict().items()}
+        items = table.items()
+        results.append((state, {k: v for k, v in items.items() if k != "key"}, adder._open.copy()))
+    (s1, i1, o1), (s2, i2, o2) = results
+    open_row = o1[0]
+    for k in s1:
+        a, b = s1[k], s2[k]
+        if open_row >= 0 and k in ("column/action", "column/reward", "column/extras/v"):
+            pos = open_row % capacity  # the open row's action and reward are not written yet
+            a, b = np.delete(a, pos, axis=1), np.delete(b, pos, axis=1)
+        np.testing.assert_array_equal(a, b, err_msg=k)
+    for k in i1:
+        np.testing.assert_allclose(i1[k], i2[k], rtol=1e-6, err_msg=k)
+    np.testing.assert_array_equal(o1, o2)

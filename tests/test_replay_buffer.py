@@ -18,6 +18,7 @@ G = 0.9
 
 
 def all_transitions(buf):
+    buf.flush()
     it = buf.table.items()
     meta = np.zeros((it["key"].size, 6), np.int64)
     meta[:, LANE], meta[:, START], meta[:, LENGTH], meta[:, VALID] = it["lane"], it["start"], it["length"], it["valid"]
@@ -125,3 +126,37 @@ def test_bad_input_changes_nothing(bad, match):
         np.testing.assert_array_equal(v, before[0][k])
     for k, v in buf.table.items().items():
         np.testing.assert_array_equal(v, before[1][k])
+
+
+def test_dict_observations_extras_and_reused_arrays():
+    """Nested observations and extras go through the one-env path; arrays reused by the caller are copied."""
+    from rlflow import specs
+
+    obs_space = spaces.Dict({"pos": spaces.Box(-5, 5, (2,), np.float32), "id": spaces.Discrete(3)})
+    buf = ReplayBuffer(obs_space, ACT, capacity=64, extras={"logp": specs.Field((), np.float32)})
+    pos = np.zeros(2, np.float32)  # one array the caller mutates in place, as some envs do
+    obs = {"pos": pos.copy(), "id": 0}
+    for t in range(5):
+        pos[:] = t + 1
+        nxt = {"pos": pos, "id": (t + 1) % 3}
+        buf.add(obs, t % 4, 1.0, nxt, t == 4, False, extras={"logp": np.float32(-t)})
+        obs = {"pos": pos.copy(), "id": (t + 1) % 3}
+    batch = all_dict_transitions(buf)
+    assert batch.next_observation["pos"][:, 0].tolist() == [1, 2, 3, 4, 5]
+    assert batch.observation["id"].tolist() == [0, 1, 2, 0, 1]
+    assert batch.extras["logp"].tolist() == [0, -1, -2, -3, -4]
+    with pytest.raises(SpecError, match="extras"):
+        buf.add(obs, 1, 1.0, obs, False, False, extras={"logp": 0.0, "typo": 1.0})
+    with pytest.raises(SpecError, match="id"):
+        buf.add(obs, 1, 1.0, {"pos": pos, "id": 5}, False, False, extras={"logp": 0.0})
+
+
+def all_dict_transitions(buf):
+    buf.flush()
+    it = buf.table.items()
+    order = np.argsort(it["start"])
+    meta = np.zeros((it["key"].size, 6), np.int64)
+    meta[:, LANE], meta[:, START], meta[:, LENGTH], meta[:, VALID] = it["lane"], it["start"], it["length"], it["valid"]
+    b, _ = buf.table.view.gather(buf.store, meta[order], {"return": it["field/return"][order],
+                                                          "discount": it["field/discount"][order]})
+    return b

@@ -27,6 +27,7 @@ Had the episode been truncated instead, the last three discounts would be ``.729
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -34,7 +35,7 @@ from rlflow.adders.base import Adder, PriorityFn, StepEvents
 from rlflow.replay.storage import StepStore
 from rlflow.replay.table import Table
 from rlflow.replay.views import TransitionView
-from rlflow.specs import Field
+from rlflow.specs import Field, SpecError
 
 __all__ = ["NStepTransition"]
 
@@ -66,6 +67,61 @@ class NStepTransition(Adder):
                          min_capacity=self.n + 2)
         self._powers = self.discount ** np.arange(self.n + 1)  # g^0 .. g^n, float64
         self._steps = np.arange(self.n)
+
+    def add_steps(self, lane: int, actions: Any, rewards: Any, next_observations: Any, *, terminated: bool = False,
+                  truncated: bool = False, extras: Any = None) -> None:
+        """``T`` consecutive steps of one lane at once: the same rows and items as ``T`` calls of :meth:`add`.
+
+        The lane's episode must be in progress (its open row holds the observation ``actions[0]`` was
+        taken from). ``next_observations[i]`` follows ``actions[i]``; only the last step may end the
+        episode (``terminated`` or ``truncated``). Every argument leads with axis ``T``; bad input
+        raises and writes nothing.
+        """
+        lane = int(lane)
+        if not 0 <= lane < self.num_lanes or self._open[lane] < 0:
+            raise ValueError(f"add_steps: lane {lane} has no episode in progress (lanes 0..{self.num_lanes - 1})")
+        t = int(np.shape(rewards)[0]) if np.ndim(rewards) else -1
+        if t < 1 or t > self.store.capacity - self.n - 2:
+            raise ValueError(f"add_steps: expected 1 to {self.store.capacity - self.n - 2} steps, got {t}")
+        row = {"action": actions, "reward": rewards}
+        fields = {**self._act_fields, **self._reward_fields}
+        if self._extra_fields:
+            if extras is None:
+                raise SpecError(f"add_steps: the store has extras {list(self._extra_fields)}; pass extras=")
+            row["extras"] = extras
+            fields.update(self._extra_fields)
+        elif extras is not None:
+            raise SpecError("add_steps: extras given, but the store's spec has no 'extras'")
+        cols = self._check(fields, row, t, "add_steps")
+        obs = self._check(self._obs_fields, {"observation": next_observations}, t, "add_steps: next_observations")
+        ended = bool(terminated) or bool(truncated)
+        term = np.zeros(t + 1, bool)
+        trunc = np.zeros(t + 1, bool)
+        term[t - 1], trunc[t - 1] = bool(terminated), bool(truncated)
+        store = self.store
+        with store.lock:
+            r, s0 = int(self._open[lane]), int(self._episode_start[lane])
+            # Row r (open) gets the first action; rows r+1 .. r+t are new, the last one open or final.
+            first_row = {k: v[:1] for k, v in cols.items()}
+            store.write([lane], [r], {**self._top(first_row), "terminated": term[:1], "truncated": trunc[:1]},
+                        checked=False)
+            tail = {k: np.concatenate([v[1:], np.zeros((1, *v.shape[1:]), v.dtype)]) for k, v in cols.items()}
+            last = np.zeros(t, bool)
+            last[-1] = ended
+            new = {**obs, **tail, "terminated": term[1:], "truncated": trunc[1:],  # flat columns
+                   "first": np.zeros(t, bool), "last": last}
+            store._write_lane(lane, new, t, np.zeros(0, bool))
+            f = r + t
+            self._open[lane] = -1 if ended else f
+            lo = max(s0, r + 1 - self.n)
+            hi = f if ended else f - self.n + 1
+            if hi <= lo:
+                return
+            starts = np.arange(lo, hi, dtype=np.int64)
+            ks = np.minimum(self.n, f - starts)
+            disc = np.where(bool(terminated) & (starts + ks == f), 0.0, self._powers[ks]).astype(np.float32)
+            lanes = np.full(starts.size, lane, np.int64)
+            self._insert(lanes, starts, ks + 1, {"return": self._returns(lanes, starts, ks), "discount": disc})
 
     def _emit(self, events: StepEvents) -> None:
         n = self.n

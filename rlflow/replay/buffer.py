@@ -19,6 +19,7 @@ observation.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -77,14 +78,24 @@ class ReplayBuffer:
         self._obs_fields = self.adder._obs_fields
         self._lanes = np.arange(self.num_envs)
         self._no = np.zeros(self.num_envs, bool)
-        self._single = len(next(iter(self._obs_fields.values())).shape)
+        first_name, first_field = next(iter(self._obs_fields.items()))
+        self._single = len(first_field.shape)
+        self._first_path = first_name.split("/")[1:]
+        self._leaves = {key: (spec[key], [(n, path, f) for n, f in self.store.fields.items()
+                                          for path in [_path(n, key)] if path is not False])
+                        for key in ("observation", "action", "reward", "extras") if key in spec}
+        self._staged: list[tuple[Any, ...]] = []
+        self._stage_size = max(1, min(64, self.store.capacity - n_step - 2))
+        self._last_next: Any = None  # the checked next_obs of the last staged transition
+        self._last_next_given: Any = None  # the object it came as (an identity check is cheapest)
 
     def add(self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any, truncated: Any,
             extras: Any = None) -> None:
         """Record one transition per env (see the module docstring); bad input raises and changes nothing."""
         if self.num_envs == 1 and self._unbatched(obs):
-            obs, action, next_obs, extras = (_lead(x) for x in (obs, action, next_obs, extras))
-            reward, terminated, truncated = (np.asarray(x).reshape(1) for x in (reward, terminated, truncated))
+            self._add_one(obs, action, reward, next_obs, terminated, truncated, extras)
+            return
+        self.flush()
         terminated = _flags("terminated", terminated, self.num_envs)
         truncated = _flags("truncated", truncated, self.num_envs)
         reward = reward if type(reward) is np.ndarray else np.asarray(reward, np.float32)
@@ -113,10 +124,66 @@ class ReplayBuffer:
                                 lanes=start)
             adder.add(action, ts, extras)
 
+    # ------------------------------------------------------------------ one env, one transition per call
+    def _add_one(self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any, truncated: Any,
+                 extras: Any) -> None:
+        """Check one transition and stage it; staged steps reach the table in blocks (:meth:`flush`)."""
+        leaves = self._leaves
+        nxt = _row(*leaves["observation"], next_obs, "next_obs")
+        act = _row(*leaves["action"], action, "action")
+        rew = _row(*leaves["reward"], reward, "reward")
+        ext = None
+        if "extras" in leaves:
+            if extras is None:
+                raise SpecError(f"add: the buffer stores extras {list(self.adder._extra_fields)}; pass extras=")
+            ext = _row(*leaves["extras"], extras, "extras")
+        elif extras is not None:
+            raise SpecError("add: extras given, but the buffer has no extras spec")
+        term, trunc = _flag("terminated", terminated), _flag("truncated", truncated)
+        prev = self._last_next
+        if obs is not self._last_next_given and not (prev is not None and _same(prev, obs, leaves)):
+            first = _row(*leaves["observation"], obs, "obs")  # a new episode: check its observation too
+            self.flush()
+            with self.store.lock:
+                self.adder.truncate()
+                start = self.adder._top({k: v[None] for k, v in first.items()})["observation"]
+                self.adder.add_first(TimeStep(start, np.zeros(1, np.float32), self._no, self._no, ~self._no,
+                                              self._no))
+        self._staged.append((nxt, act, rew, ext))
+        self._last_next, self._last_next_given = nxt, next_obs
+        if term or trunc:
+            self.flush(terminated=term, truncated=trunc)
+            self._last_next = self._last_next_given = None
+        elif len(self._staged) >= self._stage_size:
+            self.flush()
+
+    def flush(self, *, terminated: bool = False, truncated: bool = False) -> None:
+        """Write the staged single-env transitions to the store and table (sampling does this itself)."""
+        staged = self._staged
+        if not staged:
+            return
+        adder = self.adder
+
+        def stack(i: int) -> Any:
+            flat = {name: np.stack([s[i][name] for s in staged]) for name in staged[0][i]}
+            return adder._top(flat)
+
+        nxt = stack(0)["observation"]
+        top = {**stack(1), **stack(2)}
+        extras = stack(3)["extras"] if staged[0][3] is not None else None
+        self._staged = []
+        adder.add_steps(0, top["action"], top["reward"], nxt, terminated=terminated, truncated=truncated,
+                        extras=extras)
+
     def _unbatched(self, obs: Any) -> bool:
+        """Whether ``obs`` is one env's observation without the leading env axis (judged by its first field)."""
         leaf = obs
-        while isinstance(leaf, dict | tuple):
-            leaf = next(iter(leaf.values())) if isinstance(leaf, dict) else leaf[0]
+        path = self._first_path
+        try:
+            for key in path:
+                leaf = leaf[int(key)] if isinstance(leaf, tuple | list) else leaf[key]
+        except (KeyError, IndexError, TypeError, ValueError):
+            return False
         return np.ndim(leaf) == self._single
 
     def _continues(self, obs: Any, open_rows: np.ndarray) -> bool:
@@ -147,6 +214,7 @@ class ReplayBuffer:
 
     def sample(self, batch_size: int, *, timeout: float | None = None) -> Sample:
         """``batch_size`` transitions: ``sample.data`` is a :class:`~rlflow.replay.views.Transition`."""
+        self.flush()
         return self.table.sample(batch_size, timeout=timeout)
 
     def update_priorities(self, keys: Any, priorities: Any) -> int:
@@ -155,14 +223,74 @@ class ReplayBuffer:
 
     def end_episodes(self) -> None:
         """Close every episode in progress as truncated, so its last transitions become sampleable."""
+        self.flush()
         self.adder.truncate()
+        self._last_next = self._last_next_given = None
 
     def __len__(self) -> int:
         """Transitions held."""
+        self.flush()
         return self.table.size
 
     def __repr__(self) -> str:
         return f"ReplayBuffer(n_step={self.adder.n}, envs={self.num_envs}, size={len(self)}, table={self.table!r})"
+
+
+def _path(name: str, key: str) -> Any:
+    """The path under ``key`` of flat column ``name`` (None: the column is ``key`` itself; False: not under it)."""
+    if name == key:
+        return None
+    return name[len(key) + 1:] if name.startswith(key + "/") else False
+
+
+def _row(part: Any, leaves: list[tuple[str, Any, Any]], value: Any, what: str) -> dict[str, np.ndarray]:
+    """One row's flat columns from ``value`` (``part`` of the row spec), checked (SpecError naming ``what``)."""
+    if leaves[0][1] is not None:  # nested: check the structure, then each leaf
+        try:
+            flat = _specs.flatten_data(part, value, leaves[0][0].split("/")[0])
+        except SpecError as exc:
+            raise SpecError(f"{what}: {exc}") from None
+    else:
+        flat = {leaves[0][0]: value}
+    out = {}
+    for name, _, field in leaves:
+        v = flat[name]
+        kind = field.dtype.kind
+        tv = type(v)
+        if tv is float and kind == "f" and not field.shape and math.isfinite(v):
+            out[name] = np.array(v, field.dtype)  # a Python float reward: the common single-env case
+            continue
+        arr = v if tv is np.ndarray else np.asarray(v)
+        if not (arr.dtype == field.dtype and arr.shape == field.shape and (
+                (kind == "f" and (field.allow_nonfinite or _specs._all_finite(arr)))
+                or (kind in "iu" and field.low is None and field.high is None) or kind not in "fiu")):
+            try:  # anything else gets the full check (casts, bounds) and its precise error
+                arr = _specs.validate({name: field}, {name: arr}, ())[name]
+            except SpecError as exc:
+                raise SpecError(f"{what}: {exc}") from None
+        out[name] = arr.copy() if arr is v else arr  # staged rows must not change with the caller's arrays
+    return out
+
+
+def _same(a: dict[str, np.ndarray], b: Any, leaves: dict[str, Any]) -> bool:
+    """Whether observation ``b`` equals the checked flat observation ``a`` (bit for bit)."""
+    if len(a) == 1 and type(b) is np.ndarray:
+        (prev,) = a.values()
+        return b.dtype == prev.dtype and b.shape == prev.shape and b.tobytes() == prev.tobytes()
+    try:
+        got = _row(*leaves["observation"], b, "obs")
+    except SpecError:
+        return False
+    return all(np.array_equal(a[k], got[k]) for k in a)
+
+
+def _flag(name: str, value: Any) -> bool:
+    if type(value) is bool or isinstance(value, np.bool_) or (isinstance(value, int | np.integer) and value in (0, 1)):
+        return bool(value)
+    arr = np.asarray(value)
+    if arr.shape in ((), (1,)) and (arr.dtype == np.bool_ or (arr.dtype.kind in "iu" and arr.item() in (0, 1))):
+        return bool(arr.item())
+    raise SpecError(f"{name}: expected a bool, got {value!r}")
 
 
 def _lead(x: Any) -> Any:
