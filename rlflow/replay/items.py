@@ -23,15 +23,38 @@ from rlflow.specs import Field
 __all__ = ["Items"]
 
 
+META_WIDTH = 8  # int64 columns per slot: the six of the item kernels, then 16 bytes of inline fields
+_INLINE = slice(48, 64)  # bytes of a meta row that hold inline item fields
+
+
+def _field_columns(meta: np.ndarray, fields: dict[str, Field]) -> dict[str, np.ndarray]:
+    """One array per item field: views into the spare bytes of ``meta`` rows when all fields fit there
+    (each aligned to its item size), otherwise arrays of their own."""
+    offsets, off = {}, _INLINE.start
+    for name, f in fields.items():
+        size = f.dtype.itemsize
+        off = -(-off // size) * size
+        offsets[name] = off
+        off += f.nbytes
+    n = meta.shape[0]
+    if not fields or off > _INLINE.stop or any(f.dtype.hasobject for f in fields.values()):
+        return {k: np.zeros((n, *f.shape), f.dtype) for k, f in fields.items()}
+    raw = meta.view(np.uint8).reshape(n, meta.shape[1] * 8)
+    return {k: raw[:, offsets[k]: offsets[k] + f.nbytes].view(f.dtype).reshape(n, *f.shape)
+            for k, f in fields.items()}
+
+
 class Items:
     def __init__(self, max_size: int, lanes: int, capacity: int, fields: dict[str, Field]) -> None:
         self.max_size = max_size
         self.capacity = capacity
-        # One row per slot, so that a draw reads one cache line: KEY, LANE, START, LENGTH, VALID, TIMES.
-        self.meta = np.zeros((max_size, 6), np.int64)
+        # One 64-byte row per slot, so that a draw reads one cache line: KEY, LANE, START, LENGTH, VALID,
+        # TIMES, then 16 bytes where small item fields live (e.g. an n-step return and discount), so that
+        # gathering them costs no further cache miss.
+        self.meta = np.zeros((max_size, META_WIDTH), np.int64)
         self.meta[:, KEY] = -1
         self.priority = np.zeros(max_size, np.float64)
-        self.columns = {k: np.zeros((max_size, *f.shape), f.dtype) for k, f in fields.items()}
+        self.columns = _field_columns(self.meta, fields)
         self.free = np.arange(max_size - 1, -1, -1, dtype=np.int64)  # a stack; the top is at num_free - 1
         self.num_free = max_size
         self.next_seq = 0
@@ -170,7 +193,7 @@ class Items:
     # ------------------------------------------------------------------ checkpoint state
     def state_dict(self) -> dict[str, Any]:
         live = np.flatnonzero(self.meta[:, KEY] >= 0)
-        arrays = {"slot": live, "meta": self.meta[live], "priority": self.priority[live],
+        arrays = {"slot": live, "meta": self.meta[live, :6], "priority": self.priority[live],
                   "free": self.free[: self.num_free].copy()}
         arrays.update({f"field/{n}": c[live] for n, c in self.columns.items()})
         return {"next_seq": self.next_seq, "arrays": arrays}
@@ -180,7 +203,7 @@ class Items:
         live = np.asarray(a["slot"], np.int64)
         self.meta[:] = 0
         self.meta[:, KEY] = -1
-        self.meta[live] = a["meta"]
+        self.meta[live, :6] = a["meta"]
         self.priority[live] = a["priority"]
         for n, c in self.columns.items():
             c[live] = a[f"field/{n}"]
