@@ -207,6 +207,9 @@ class _Base:
     """Shared cursor bookkeeping for cycling through pre-converted inputs."""
 
     name = "base"
+    # How the batched add cases hand over their 256 transitions: "stream" (256 consecutive transitions of
+    # one env) or "envs" (one transition of each of 256 envs, a vector env's step).
+    add_layout = "stream"
 
     def __init__(self) -> None:
         self._step = 0
@@ -687,6 +690,7 @@ class TianshouAdapter(_Base):
     """
 
     name = "tianshou"
+    add_layout = "envs"
 
     def available(self) -> str | None:
         return _import("tianshou.data")[1]
@@ -829,6 +833,7 @@ class SB3Adapter(_Base):
     """
 
     name = "sb3"
+    add_layout = "envs"
 
     def available(self) -> str | None:
         return _import("stable_baselines3.common.buffers")[1]

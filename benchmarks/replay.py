@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import itertools
 import statistics
 import sys
 from dataclasses import dataclass, field
@@ -42,9 +43,10 @@ class RlflowAdapter(peers._Base):
     Every row is written once, through ``adders.NStepTransition`` (n = 1, or ``case.nstep``); the table's
     items are windows of rows and sampling returns ``Transition`` batches (``next_observation`` is the
     row ``k`` steps later, never a copy). Episode ends are the pool's ``done`` flags, as terminations with
-    a same-step reset. The batched add cases time ``adder.add`` with one row per lane on 256 lanes (a
-    vector env's step); ``add_one`` times ``ReplayBuffer.add`` of one transition. Sample cases fill 256
-    lanes (32 for pixels).
+    a same-step reset. The batched add cases take the peer's layout (``add_layout``): 256 consecutive
+    steps of one env (``NStepTransition.add_steps`` on one lane) or one step of 256 envs (``add`` with
+    one row per lane on 256 lanes); ``add_one`` times ``ReplayBuffer.add`` of one transition. Sample
+    cases fill 256 lanes (32 for pixels).
     """
 
     name = "rlflow"
@@ -58,23 +60,25 @@ class RlflowAdapter(peers._Base):
 
     def describe(self, case: Case) -> str:
         n = f"NStepTransition(n={case.nstep})"
-        return {
-            "add": "ReplayBuffer.add (one env)" if case.batch == 1 else f"{n}.add, {case.batch} lanes",
-            "sample": f"Table.sample (Uniform) of {n} items",
-            "per": f"Table.sample (Prioritized) + update_priorities of {n} items",
-        }[case.op]
+        if case.op == "add":
+            if case.batch == 1:
+                return "ReplayBuffer.add (one env)"
+            if self.add_layout == "stream":
+                return f"{n}.add_steps, {case.batch} steps of one lane"
+            return f"{n}.add, {case.batch} lanes"
+        return {"sample": f"Table.sample (Uniform) of {n} items",
+                "per": f"Table.sample (Prioritized) + update_priorities of {n} items"}[case.op]
 
     def setup(self, case: Case, rng: np.random.Generator) -> None:
         pool = get_pool(case)
         if case.op == "add" and case.batch == 1:
             self._setup_buffer(case, pool)
             return
+        if case.op == "add" and self.add_layout == "stream":
+            self._setup_stream(case, pool)
+            return
         lanes = case.batch if case.op == "add" else (32 if case.pixel else 256)
-        spec = step_spec(specs.Field(case.obs_shape, case.obs_dtype), specs.Field((case.act_dim,), case.act_dtype))
-        self.store = StepStore(spec, capacity=case.capacity // lanes, lanes=lanes)
-        sampler = Prioritized(peers.PER_ALPHA, peers.PER_BETA, seed=0) if case.op == "per" else Uniform(seed=0)
-        self.table = Table(self.store, sampler=sampler, remover=Fifo(), rate_limiter=MinSize(1))
-        self.adder = adders.NStepTransition(self.store, [self.table], n=case.nstep, discount=case.gamma)
+        self._make(case, lanes)
         steps = []
         for k in range(pool.rows // lanes):
             lo, hi = k * lanes, (k + 1) * lanes
@@ -91,6 +95,40 @@ class RlflowAdapter(peers._Base):
             self.adder.add(*self._next_item())
         if case.op == "per":
             self._prios = list(pool.priorities.astype(np.float64))
+
+    def _make(self, case: Case, lanes: int) -> None:
+        spec = step_spec(specs.Field(case.obs_shape, case.obs_dtype), specs.Field((case.act_dim,), case.act_dtype))
+        self.store = StepStore(spec, capacity=case.capacity // lanes, lanes=lanes)
+        sampler = Prioritized(peers.PER_ALPHA, peers.PER_BETA, seed=0) if case.op == "per" else Uniform(seed=0)
+        self.table = Table(self.store, sampler=sampler, remover=Fifo(), rate_limiter=MinSize(1))
+        self.adder = adders.NStepTransition(self.store, [self.table], n=case.nstep, discount=case.gamma)
+
+    def _setup_stream(self, case: Case, pool: Any) -> None:
+        """Batched adds of one env: ``add_steps`` of ``case.batch`` consecutive steps on one lane.
+
+        An episode ends (terminates) wherever the pool's ``done`` is set: the batch is cut there and the
+        next step starts the next episode (``add_first``), as a one-env loop would add them.
+        """
+        self._make(case, 1)
+        b = case.batch
+        for k in range(pool.rows // b):
+            cuts = [k * b, *(np.flatnonzero(pool.done[k * b: (k + 1) * b]) + k * b + 1)]
+            if cuts[-1] != (k + 1) * b:
+                cuts.append((k + 1) * b)
+            self._items.append([(a, z, bool(pool.done[z - 1])) for a, z in itertools.pairwise(cuts)])
+        self._pool = pool
+        self._starting = True
+        while int(self.store.count[0]) < self.store.capacity:
+            self._add_stream()
+
+    def _add_stream(self) -> None:
+        pool, adder = self._pool, self.adder
+        for a, z, ends in self._next_item():
+            if self._starting:
+                one, no = np.ones(1, bool), np.zeros(1, bool)
+                adder.add_first(TimeStep(pool.frames[a:a + 1], np.zeros(1, np.float32), no, no, one, no))
+            adder.add_steps(0, pool.act[a:z], pool.rew[a:z], pool.frames[a + 1:z + 1], terminated=ends)
+            self._starting = ends
 
     def _setup_buffer(self, case: Case, pool: Any) -> None:
         """add_one: the ReplayBuffer facade (one env), filled in blocks through the adder's add_steps."""
@@ -113,6 +151,8 @@ class RlflowAdapter(peers._Base):
         if case.op == "add" and case.batch == 1:
             obs, act, rew, nxt, done = self._next_item()
             self.buf.add(obs, act, rew, nxt, done, False)
+        elif case.op == "add" and self.add_layout == "stream":
+            self._add_stream()
         elif case.op == "add":
             self.adder.add(*self._next_item())
         elif case.op == "per":
@@ -156,6 +196,7 @@ def run_group(case: Case, peer: str, rounds: int, target_s: float) -> Group:
     group = Group(case.name, peer)
     names = list(dict.fromkeys(["numpy", "rlflow", peer]))
     adapters = {name: ADAPTERS_ALL[name]() for name in names}
+    adapters["rlflow"].add_layout = adapters[peer].add_layout  # batched adds in the peer's layout
     for name, adapter in list(adapters.items()):
         reason = adapter.available() or (None if adapter.supports(case) else adapter.describe(case))
         if reason is not None:

@@ -126,6 +126,48 @@ def test_episode_matches_reference(cfg):
     assert got == want
 
 
+@settings(max_examples=40, deadline=None)
+@given(streams, st.sampled_from(["nstep1", "nstep3", "sequence", "episode"]))
+def test_compiled_add_equals_general_add(cfg, kind):
+    """Adder.add's compiled path (inputs of the stored dtypes) writes what the general path writes."""
+    capacity = 8 + cfg.pop("slack")
+    make = {"nstep1": lambda s, t: adders.NStepTransition(s, [t], n=1, discount=G),
+            "nstep3": lambda s, t: adders.NStepTransition(s, [t], n=3, discount=G),
+            "sequence": lambda s, t: adders.Sequence(s, [t], length=3, period=2),
+            "episode": lambda s, t: adders.Episode(s, [t], max_length=capacity - 1)}[kind]
+    if kind == "episode":
+        cfg["p_end"] = max(cfg["p_end"], 0.5)  # episodes must end within max_length rows
+    results = []
+    for compiled in (True, False):
+        taken = []
+        original = adders.Adder._add_compiled
+
+        def spy(self, *args, compiled=compiled, original=original, taken=taken):
+            ok = compiled and original(self, *args)
+            taken.append(ok)
+            return ok
+
+        adders.Adder._add_compiled = spy
+        try:
+            store, table, _ = run_stream(make, capacity=capacity, **cfg)
+        except ValueError:  # an episode longer than max_length: both paths must refuse it
+            results.append("too long")
+            continue
+        finally:
+            adders.Adder._add_compiled = original
+        assert not compiled or all(taken)  # the stream's inputs all qualify for the compiled path
+        state = {k: v.copy() for k, v in store.state_dict().items()}
+        results.append((state, table.items()))
+    if "too long" in results:
+        assert results == ["too long", "too long"]
+        return
+    (s1, i1), (s2, i2) = results
+    for k in s1:
+        np.testing.assert_array_equal(s1[k], s2[k], err_msg=k)
+    for k in i1:
+        np.testing.assert_array_equal(i1[k], i2[k], err_msg=k)
+
+
 # --------------------------------------------------------------------------- hand-computed cases
 def one_lane(n=3, discount=G, capacity=32):
     spec = step_spec(specs.Field((), np.float32), specs.Field((), np.int64))

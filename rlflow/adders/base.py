@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from rlflow import specs as _specs
+from rlflow.adders import _kernels as KA
 from rlflow.replay import _item_kernels as KI
 from rlflow.replay._item_kernels import LANE, LENGTH, START, VALID
 from rlflow.replay.storage import StepStore
@@ -110,6 +111,15 @@ def _fast_leaves(leaves: list[tuple[str, Any, Any]] | None, value: Any, n: int, 
     return True
 
 
+def _row_bytes(value: np.ndarray, n: int) -> np.ndarray:
+    """``value`` (leading axis ``n``) as ``(n, row bytes)`` uint8, for the compiled kernels."""
+    if not (value.flags.c_contiguous and value.flags.writeable):  # one numba type for every input
+        value = np.array(value, order="C")
+    if value.ndim == 2:  # the common case: a vector per row
+        return value.view(np.uint8)
+    return value.reshape(n, -1).view(np.uint8) if value.size else np.zeros((n, 0), np.uint8)
+
+
 class Adder:
     """Writes a batched TimeStep stream into a store's lanes; subclasses turn rows into items.
 
@@ -164,6 +174,12 @@ class Adder:
         self._false = np.zeros(self.num_lanes, bool)
         self._layout = {key: _leaves(store.spec[key], key) for key in ("observation", "action", "reward", "extras")
                         if key in store.spec}
+        # The compiled path's column groups: what an action fills in (action, reward, extras), and observations.
+        self._act_names = [*self._act_fields, "reward", *self._extra_fields]
+        self._obs_names = list(self._obs_fields)
+        self._act_cols = tuple(store._row_bytes[k] for k in self._act_names)
+        self._obs_cols = tuple(store._row_bytes[k] for k in self._obs_names)
+        self._ones = np.ones(self.num_lanes, np.float64)  # priority 1 for new items (read only)
 
     # ------------------------------------------------------------------ the Acme-style interface
     def add_first(self, timestep: TimeStep, lanes: Any = None) -> None:
@@ -240,7 +256,7 @@ class Adder:
         """
         ts = next_timestep
         n = self.num_lanes
-        if self._add_fast(actions, ts, extras):
+        if self._add_compiled(actions, ts, extras):
             return
         first = _bool_lanes("first", ts.first, n)
         last = _bool_lanes("last", ts.last, n)
@@ -302,24 +318,21 @@ class Adder:
                 self._open[lanes] = -1
                 self._abandon(lanes)
 
-    def _add_fast(self, actions: Any, ts: TimeStep, extras: Any) -> bool:
-        """The common call, every lane mid-episode, with inputs of exactly the stored dtypes and shapes.
+    def _add_compiled(self, actions: Any, ts: TimeStep, extras: Any) -> bool:
+        """The whole call in the compiled kernels, for inputs of exactly the stored dtypes and shapes.
 
-        Returns False (having written nothing) whenever anything is unusual; :meth:`add` then takes the
-        general path, which also raises the precise errors.
+        Returns False (having written nothing) whenever anything is unusual (a cast needed, a value out of
+        bounds, flags that do not follow from the lanes' state); :meth:`add` then takes the general path,
+        which also raises the precise errors.
         """
         n = self.num_lanes
         for flags in (ts.first, ts.last, ts.terminated, ts.truncated):
-            if type(flags) is not np.ndarray or flags.dtype != np.bool_ or flags.shape != (n,) or flags.any():
+            if type(flags) is not np.ndarray or flags.dtype != np.bool_ or flags.shape != (n,):
                 return False
-        open_rows = self._open
-        if open_rows.min() < 0:
-            return False
         cols: dict[str, np.ndarray] = {}
         layout = self._layout
-        if not _fast_leaves(layout["action"], actions, n, cols):
-            return False
-        if not _fast_leaves(layout["reward"], ts.reward, n, cols):
+        if not (_fast_leaves(layout["action"], actions, n, cols)
+                and _fast_leaves(layout["reward"], ts.reward, n, cols)):
             return False
         if "extras" in layout:
             if extras is None or not _fast_leaves(layout["extras"], extras, n, cols):
@@ -329,31 +342,44 @@ class Adder:
         obs: dict[str, np.ndarray] = {}
         if not _fast_leaves(layout["observation"], ts.observation, n, obs):
             return False
+        final = obs
+        if ts.last.any():
+            final = {}
+            if ts.final_observation is None or not _fast_leaves(layout["observation"], ts.final_observation, n, final):
+                return False
         store = self.store
         with store.lock:
-            r0 = open_rows[0]
-            if n == 1 or (open_rows == r0).all():  # lanes in lockstep: one strided copy per column
-                pos = int(r0) % store.capacity
-                columns = store.columns
-                for name, col in cols.items():
-                    columns[name][:, pos] = col
-                columns["terminated"][:, pos] = False
-                columns["truncated"][:, pos] = False
-            else:
-                flat = store._flat
-                idx = self._lane_base + open_rows % store.capacity
-                for name, col in cols.items():
-                    flat[name][idx] = col
-                flat["terminated"][idx] = False
-                flat["truncated"][idx] = False
-            obs["first"] = obs["last"] = self._false
-            rows = store._put_rows(self._lanes, obs, self._false)
-            self._open[:] = rows
-            empty = self._no_lanes
-            self._emit(StepEvents(ended=empty, final_rows=empty, episode_starts=empty, terminated=self._false[:0],
-                                  continued=self._lanes, continued_rows=rows, continued_starts=self._episode_start,
-                                  started=empty, started_rows=empty))
+            code = np.empty(n, np.int8)
+            old_lanes = np.empty(2 * n, np.int64)
+            old_rows = np.empty(2 * n, np.int64)
+            m = KA.plan_step(self._open, ts.first, ts.last, ts.terminated, ts.truncated, store.count, store.capacity,
+                             code, old_lanes, old_rows)
+            if m < 0:
+                return False
+            self._precheck(self._open >= 0, ts.first, ts.last)
+            if m and store._listeners:
+                store._announce(old_lanes[:m], old_rows[:m])
+            rows = np.empty((3, n), np.int64)  # per lane: final row, its episode's first row, new open row
+            flat = store._flat
+            KA.write_step(code, self._open, self._episode_start, ts.terminated, ts.truncated, store.count,
+                          store.episode_id, store.episode_step, store._next_episode, store._next_step, store.capacity,
+                          self._act_cols, tuple(_row_bytes(cols[k], n) for k in self._act_names), self._obs_cols,
+                          tuple(_row_bytes(obs[k], n) for k in self._obs_names),
+                          tuple(_row_bytes(final[k], n) for k in self._obs_names), flat["terminated"],
+                          flat["truncated"], flat["first"], flat["last"], rows[0], rows[1], rows[2])
+            self._emit_lanes(code, rows[0], rows[1], rows[2], ts.terminated)
         return True
+
+    def _emit_lanes(self, code: np.ndarray, final_rows: np.ndarray, ended_starts: np.ndarray, new_rows: np.ndarray,
+                    terminated: np.ndarray) -> None:
+        """What :func:`~rlflow.adders._kernels.write_step` did, per lane, as :class:`StepEvents` for :meth:`_emit`."""
+        ended = np.flatnonzero((code == KA.END) | (code == KA.END_START))
+        continued = np.flatnonzero(code == KA.CONTINUE)
+        started = np.flatnonzero((code == KA.START) | (code == KA.END_START))
+        self._emit(StepEvents(ended=ended, final_rows=final_rows[ended], episode_starts=ended_starts[ended],
+                              terminated=terminated[ended], continued=continued, continued_rows=new_rows[continued],
+                              continued_starts=self._episode_start[continued], started=started,
+                              started_rows=new_rows[started]))
 
     # ------------------------------------------------------------------ subclass hooks
     def _emit(self, events: StepEvents) -> None:
@@ -437,7 +463,6 @@ class Adder:
         if not lanes.size:
             return
         batch = None
-        ones = None
         for table in self.tables:
             fn = self.priority_fns.get(table.name)
             if fn is not None:
@@ -445,9 +470,9 @@ class Adder:
                     batch = self._batch_of(lanes, starts, lengths, fields)
                 table.insert(lanes, starts, lengths, priorities=fn(batch), fields=fields)
             else:  # the adder built these arrays itself: they need no conversion or checks
-                if ones is None:
-                    ones = np.ones(lanes.size, np.float64)
-                table._insert_checked(lanes, starts, lengths, ones, fields or {}, None)
+                if self._ones.size < lanes.size:
+                    self._ones = np.ones(2 * lanes.size, np.float64)
+                table._insert_checked(lanes, starts, lengths, self._ones[:lanes.size], fields or {}, None)
 
     def _batch_of(self, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
                   fields: dict[str, np.ndarray] | None) -> Any:

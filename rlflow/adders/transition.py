@@ -31,7 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from rlflow.adders.base import Adder, PriorityFn, StepEvents
+from rlflow.adders import _kernels as KA
+from rlflow.adders.base import Adder, PriorityFn, StepEvents, _fast_leaves, _row_bytes
 from rlflow.replay.storage import StepStore
 from rlflow.replay.table import Table
 from rlflow.replay.views import TransitionView
@@ -66,7 +67,9 @@ class NStepTransition(Adder):
         super().__init__(store, tables, view=TransitionView(), item_spec=item_spec, priority_fns=priority_fns,
                          min_capacity=self.n + 2)
         self._powers = self.discount ** np.arange(self.n + 1)  # g^0 .. g^n, float64
-        self._steps = np.arange(self.n)
+        self._reward_shape = store.fields["reward"].shape
+        self._reward_size = int(np.prod(self._reward_shape))
+        self._rewards = store._flat["reward"].reshape(store.num_lanes * store.capacity, self._reward_size)
 
     def add_steps(self, lane: int, actions: Any, rewards: Any, next_observations: Any, *, terminated: bool = False,
                   truncated: bool = False, extras: Any = None) -> None:
@@ -80,101 +83,85 @@ class NStepTransition(Adder):
         lane = int(lane)
         if not 0 <= lane < self.num_lanes or self._open[lane] < 0:
             raise ValueError(f"add_steps: lane {lane} has no episode in progress (lanes 0..{self.num_lanes - 1})")
-        t = int(np.shape(rewards)[0]) if np.ndim(rewards) else -1
+        shape = rewards.shape if type(rewards) is np.ndarray else np.shape(rewards)
+        t = int(shape[0]) if shape else -1
         if t < 1 or t > self.store.capacity - self.n - 2:
             raise ValueError(f"add_steps: expected 1 to {self.store.capacity - self.n - 2} steps, got {t}")
-        row = {"action": actions, "reward": rewards}
-        fields = {**self._act_fields, **self._reward_fields}
-        if self._extra_fields:
-            if extras is None:
-                raise SpecError(f"add_steps: the store has extras {list(self._extra_fields)}; pass extras=")
-            row["extras"] = extras
-            fields.update(self._extra_fields)
-        elif extras is not None:
-            raise SpecError("add_steps: extras given, but the store's spec has no 'extras'")
-        cols = self._check(fields, row, t, "add_steps")
-        obs = self._check(self._obs_fields, {"observation": next_observations}, t, "add_steps: next_observations")
+        cols = self._step_columns(actions, rewards, extras, t)
+        obs: dict[str, np.ndarray] = {}
+        if not _fast_leaves(self._layout["observation"], next_observations, t, obs):
+            obs = self._check(self._obs_fields, {"observation": next_observations}, t, "add_steps: next_observations")
         ended = bool(terminated) or bool(truncated)
-        term = np.zeros(t + 1, bool)
-        trunc = np.zeros(t + 1, bool)
-        term[t - 1], trunc[t - 1] = bool(terminated), bool(truncated)
         store = self.store
         with store.lock:
             r, s0 = int(self._open[lane]), int(self._episode_start[lane])
-            # Row r (open) gets the first action; rows r+1 .. r+t are new, the last one open or final.
-            first_row = {k: v[:1] for k, v in cols.items()}
-            store.write([lane], [r], {**self._top(first_row), "terminated": term[:1], "truncated": trunc[:1]},
-                        checked=False)
-            tail = {k: np.concatenate([v[1:], np.zeros((1, *v.shape[1:]), v.dtype)]) for k, v in cols.items()}
-            last = np.zeros(t, bool)
-            last[-1] = ended
-            new = {**obs, **tail, "terminated": term[1:], "truncated": trunc[1:],  # flat columns
-                   "first": np.zeros(t, bool), "last": last}
-            store._write_lane(lane, new, t, np.zeros(0, bool))
-            f = r + t
+            count = int(store.count[lane])
+            if store._listeners and count + t > store.capacity:
+                for listener in store._listeners:
+                    listener.on_overwrite_range(lane, max(count - store.capacity, 0), count + t - store.capacity)
+            flat = store._flat
+            f = KA.write_lane_steps(lane, ended, bool(terminated), bool(truncated), store.count, store.episode_id,
+                                    store.episode_step, store._next_episode, store._next_step, store.capacity, r,
+                                    self._act_cols, tuple(_row_bytes(cols[k], t) for k in self._act_names),
+                                    self._obs_cols, tuple(_row_bytes(obs[k], t) for k in self._obs_names),
+                                    flat["terminated"], flat["truncated"], flat["first"], flat["last"])
             self._open[lane] = -1 if ended else f
             lo = max(s0, r + 1 - self.n)
             hi = f if ended else f - self.n + 1
             if hi <= lo:
                 return
-            starts = np.arange(lo, hi, dtype=np.int64)
-            ks = np.minimum(self.n, f - starts)
-            disc = np.where(bool(terminated) & (starts + ks == f), 0.0, self._powers[ks]).astype(np.float32)
-            lanes = np.full(starts.size, lane, np.int64)
-            self._insert(lanes, starts, ks + 1, {"return": self._returns(lanes, starts, ks), "discount": disc})
+            size = hi - lo
+            lanes, starts, lengths = np.empty((3, size), np.int64)
+            returns = np.empty((size, self._reward_size), np.float32)
+            discounts = np.empty(size, np.float32)
+            KA.nstep_lane_items(lane, lo, hi, f, bool(terminated), self.n, self._powers, self._rewards,
+                                store.capacity, lanes, starts, lengths, returns, discounts)
+            self._insert(lanes, starts, lengths, {"return": returns.reshape(size, *self._reward_shape),
+                                                  "discount": discounts})
+
+    def _step_columns(self, actions: Any, rewards: Any, extras: Any, t: int) -> dict[str, np.ndarray]:
+        """The action columns (action, reward, extras) of ``t`` steps, checked; SpecError names what is wrong."""
+        layout = self._layout
+        cols: dict[str, np.ndarray] = {}
+        if "extras" not in layout and extras is not None:
+            raise SpecError("add_steps: extras given, but the store's spec has no 'extras'")
+        if "extras" in layout and extras is None:
+            raise SpecError(f"add_steps: the store has extras {list(self._extra_fields)}; pass extras=")
+        if (_fast_leaves(layout["action"], actions, t, cols) and _fast_leaves(layout["reward"], rewards, t, cols)
+                and ("extras" not in layout or _fast_leaves(layout["extras"], extras, t, cols))):
+            return cols
+        row = {"action": actions, "reward": rewards}
+        fields = {**self._act_fields, **self._reward_fields}
+        if extras is not None:
+            row["extras"] = extras
+            fields.update(self._extra_fields)
+        return self._check(fields, row, t, "add_steps")
 
     def _emit(self, events: StepEvents) -> None:
-        n = self.n
-        # Lanes that go on: the window that now reaches n steps ahead is complete.
-        starts = events.continued_rows - n
-        full = starts >= events.continued_starts
-        if not events.ended.size:  # the common call: at most one full-length item per lane
-            if not full.all():
-                lanes, starts = events.continued[full], starts[full]
-            else:
-                lanes = events.continued
-            if lanes.size:
-                ks = np.full(lanes.size, n, np.int64)
-                self._insert(lanes, starts, ks + 1, {"return": self._returns(lanes, starts, ks),
-                                                     "discount": np.full(lanes.size, self._powers[n], np.float32)})
-            return
-        lanes = events.continued[full]
-        starts = starts[full]
-        ks = np.full(lanes.size, n, np.int64)
-        discounts = np.full(lanes.size, self._powers[n])
-        if events.ended.size:
-            # Lanes that ended: every start within n rows of the final row, each with k = final - start.
-            f, s0 = events.final_rows, events.episode_starts
-            # (After truncate() the final row was the open row: the window reaching it at full length n
-            # was written when that row arrived.)
-            first = np.maximum(s0, f - n + int(events.final_was_open))
-            count = f - first
-            end_lanes = np.repeat(events.ended, count)
-            offsets = np.arange(count.sum()) - np.repeat(np.cumsum(count) - count, count)
-            end_starts = np.repeat(first, count) + offsets
-            end_k = np.repeat(f, count) - end_starts
-            end_disc = np.where(np.repeat(events.terminated, count), 0.0, self._powers[end_k])
-            lanes = np.concatenate([lanes, end_lanes])
-            starts = np.concatenate([starts, end_starts])
-            ks = np.concatenate([ks, end_k])
-            discounts = np.concatenate([discounts, end_disc])
-        if not lanes.size:
-            return
-        returns = self._returns(lanes, starts, ks)
-        self._insert(lanes, starts, ks + 1, {"return": returns, "discount": discounts.astype(np.float32)})
+        # add_first, truncate and the general add path: the events as per-lane arrays, for the one kernel.
+        n = self.num_lanes
+        code = np.full(n, KA.START, np.int8)  # lanes that only start an episode complete no window
+        rows = np.full((3, n), -1, np.int64)  # final row, its episode's first row, new open row
+        terminated = np.zeros(n, bool)
+        code[events.continued] = KA.CONTINUE
+        rows[2, events.continued] = events.continued_rows
+        code[events.ended] = KA.END
+        rows[0, events.ended] = events.final_rows
+        rows[1, events.ended] = events.episode_starts
+        terminated[events.ended] = events.terminated
+        self._emit_lanes(code, rows[0], rows[1], rows[2], terminated, events.final_was_open)
 
-    def _returns(self, lanes: np.ndarray, starts: np.ndarray, ks: np.ndarray) -> np.ndarray:
-        """``sum_{j<k} g^j r_{start+j}`` per item, from the stored rewards (float64 sums)."""
-        store = self.store
-        cap = store.capacity
-        j = self._steps
-        idx = lanes[:, None] * cap + (starts[:, None] + j) % cap  # [M, n]
-        rewards = store._flat["reward"][idx]  # [M, n, *reward shape]
-        if rewards.ndim == 2 and ks.min() == self.n:  # the common case: n scalar rewards each
-            return (rewards @ self._powers[:-1]).astype(np.float32)
-        rewards = rewards.astype(np.float64)
-        weight = np.where(j < ks[:, None], self._powers[:-1], 0.0)  # rows past k: weight 0
-        inside = (j < ks[:, None]).reshape(weight.shape + (1,) * (rewards.ndim - 2))
-        rewards = np.where(inside, rewards, 0.0)  # unwritten rows may hold anything
-        weight = weight.reshape(inside.shape)
-        return (weight * rewards).sum(axis=1).astype(np.float32)
+    def _emit_lanes(self, code: np.ndarray, final_rows: np.ndarray, ended_starts: np.ndarray, new_rows: np.ndarray,
+                    terminated: np.ndarray, final_was_open: bool = False) -> None:
+        # Lanes that go on complete the window that now reaches n steps ahead; ended lanes complete every
+        # window that reaches their final row (see the module docstring).
+        size = self.n * code.size
+        lanes, starts, lengths = np.empty((3, size), np.int64)
+        returns = np.empty((size, self._reward_size), np.float32)
+        discounts = np.empty(size, np.float32)
+        m = KA.nstep_items(code, final_rows, ended_starts, new_rows, self._episode_start, terminated, self.n,
+                           self._powers, self._rewards, self.store.capacity, final_was_open, lanes, starts, lengths,
+                           returns, discounts)
+        if m:
+            self._insert(lanes[:m], starts[:m], lengths[:m],
+                         {"return": returns[:m].reshape(m, *self._reward_shape), "discount": discounts[:m]})

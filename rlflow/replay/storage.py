@@ -92,8 +92,12 @@ class StepStore:
             self.columns = self._open_disk_columns(shape2)
         else:
             raise ValueError(f"backend must be 'memory' or 'disk', got {backend!r}")
-        # Flat views (lanes * capacity, ...) for one-index gathers.
+        # Flat views (lanes * capacity, ...) for one-index gathers, and the same rows as raw bytes
+        # (lanes * capacity, row bytes) for the compiled write kernels.
         self._flat = {n: c.reshape(-1, *self.fields[n].shape) for n, c in self.columns.items()}
+        rows = self.num_lanes * self.capacity
+        self._row_bytes = {n: np.asarray(c).reshape(rows, int(np.prod(self.fields[n].shape))).view(np.uint8)
+                           for n, c in self.columns.items()}
         self.episode_id = np.full(shape2, -1, np.int64)
         self.episode_step = np.full(shape2, -1, np.int64)
         self.count = np.zeros(self.num_lanes, np.int64)
@@ -124,6 +128,11 @@ class StepStore:
     def unsubscribe(self, listener: OverwriteListener) -> None:
         with self.lock:
             self._listeners.remove(listener)
+
+    def _announce(self, lanes: np.ndarray, rows: np.ndarray) -> None:
+        """Tell every listener that rows ``rows[i]`` of ``lanes[i]`` are about to be overwritten."""
+        for listener in self._listeners:
+            listener.on_overwrite(lanes, rows)
 
     # ------------------------------------------------------------------ writes
     def _check_lanes(self, lanes: Any) -> np.ndarray:
@@ -202,8 +211,7 @@ class StepStore:
         old = rows - self.capacity
         if self._listeners and old.max(initial=-1) >= 0:
             keep = old >= 0
-            for listener in self._listeners:
-                listener.on_overwrite(lanes_arr[keep], old[keep])
+            self._announce(lanes_arr[keep], old[keep])
         r0 = rows[0]
         if lanes_arr.size == self.num_lanes and (rows == r0).all() and (lanes_arr == self._all_lanes).all():
             pos = int(r0) % self.capacity  # every lane at one ring position: one strided copy per column

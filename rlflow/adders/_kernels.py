@@ -1,0 +1,254 @@
+"""Compiled kernels of the adders' write path (numba, cached).
+
+One ``Adder.add`` on ``E`` lanes writes a few hundred bytes per lane, scattered over the store's rings
+(each lane's cursor is elsewhere). Done with numpy it is some forty calls per step, and their overhead,
+not the memory traffic, is the cost. Here it is three calls: :func:`plan_step` checks each lane's flags
+against its state and lists the rows the step overwrites (so the tables can drop their items first),
+:func:`write_step` writes every row and its episode marks, and :func:`nstep_items` turns what happened
+into n-step transition items. The semantics are those of :mod:`rlflow.adders.base` and
+:mod:`rlflow.adders.transition`; tests compare this path with the general one.
+
+Columns reach the kernels as raw bytes: each store column as a ``(rows, row_bytes)`` uint8 view, each
+input as ``(E, row_bytes)``, grouped in tuples (all one numba type, whatever the fields' dtypes).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from rlflow.replay._item_kernels import _mark_row, wrap
+
+_OPTS = {"cache": True, "nogil": True}
+
+# What a step did on a lane (see the flag table in rlflow.types).
+CONTINUE, END, END_START, START = 0, 1, 2, 3
+
+
+@njit(**_OPTS)
+def plan_step(open_rows: np.ndarray, first: np.ndarray, last: np.ndarray, terminated: np.ndarray,
+              truncated: np.ndarray, count: np.ndarray, capacity: int, code: np.ndarray, old_lanes: np.ndarray,
+              old_rows: np.ndarray) -> int:
+    """Classify each lane's step (``code``) and list the rows its new rows will overwrite.
+
+    Returns how many rows are overwritten (``old_lanes[:m]``, ``old_rows[:m]``, each sized ``2 E``), or
+    -1 if some lane's flags are inconsistent or do not follow from its state; nothing is changed.
+    """
+    for lane in range(open_rows.shape[0]):
+        if last[lane] != (terminated[lane] or truncated[lane]):
+            return -1
+        if open_rows[lane] >= 0:
+            if first[lane]:
+                if not last[lane]:
+                    return -1
+                code[lane] = END_START
+            else:
+                code[lane] = END if last[lane] else CONTINUE
+        elif first[lane] and not last[lane]:
+            code[lane] = START
+        else:
+            return -1
+    # As the rows are written: first every ended lane's final row, then every new open row.
+    m = 0
+    for phase in range(2):
+        for lane in range(open_rows.shape[0]):
+            c = code[lane]
+            if phase == 0 and (c == END or c == END_START):
+                old = count[lane] - capacity
+            elif phase == 1 and c != END:
+                old = count[lane] + (1 if c == END_START else 0) - capacity
+            else:
+                continue
+            if old >= 0:
+                old_lanes[m] = lane
+                old_rows[m] = old
+                m += 1
+    return m
+
+
+@njit(inline="always", cache=True)
+def _copy_row(col: np.ndarray, i: int, data: np.ndarray, lane: int) -> None:
+    for b in range(col.shape[1]):
+        col[i, b] = data[lane, b]
+
+
+@njit(**_OPTS)
+def write_step(code: np.ndarray, open_rows: np.ndarray, episode_start: np.ndarray, terminated: np.ndarray,
+               truncated: np.ndarray, count: np.ndarray, episode_id: np.ndarray, episode_step: np.ndarray,
+               next_episode: np.ndarray, next_step: np.ndarray, capacity: int, act_cols: tuple,
+               act_data: tuple, obs_cols: tuple, obs_data: tuple, final_data: tuple, term_col: np.ndarray,
+               trunc_col: np.ndarray, first_col: np.ndarray, last_col: np.ndarray, final_rows: np.ndarray,
+               ended_starts: np.ndarray, new_rows: np.ndarray) -> None:
+    """Write one step of every lane, as planned by :func:`plan_step`.
+
+    An open row gets its action columns (action, reward, extras) and flags; an ended lane gets its final
+    row (final observation, zero action columns, ``last``); a lane that goes on or starts gets a new
+    open row (``first`` on a start). Updates the lanes' open rows and episode starts, and fills, per
+    lane, the final row and its episode's first row (-1 if none) and the new open row (-1 if none).
+    """
+    for lane in range(code.shape[0]):
+        c = code[lane]
+        base = lane * capacity
+        final_rows[lane] = -1
+        ended_starts[lane] = -1
+        new_rows[lane] = -1
+        if c != START:
+            i = base + wrap(open_rows[lane], capacity)
+            for j in range(len(act_cols)):
+                _copy_row(act_cols[j], i, act_data[j], lane)
+            term_col[i] = terminated[lane]
+            trunc_col[i] = truncated[lane]
+        if c == END or c == END_START:
+            r = _mark_row(episode_id, episode_step, next_episode, next_step, count, lane, False, capacity)
+            i = base + wrap(r, capacity)
+            for j in range(len(obs_cols)):
+                _copy_row(obs_cols[j], i, final_data[j], lane)
+            for j in range(len(act_cols)):
+                col = act_cols[j]
+                for b in range(col.shape[1]):
+                    col[i, b] = 0
+            term_col[i] = False
+            trunc_col[i] = False
+            first_col[i] = False
+            last_col[i] = True
+            final_rows[lane] = r
+            ended_starts[lane] = episode_start[lane]
+            open_rows[lane] = -1
+        if c != END:
+            starts = c != CONTINUE
+            r = _mark_row(episode_id, episode_step, next_episode, next_step, count, lane, starts, capacity)
+            i = base + wrap(r, capacity)
+            for j in range(len(obs_cols)):
+                _copy_row(obs_cols[j], i, obs_data[j], lane)
+            first_col[i] = starts
+            last_col[i] = False
+            open_rows[lane] = r
+            if starts:
+                episode_start[lane] = r
+            new_rows[lane] = r
+
+
+@njit(inline="always", cache=True)
+def _nstep_item(m: int, lane: int, start: int, k: int, discount: float, rewards: np.ndarray, powers: np.ndarray,
+                capacity: int, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray, returns: np.ndarray,
+                discounts: np.ndarray) -> None:
+    lanes[m] = lane
+    starts[m] = start
+    lengths[m] = k + 1
+    discounts[m] = discount
+    base = lane * capacity
+    for c in range(rewards.shape[1]):
+        acc = 0.0
+        for j in range(k):
+            acc += powers[j] * rewards[base + wrap(start + j, capacity), c]
+        returns[m, c] = acc
+
+
+@njit(**_OPTS)
+def nstep_items(code: np.ndarray, final_rows: np.ndarray, ended_starts: np.ndarray, new_rows: np.ndarray,
+                episode_start: np.ndarray, terminated: np.ndarray, n: int, powers: np.ndarray, rewards: np.ndarray,
+                capacity: int, final_was_open: bool, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
+                returns: np.ndarray, discounts: np.ndarray) -> int:
+    """The n-step transition items a step completes; returns how many (outputs sized ``n E``).
+
+    First, in lane order, each lane that goes on and whose window of ``n`` actions now ends at its new
+    open row; then, in lane order, every start within ``n`` rows of each ended lane's final row (after
+    ``truncate`` the final row was the open row, so its full-length window exists already), with
+    ``k = final - start`` and discount 0 on termination. ``rewards``: the store's reward column as
+    ``(rows, reward_size)``; returns are float64 sums of ``g^j r_(start+j)``, stored as float32.
+    """
+    m = 0
+    for lane in range(code.shape[0]):
+        if code[lane] == CONTINUE:
+            start = new_rows[lane] - n
+            if start >= episode_start[lane]:
+                _nstep_item(m, lane, start, n, powers[n], rewards, powers, capacity, lanes, starts, lengths,
+                            returns, discounts)
+                m += 1
+    for lane in range(code.shape[0]):
+        if code[lane] == END or code[lane] == END_START:
+            f = final_rows[lane]
+            lo = max(ended_starts[lane], f - n + (1 if final_was_open else 0))
+            for start in range(lo, f):
+                k = f - start
+                _nstep_item(m, lane, start, k, 0.0 if terminated[lane] else powers[k], rewards, powers, capacity,
+                            lanes, starts, lengths, returns, discounts)
+                m += 1
+    return m
+
+
+@njit(inline="always", cache=True)
+def _copy_block(col: np.ndarray, base: int, pos: int, data: np.ndarray, capacity: int) -> None:
+    """Rows ``data[0 .. t)`` into ring rows ``pos .. pos + t`` (wrapping) of the lane at flat row ``base``."""
+    t = data.shape[0]
+    first = min(t, capacity - pos)
+    dst = col[base + pos: base + pos + first].reshape(-1)
+    src = data[:first].reshape(-1)
+    for b in range(src.shape[0]):
+        dst[b] = src[b]
+    if first < t:
+        dst = col[base: base + t - first].reshape(-1)
+        src = data[first:].reshape(-1)
+        for b in range(src.shape[0]):
+            dst[b] = src[b]
+
+
+@njit(**_OPTS)
+def write_lane_steps(lane: int, ended: bool, terminated: bool, truncated: bool, count: np.ndarray,
+                     episode_id: np.ndarray, episode_step: np.ndarray, next_episode: np.ndarray,
+                     next_step: np.ndarray, capacity: int, open_row: int, act_cols: tuple, act_data: tuple,
+                     obs_cols: tuple, obs_data: tuple, term_col: np.ndarray, trunc_col: np.ndarray,
+                     first_col: np.ndarray, last_col: np.ndarray) -> int:
+    """``T`` consecutive steps of one lane whose open row is ``open_row``; returns the last new row.
+
+    Rows ``open_row .. open_row + T - 1`` get the actions (action, reward, extras) and flags (only the
+    last step may end the episode); rows ``open_row + 1 .. open_row + T`` are new, with the next
+    observations, the last one the final row (zero action columns, ``last``) if ``ended``, else open.
+    """
+    t = act_data[0].shape[0]
+    base = lane * capacity
+    for j in range(len(act_cols)):
+        _copy_block(act_cols[j], base, wrap(open_row, capacity), act_data[j], capacity)
+    row0 = count[lane]
+    for j in range(len(obs_cols)):
+        _copy_block(obs_cols[j], base, wrap(row0, capacity), obs_data[j], capacity)
+    for i in range(t):
+        p = base + wrap(open_row + i, capacity)
+        term_col[p] = False
+        trunc_col[p] = False
+        r = _mark_row(episode_id, episode_step, next_episode, next_step, count, lane, False, capacity)
+        p = base + wrap(r, capacity)
+        first_col[p] = False
+        last_col[p] = False
+    p = base + wrap(open_row + t - 1, capacity)
+    term_col[p] = terminated
+    trunc_col[p] = truncated
+    last = row0 + t - 1
+    if ended:
+        p = base + wrap(last, capacity)
+        last_col[p] = True
+        term_col[p] = False
+        trunc_col[p] = False
+        for j in range(len(act_cols)):
+            col = act_cols[j]
+            for b in range(col.shape[1]):
+                col[p, b] = 0
+    return last
+
+
+@njit(**_OPTS)
+def nstep_lane_items(lane: int, lo: int, hi: int, final: int, terminated: bool, n: int, powers: np.ndarray,
+                     rewards: np.ndarray, capacity: int, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
+                     returns: np.ndarray, discounts: np.ndarray) -> int:
+    """The items of starts ``lo .. hi - 1`` of one lane whose newest row is ``final``; returns how many.
+
+    ``k = min(n, final - start)``; discount 0 where the window ends on the final row of a terminated
+    episode (``terminated``), else ``g^k``.
+    """
+    m = 0
+    for start in range(lo, hi):
+        k = min(n, final - start)
+        disc = 0.0 if terminated and start + k == final else powers[k]
+        _nstep_item(m, lane, start, k, disc, rewards, powers, capacity, lanes, starts, lengths, returns, discounts)
+        m += 1
+    return m
