@@ -1,11 +1,15 @@
 """rlflow: the data flow of reinforcement learning, from environment steps to learner batches.
 
-Import-light: ``import rlflow`` needs only numpy; torch, gymnasium and pettingzoo are imported by the
-parts that use them.
+Import-light: ``import rlflow`` needs only numpy; torch, gymnasium, pettingzoo, tqdm and matplotlib are
+imported by the parts that use them.
 """
 
 from rlflow import specs
+from rlflow.core import Learner, LearnerUpdate, Policy
+from rlflow.loop import Actor, RunResult, VariableClient, evaluate, run
+from rlflow.plots import plot_run
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "specs"]
+__all__ = ["Actor", "Learner", "LearnerUpdate", "Policy", "RunResult", "VariableClient", "__version__", "evaluate",
+           "plot_run", "run", "specs"]

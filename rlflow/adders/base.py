@@ -123,6 +123,9 @@ def _row_bytes(value: np.ndarray, n: int) -> np.ndarray:
 class Adder:
     """Writes a batched TimeStep stream into a store's lanes; subclasses turn rows into items.
 
+    ``max_items_per_step``: the most items one :meth:`add` call writes per lane (what a loop must let
+    the tables admit before each env step).
+
     Args:
         store: the step rows (its spec from :func:`rlflow.types.step_spec`); one lane per env stream.
         tables: the tables that receive every item (each on ``store``).
@@ -133,6 +136,8 @@ class Adder:
         min_capacity: rows per lane the store needs so that every item is still stored when it is written
             (its window, plus the rows one call writes after the window's first row).
     """
+
+    max_items_per_step = 1
 
     def __init__(self, store: StepStore, tables: Sequence[Table], *, view: ItemView, item_spec: Any,
                  priority_fns: Mapping[str, PriorityFn] | None, min_capacity: int) -> None:

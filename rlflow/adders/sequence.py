@@ -69,6 +69,7 @@ class Sequence(Adder):
             if int(value) != value or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value}")
         self.length, self.period = int(length), int(period)
+        self.max_items_per_step = 3  # up to two new rows per call: two full sequences and a tail at most
         try:
             self.end_behavior = EndBehavior(end_behavior)
         except ValueError:

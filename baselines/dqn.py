@@ -1,0 +1,200 @@
+"""DQN on rlflow, with double Q, dueling heads, prioritized replay and n-step returns as options.
+
+    python -m baselines.dqn                                  # CartPole-v1, 50k env steps
+    python -m baselines.dqn --env-id Acrobot-v1 --total-steps 100000 --double-q --dueling --n-step 3
+
+rlflow does the data: the env wrapper, an n-step transition adder writing each step once, a uniform or
+prioritized table under a SampleToInsertRatio rate limiter (how many samples each env step buys), and
+the loop. This file is the algorithm: the Q-network, the epsilon-greedy policy and the TD loss.
+Hyperparameters default to RL Baselines3 Zoo's CartPole-v1 DQN (128 gradient steps of 64 every 256 env
+steps there, i.e. 32 samples per inserted transition here, spread evenly instead of in bursts).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+import tyro
+from torch import nn
+
+import rlflow
+from rlflow import adders, envs
+from rlflow.replay import Fifo, Prioritized, SampleToInsertRatio, StepStore, Table, Uniform
+
+
+@dataclass
+class Args:
+    env_id: str = "CartPole-v1"
+    seed: int = 1
+    total_steps: int = 50_000
+    num_envs: int = 1
+    learning_rate: float = 2.3e-3
+    buffer_size: int = 100_000
+    batch_size: int = 64
+    gamma: float = 0.99
+    n_step: int = 1
+    double_q: bool = False
+    dueling: bool = False
+    prioritized: bool = False
+    alpha: float = 0.6  # prioritized replay exponents
+    beta: float = 0.4
+    learning_starts: int = 1_000  # transitions stored before the first learner step
+    samples_per_insert: float = 32.0  # sampled transitions per stored one (batch_size / env steps per update)
+    target_update_period: int = 128  # learner steps between target-network copies
+    exploration_fraction: float = 0.16  # share of total_steps over which epsilon falls to its final value
+    exploration_final_eps: float = 0.04
+    hidden: tuple[int, ...] = (256, 256)
+    max_grad_norm: float = 10.0
+    eval_every: int = 10_000
+    eval_episodes: int = 10
+    logdir: str = "runs/dqn"
+    progress: bool = True
+
+
+class QNetwork(nn.Module):
+    """An MLP from observations to one value per action; dueling: ``V(s) + A(s, a) - mean_a A(s, a)``."""
+
+    def __init__(self, obs_dim: int, n_actions: int, hidden: tuple[int, ...], dueling: bool) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        size = obs_dim
+        for h in hidden:
+            layers += [nn.Linear(size, h), nn.ReLU()]
+            size = h
+        self.body = nn.Sequential(*layers)
+        self.dueling = dueling
+        self.head = nn.Linear(size, n_actions)
+        self.value = nn.Linear(size, 1) if dueling else None
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        x = self.body(obs.flatten(1).float())
+        if self.value is None:
+            return self.head(x)
+        adv = self.head(x)
+        return self.value(x) + adv - adv.mean(dim=1, keepdim=True)
+
+
+class EpsilonGreedy(rlflow.Policy):
+    """Greedy in the Q-network's values with probability ``1 - epsilon``, epsilon falling linearly."""
+
+    def __init__(self, q: QNetwork, n_actions: int, args: Args) -> None:
+        self.q, self.n_actions = q, n_actions
+        self.decay_steps = max(1, int(args.exploration_fraction * args.total_steps))
+        self.final_eps = args.exploration_final_eps
+        self.steps = 0
+        self.rng = np.random.default_rng(args.seed)
+
+    @property
+    def epsilon(self) -> float:
+        return 1.0 + min(1.0, self.steps / self.decay_steps) * (self.final_eps - 1.0)
+
+    def act(self, observation, state, *, evaluation=False):
+        with torch.no_grad():
+            greedy = self.q(torch.as_tensor(observation)).argmax(dim=1).numpy()
+        if evaluation:
+            return greedy, None, state
+        explore = self.rng.random(len(greedy)) < self.epsilon
+        self.steps += len(greedy)
+        return np.where(explore, self.rng.integers(0, self.n_actions, len(greedy)), greedy), None, state
+
+    def set_params(self, params):
+        self.q.load_state_dict(params)
+
+
+def td_loss(q: QNetwork, target: QNetwork, batch: rlflow.replay.Transition, weights: torch.Tensor,
+            double_q: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Importance-weighted Huber loss of ``Q(s, a)`` against ``R + discount * Q_target(s', a*)``.
+
+    ``a* = argmax_a Q_target(s', a)``, or ``argmax_a Q(s', a)`` with ``double_q``. ``batch.reward`` is the
+    n-step return and ``batch.discount`` its bootstrap factor (``gamma ** k``, 0 after termination), so
+    the target needs no further ``gamma``. Returns the loss and the TD errors.
+    """
+    with torch.no_grad():
+        next_q = target(batch.next_observation)
+        if double_q:
+            best = q(batch.next_observation).argmax(dim=1, keepdim=True)
+            next_v = next_q.gather(1, best).squeeze(1)
+        else:
+            next_v = next_q.max(dim=1).values
+        y = batch.reward + batch.discount * next_v
+    q_sa = q(batch.observation).gather(1, batch.action.long().view(-1, 1)).squeeze(1)
+    td = y - q_sa
+    return (weights * F.smooth_l1_loss(q_sa, y, reduction="none")).mean(), td.detach()
+
+
+class DQNLearner(rlflow.Learner):
+    """Adam on :func:`td_loss`; copies the online network into the target every ``target_update_period``."""
+
+    def __init__(self, q: QNetwork, args: Args) -> None:
+        self.q, self.args = q, args
+        self.target = QNetwork(q.body[0].in_features, q.head.out_features, args.hidden, args.dueling)
+        self.target.load_state_dict(q.state_dict())
+        self.optimizer = torch.optim.Adam(q.parameters(), lr=args.learning_rate)
+        self.steps = 0
+
+    def step(self, sample):
+        batch = sample.to_torch().data
+        weights = torch.as_tensor(sample.weights)
+        loss, td = td_loss(self.q, self.target, batch, weights, self.args.double_q)
+        self.optimizer.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(self.q.parameters(), self.args.max_grad_norm)
+        self.optimizer.step()
+        self.steps += 1
+        if self.steps % self.args.target_update_period == 0:
+            self.target.load_state_dict(self.q.state_dict())
+        priorities = td.abs().numpy() + 1e-6 if self.args.prioritized else None
+        return rlflow.LearnerUpdate({"loss": loss.item(), "td_error": float(td.abs().mean())}, priorities)
+
+    def get_params(self):
+        return self.q.state_dict()
+
+    def state_dict(self):
+        return {"q": self.q.state_dict(), "target": self.target.state_dict(),
+                "optimizer": self.optimizer.state_dict(), "steps": self.steps}
+
+    def load_state_dict(self, state):
+        self.q.load_state_dict(state["q"])
+        self.target.load_state_dict(state["target"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.steps = state["steps"]
+
+
+def main(args: Args) -> rlflow.RunResult:
+    torch.manual_seed(args.seed)
+    torch.set_num_threads(1)
+    env = envs.make(args.env_id, num_envs=args.num_envs, seed=args.seed)
+    eval_env = envs.make(args.env_id, num_envs=1)
+    n_actions = int(env.single_action_space.n)
+    obs_dim = int(np.prod(env.single_observation_space.shape))
+
+    # Data: every step stored once, one n-step transition item per action, sampled under a ratio.
+    store = StepStore(env.spec, capacity=args.buffer_size // args.num_envs, lanes=args.num_envs)
+    sampler = Prioritized(args.alpha, args.beta, seed=args.seed) if args.prioritized else Uniform(seed=args.seed)
+    window = args.batch_size + args.num_envs * args.n_step * args.samples_per_insert  # one sample + one env step
+    table = Table(store, sampler=sampler, remover=Fifo(), rate_limiter=SampleToInsertRatio(
+        args.samples_per_insert, args.learning_starts, error_buffer=max(window, 2 * args.batch_size)))
+    adder = adders.NStepTransition(store, [table], n=args.n_step, discount=args.gamma)
+
+    # The algorithm: the learner trains the online network, the policy acts with a copy of it.
+    learner = DQNLearner(QNetwork(obs_dim, n_actions, args.hidden, args.dueling), args)
+    policy = EpsilonGreedy(QNetwork(obs_dim, n_actions, args.hidden, args.dueling), n_actions, args)
+
+    result = rlflow.run(env, policy, learner, adder, table, steps=args.total_steps, batch_size=args.batch_size,
+                        eval_env=eval_env, eval_every=args.eval_every, eval_episodes=args.eval_episodes,
+                        logdir=args.logdir, progress=args.progress, seed=args.seed)
+    env.close()
+    eval_env.close()
+    torch.save({"args": asdict(args), "learner": learner.state_dict()}, Path(args.logdir) / "learner.pt")
+    plot = rlflow.plot_run(result, Path(args.logdir) / "learning_curve.png", title=f"DQN on {args.env_id}")
+    print(f"final evaluation: mean return {result.final_evaluation:.1f} over {args.eval_episodes} episodes "
+          f"({result.env_steps} env steps, {result.learner_steps} learner steps); plot: {plot}")
+    return result
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Args))

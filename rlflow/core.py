@@ -1,0 +1,99 @@
+"""The two interfaces a user implements: a :class:`Policy` that acts and a :class:`Learner` that learns.
+
+Everything between them (environment wrappers, adders, tables, the loop, parameter sync, logging) is
+rlflow's. The loop they live in, as :func:`rlflow.run` drives it::
+
+    ts = env.reset()                                  # TimeStep, E lanes
+    state = policy.initial_state(E)
+    adder.add_first(ts)
+    while training:
+        if table.can_sample(batch_size):              # the rate limiter decides who goes next
+            update = learner.step(table.sample(batch_size))
+            table.update_priorities(keys, update.priorities)   # if the learner returns any
+            policy.set_params(learner.get_params())   # every ``sync_period`` env steps
+        else:
+            actions, extras, state = policy.act(ts.observation, state)
+            ts = env.step(actions)
+            adder.add(actions, ts, extras)
+
+Both are plain Python objects: numpy in and out for the policy, whatever the learner likes inside
+(torch, JAX, numpy).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Learner", "LearnerUpdate", "Policy"]
+
+
+class Policy(ABC):
+    """Chooses actions for a batch of ``E`` lanes (one per env of a vector env).
+
+    Contract:
+
+    - :meth:`act` gets the observations of every lane (the env spec's nesting, each leaf ``[E, ...]``)
+      and the recurrent ``state`` it returned last time (``initial_state(E)`` at the start), and returns
+      ``(actions, extras, state)``: ``actions`` matching the env's action space with a leading ``[E]``
+      axis (numpy), ``extras`` matching the adder's extras spec (``None`` when it has none: e.g.
+      log-probabilities and values for PPO), and the new state.
+    - ``evaluation=True`` asks for the policy's evaluation behaviour (greedy, or the mean action);
+      evaluation steps are never stored.
+    - :meth:`set_params` receives what the learner's :meth:`Learner.get_params` returned, every
+      ``sync_period`` env steps (so acting may lag learning by design).
+    """
+
+    def initial_state(self, batch_size: int) -> Any:
+        """The recurrent state for ``batch_size`` lanes at an episode's start (None: no state)."""
+        return None
+
+    @abstractmethod
+    def act(self, observation: Any, state: Any, *, evaluation: bool = False) -> tuple[Any, Any, Any]:
+        """``(actions, extras, state)`` for the observations of every lane."""
+
+    def set_params(self, params: Any) -> None:
+        """Take the learner's latest parameters (default: ignore them, e.g. when sharing the network)."""
+        return None
+
+
+@dataclass
+class LearnerUpdate:
+    """What one :meth:`Learner.step` returns: metrics to log and, optionally, new priorities.
+
+    ``priorities[i]`` belongs to ``sample.keys[i]`` of the sample the step trained on; the loop passes
+    them to ``Table.update_priorities`` (keys of items evicted in the meantime are skipped).
+    """
+
+    metrics: Mapping[str, float] = field(default_factory=dict)
+    priorities: np.ndarray | None = None
+
+
+class Learner(ABC):
+    """Trains on sampled batches.
+
+    :meth:`step` gets a :class:`~rlflow.replay.Sample` (``sample.data`` shaped by the table's items:
+    a ``Transition`` for n-step transitions, ``[B, L, ...]`` sequences, episodes) and returns a
+    :class:`LearnerUpdate`, or just a mapping of metrics. :meth:`get_params` is what policies receive;
+    :meth:`state_dict` / :meth:`load_state_dict` are what checkpoints store.
+    """
+
+    @abstractmethod
+    def step(self, sample: Any) -> LearnerUpdate | Mapping[str, float]:
+        """One update on ``sample``; its metrics (floats) and optional priorities."""
+
+    def get_params(self) -> Any:
+        """The parameters policies act with (default None: nothing to send)."""
+        return None
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume training (networks, optimisers, counters)."""
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output (default: nothing to restore)."""
+        return None

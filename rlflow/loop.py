@@ -1,0 +1,305 @@
+"""The event loop: environment -> actor -> adder -> table -> learner, in the ratio the table allows.
+
+One process, one thread. Each turn of the loop either trains or acts:
+
+- if the table's rate limiter admits a sample of ``batch_size``, the learner takes one step on it (its
+  new priorities, if any, go back to the table);
+- otherwise the actor acts on every lane, the env steps, and the adder writes what happened.
+
+So the learner gets exactly the samples the limiter grants per insert: ``SampleToInsertRatio(spi, ...)``
+makes one learner step per ``batch_size / spi`` inserted items, in both directions (neither side runs
+ahead of the window). A limiter that never refuses samples (``MinSize``) would starve the actor, so
+:func:`run` refuses it; it also refuses a window too narrow to take one env step's items after a
+learner step (which would deadlock).
+
+Around that: the policy gets the learner's parameters every ``sync_period`` env steps
+(:class:`VariableClient`), evaluation episodes run on a separate env every ``eval_every`` env steps
+with ``evaluation=True``, metrics go to CSV and TensorBoard (:mod:`rlflow.loggers`), a progress bar
+shows the run, and Ctrl-C or SIGTERM stops it cleanly after the current step.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlflow import specs as _specs
+from rlflow.core import Learner, LearnerUpdate, Policy
+from rlflow.loggers import MultiLogger, make_logger
+from rlflow.specs import SpecError
+
+__all__ = ["Actor", "EpisodeStats", "RunResult", "VariableClient", "evaluate", "run"]
+
+
+class VariableClient:
+    """Copies the learner's parameters into a policy every ``period`` env steps.
+
+    ``update(env_steps)`` pulls when at least ``period`` env steps passed since the last pull, so the
+    policy acts with parameters at most ``period - 1`` env steps (of lanes' steps) old; ``period=1``
+    pulls after every env step. A larger period is the seed design's "policy delayer": actors that
+    deliberately lag the learner.
+    """
+
+    def __init__(self, source: Learner, policy: Policy, period: int = 1) -> None:
+        if int(period) < 1:
+            raise ValueError(f"period: expected an integer >= 1 env steps, got {period!r}")
+        self.source, self.policy, self.period = source, policy, int(period)
+        self._last: int | None = None
+
+    def update(self, env_steps: int, *, force: bool = False) -> bool:
+        """Pull the parameters if due (or ``force``); whether it pulled."""
+        if not force and self._last is not None and env_steps - self._last < self.period:
+            return False
+        self.policy.set_params(self.source.get_params())
+        self._last = env_steps
+        return True
+
+
+class EpisodeStats:
+    """Per-lane return and length of the episodes in progress; hands out those that end."""
+
+    def __init__(self, num_lanes: int) -> None:
+        self.returns = np.zeros(num_lanes, np.float64)
+        self.lengths = np.zeros(num_lanes, np.int64)
+
+    def update(self, timestep: Any) -> list[tuple[float, int]]:
+        """Count one step of every lane that acted; ``(return, length)`` of each episode that ended."""
+        acted = ~(timestep.first & ~timestep.last)  # a lone ``first`` is a reset, not an action
+        reward = np.asarray(timestep.reward, np.float64).reshape(len(acted), -1).sum(axis=1)
+        self.returns[acted] += reward[acted]
+        self.lengths[acted] += 1
+        ended = np.flatnonzero(timestep.last)
+        done = [(float(self.returns[i]), int(self.lengths[i])) for i in ended]
+        self.returns[ended] = 0.0
+        self.lengths[ended] = 0
+        return done
+
+
+class Actor:
+    """A policy acting on a batched env, its actions checked against the env's action spec.
+
+    ``select_action`` raises :class:`~rlflow.specs.SpecError` naming the policy's output and the action
+    space when the actions do not match (shape, dtype, bounds).
+    """
+
+    def __init__(self, policy: Policy, action_spec: Any, num_lanes: int, action_space: Any = None) -> None:
+        self.policy = policy
+        self.num_lanes = int(num_lanes)
+        self._action_spec = action_spec
+        self._action_fields = _specs.flatten_spec({"action": action_spec})
+        self._space = action_space
+        self.state = policy.initial_state(self.num_lanes)
+
+    def reset(self) -> None:
+        self.state = self.policy.initial_state(self.num_lanes)
+
+    def select_action(self, observation: Any, *, evaluation: bool = False) -> tuple[Any, Any]:
+        out = self.policy.act(observation, self.state, evaluation=evaluation)
+        if not (isinstance(out, tuple) and len(out) == 3):
+            raise TypeError(f"{type(self.policy).__name__}.act returned {type(out).__name__}: expected a tuple "
+                            "(actions, extras, state)")
+        actions, extras, self.state = out
+        try:
+            flat = _specs.flatten_data({"action": self._action_spec}, {"action": actions})
+            _specs.validate(self._action_fields, flat, (self.num_lanes,))
+        except SpecError as exc:
+            space = self._space if self._space is not None else self._action_spec
+            raise SpecError(f"{type(self.policy).__name__}.act returned actions that do not fit the action space "
+                            f"{space} for {self.num_lanes} lanes: {exc}") from None
+        return actions, extras
+
+
+@dataclass
+class RunResult:
+    """What a run did: counts, every finished training episode, and every evaluation."""
+
+    env_steps: int = 0
+    learner_steps: int = 0
+    episodes: list[tuple[int, float, int]] = field(default_factory=list)  # (env step, return, length)
+    evaluations: list[tuple[int, float]] = field(default_factory=list)  # (env step, mean return)
+    learner_metrics: dict[str, float] = field(default_factory=dict)  # of the last learner step
+    stopped: str = ""  # why the run ended early ("" if it ran to the end)
+
+    @property
+    def final_evaluation(self) -> float | None:
+        return self.evaluations[-1][1] if self.evaluations else None
+
+
+def evaluate(env: Any, policy: Policy, episodes: int, *, seed: int | None = None) -> list[float]:
+    """Returns of ``episodes`` whole episodes with ``policy.act(..., evaluation=True)`` (nothing stored).
+
+    All lanes of ``env`` run until ``episodes`` episodes ended; the first ``episodes`` to end count.
+    """
+    actor = Actor(policy, env.action_spec, env.num_envs, env.single_action_space)
+    stats = EpisodeStats(env.num_envs)
+    ts = env.reset(seed=seed)
+    done: list[float] = []
+    while len(done) < episodes:
+        actions, _ = actor.select_action(ts.observation, evaluation=True)
+        ts = env.step(actions)
+        done.extend(r for r, _ in stats.update(ts))
+    return done[:episodes]
+
+
+def _check_limiter(table: Any, batch_size: int, items_per_step: int) -> None:
+    limiter = table.rate_limiter
+    if limiter.min_diff <= -sys.float_info.max:  # Reverb's "no lower bound" (MinSize)
+        raise ValueError(f"table {table.name!r}: its rate limiter {limiter!r} never refuses a sample, so the loop "
+                         "would only train; use SampleToInsertRatio(samples_per_insert, min_size, error_buffer) "
+                         "to set how many samples each inserted item buys")
+    need = batch_size + items_per_step * limiter.samples_per_insert
+    if limiter.max_diff - limiter.min_diff < need:
+        raise ValueError(
+            f"table {table.name!r}: the rate limiter's window max_diff - min_diff = "
+            f"{limiter.max_diff - limiter.min_diff:g} cannot hold one sample of {batch_size} plus one env step's "
+            f"{items_per_step} items at {limiter.samples_per_insert:g} samples each ({need:g}); the loop would "
+            f"deadlock. Give SampleToInsertRatio an error_buffer of at least {math.ceil(need / 2)}")
+
+
+class _Stop:
+    """Set by Ctrl-C or SIGTERM while the loop runs (the loop finishes its step, then returns)."""
+
+    def __init__(self) -> None:
+        self.reason = ""
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> _Stop:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.reason = signal.Signals(signum).name
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+def run(env: Any, policy: Policy, learner: Learner | None, adder: Any, table: Any, *, steps: int,
+        batch_size: int = 32, sync_period: int = 1, eval_env: Any = None, eval_every: int = 0,
+        eval_episodes: int = 10, logdir: str | Path | None = None, tensorboard: bool = True,
+        log_every: int = 1_000, progress: bool = True, seed: int | None = None, max_seconds: float | None = None,
+        observers: Sequence[Callable[[str, int, Mapping[str, float]], None]] = ()) -> RunResult:
+    """Train for ``steps`` env steps (counted over all lanes); see the module docstring.
+
+    Args:
+        env: an :class:`rlflow.envs.GymEnvironment` (its lanes are the adder's store's lanes).
+        policy, learner: the user's :class:`~rlflow.core.Policy` and :class:`~rlflow.core.Learner`
+            (``learner=None``: only collect).
+        adder, table: the adder writing ``env``'s steps, and the table the learner samples from.
+        batch_size: items per learner step.
+        sync_period: env steps between parameter pulls (:class:`VariableClient`).
+        eval_env, eval_every, eval_episodes: evaluate on ``eval_env`` every ``eval_every`` env steps and at
+            the end (``eval_every=0``: only at the end; no ``eval_env``: never).
+        logdir: write ``train.csv``, ``learner.csv``, ``eval.csv`` (and TensorBoard events) there.
+        log_every: env steps between rows of averaged learner metrics.
+        progress: show a progress bar (tqdm).
+        seed: seeds the env's first reset (and the evaluation env's resets).
+        max_seconds: stop after this wall-clock time.
+        observers: called as ``fn(stream, env_step, metrics)`` for every row the loggers get.
+    """
+    from tqdm.auto import tqdm
+
+    if int(steps) < 1 or int(batch_size) < 1:
+        raise ValueError(f"steps and batch_size must be >= 1, got {steps} and {batch_size}")
+    if adder.store is not table.store:
+        raise ValueError(f"the adder writes another store than table {table.name!r} samples from")
+    lanes = env.num_envs
+    if adder.num_lanes != lanes:
+        raise ValueError(f"the adder's store has {adder.num_lanes} lanes, the env {lanes}: expected one lane per env")
+    if learner is not None:
+        _check_limiter(table, batch_size, lanes * adder.max_items_per_step)
+    actor = Actor(policy, env.action_spec, lanes, env.single_action_space)
+    client = VariableClient(learner, policy, sync_period) if learner is not None else None
+    stats = EpisodeStats(lanes)
+    logger: MultiLogger = make_logger(logdir, tensorboard=tensorboard)
+    result = RunResult()
+    pending: dict[str, list[float]] = {}
+    start = time.monotonic()
+
+    def emit(stream: str, metrics: Mapping[str, float]) -> None:
+        logger.write(stream, result.env_steps, metrics)
+        for fn in observers:
+            fn(stream, result.env_steps, metrics)
+
+    def run_eval() -> None:
+        returns = evaluate(eval_env, policy, eval_episodes, seed=None if seed is None else seed + 10_000 + len(
+            result.evaluations))
+        result.evaluations.append((result.env_steps, float(np.mean(returns))))
+        emit("eval", {"return": float(np.mean(returns)), "return_std": float(np.std(returns))})
+        bar.write(f"eval at {result.env_steps} env steps: mean return {np.mean(returns):.2f} "
+                  f"over {len(returns)} episodes")
+
+    bar = tqdm(total=int(steps), unit="step", disable=not progress, dynamic_ncols=True)
+    next_eval = eval_every if eval_every > 0 else math.inf
+    next_log = log_every
+    try:
+        with _Stop() as stop:
+            if client is not None:
+                client.update(0, force=True)
+            ts = env.reset(seed=seed)
+            adder.add_first(ts)
+            while result.env_steps < steps:
+                if stop.reason or (max_seconds is not None and time.monotonic() - start > max_seconds):
+                    result.stopped = stop.reason or "max_seconds"
+                    break
+                if learner is not None and table.can_sample(batch_size):
+                    _learn(learner, table, batch_size, result, pending)
+                    continue
+                if learner is not None and not table.can_insert(lanes * adder.max_items_per_step):
+                    raise RuntimeError(f"table {table.name!r}: the rate limiter admits neither a sample of "
+                                       f"{batch_size} nor an env step's items ({table.rate_limiter!r}, "
+                                       f"size {table.size})")
+                actions, extras = actor.select_action(ts.observation)
+                ts = env.step(actions)
+                adder.add(actions, ts, extras)
+                result.env_steps += lanes
+                bar.update(lanes)
+                for ret, length in stats.update(ts):
+                    result.episodes.append((result.env_steps, ret, length))
+                    emit("train", {"return": ret, "length": length})
+                if client is not None:
+                    client.update(result.env_steps)
+                if result.env_steps >= next_log:
+                    next_log += log_every
+                    if pending:
+                        emit("learner", {k: float(np.mean(v)) for k, v in pending.items()})
+                        pending.clear()
+                    recent = [r for _, r, _ in result.episodes[-20:]]
+                    if recent:
+                        bar.set_postfix(train_return=f"{np.mean(recent):.1f}", learner_steps=result.learner_steps)
+                if result.env_steps >= next_eval and eval_env is not None:
+                    next_eval += eval_every
+                    run_eval()
+            if pending:  # the learner metrics since the last row
+                emit("learner", {k: float(np.mean(v)) for k, v in pending.items()})
+            if eval_env is not None and not result.stopped and (
+                    not result.evaluations or result.evaluations[-1][0] != result.env_steps):
+                run_eval()
+    finally:
+        bar.close()
+        logger.close()
+    return result
+
+
+def _learn(learner: Learner, table: Any, batch_size: int, result: RunResult, pending: dict[str, list[float]]) -> None:
+    sample = table.sample(batch_size)
+    out = learner.step(sample)
+    update = out if isinstance(out, LearnerUpdate) else LearnerUpdate(metrics=out)
+    if update.priorities is not None:
+        table.update_priorities(sample.keys, update.priorities)
+    result.learner_steps += 1
+    result.learner_metrics = {k: float(v) for k, v in update.metrics.items()}
+    for k, v in result.learner_metrics.items():
+        pending.setdefault(k, []).append(v)

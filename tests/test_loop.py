@@ -1,0 +1,196 @@
+"""The event loop: the rate limiter's ratio, parameter-sync lag, clean stops, logging, bad policy output."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+
+import numpy as np
+import pytest
+
+import rlflow
+from rlflow import adders, envs
+from rlflow.loggers import CsvLogger, read_csv
+from rlflow.replay import Fifo, MinSize, SampleToInsertRatio, StepStore, Table, Uniform
+from rlflow.specs import SpecError
+
+
+class RandomPolicy(rlflow.Policy):
+    """Uniform actions for a Discrete(n) space; records the parameter versions it acted with."""
+
+    def __init__(self, n: int = 2, seed: int = 0) -> None:
+        self.n, self.rng = n, np.random.default_rng(seed)
+        self.version = None
+        self.acted_with: list[int | None] = []
+
+    def act(self, observation, state, *, evaluation=False):
+        self.acted_with.append(self.version)
+        return self.rng.integers(0, self.n, len(observation)), None, state
+
+    def set_params(self, params):
+        self.version = params
+
+
+class CountingLearner(rlflow.Learner):
+    """Counts its steps; its parameters are the number of steps taken; checks each sample's size."""
+
+    def __init__(self, batch_size: int) -> None:
+        self.batch_size = batch_size
+        self.steps = 0
+        self.inserts_seen: list[int] = []
+
+    def step(self, sample):
+        assert len(sample) == self.batch_size
+        self.steps += 1
+        return {"loss": 1.0 / self.steps}
+
+    def get_params(self):
+        return self.steps
+
+
+def setup(num_envs=1, *, limiter, n=1, capacity=10_000):
+    env = envs.make("CartPole-v1", num_envs=num_envs, seed=0)
+    store = StepStore(env.spec, capacity=capacity, lanes=num_envs)
+    table = Table(store, sampler=Uniform(seed=0), remover=Fifo(), rate_limiter=limiter)
+    adder = adders.NStepTransition(store, [table], n=n, discount=0.9)
+    return env, table, adder
+
+
+@pytest.mark.parametrize(("spi", "batch", "min_size", "steps", "expected"), [
+    # Learner steps happen before each env step while the limiter admits a batch; with error_buffer equal
+    # to spi * min_size (min_diff = 0) that is floor(spi * I / batch) after the I-th insert, and the last
+    # insert (the final env step) buys none. With n = 1 each env step inserts exactly one item.
+    (2.0, 4, 10, 100, math.floor(2.0 * 99 / 4)),   # 49
+    (1.0, 8, 20, 200, math.floor(1.0 * 199 / 8)),  # 24
+    (8.0, 32, 50, 120, math.floor(8.0 * 119 / 32)),  # 29
+])
+def test_learner_steps_follow_the_samples_per_insert_ratio(spi, batch, min_size, steps, expected):
+    env, table, adder = setup(limiter=SampleToInsertRatio(spi, min_size, error_buffer=spi * min_size))
+    learner = CountingLearner(batch)
+    result = rlflow.run(env, RandomPolicy(), learner, adder, table, steps=steps, batch_size=batch, progress=False)
+    assert result.env_steps == steps and table.rate_limiter.inserts == steps
+    assert result.learner_steps == learner.steps == expected
+    assert table.rate_limiter.samples == expected * batch
+
+
+def test_no_learner_step_before_min_size_and_ratio_held_throughout():
+    # spi 4, min_size 40, error_buffer 64: offset 160, so every sample must leave I*4 - S >= 96, and
+    # (past min_size) every insert must leave I*4 - S <= 224.
+    spi, batch, min_size = 4.0, 16, 40
+    env, table, adder = setup(num_envs=4, limiter=SampleToInsertRatio(spi, min_size, error_buffer=64))
+    limiter = table.rate_limiter
+    seen = []
+
+    class Watch(CountingLearner):
+        def step(self, sample):
+            seen.append((limiter.inserts, limiter.samples))  # the sample is already counted
+            return super().step(sample)
+
+    result = rlflow.run(env, RandomPolicy(), Watch(batch), adder, table, steps=400, batch_size=batch, progress=False)
+    assert seen and min(i for i, _ in seen) >= min_size
+    assert all(96 <= inserts * spi - samples <= 224 for inserts, samples in seen)
+    # The learner kept up: after the last env step, less than one batch of samples was left unclaimed.
+    assert 96 <= limiter.inserts * spi - limiter.samples < 96 + batch + 4 * spi
+    assert result.learner_steps == len(seen)
+
+
+def test_loop_refuses_a_limiter_that_never_refuses_samples():
+    env, table, adder = setup(limiter=MinSize(10))
+    with pytest.raises(ValueError, match="never refuses a sample"):
+        rlflow.run(env, RandomPolicy(), CountingLearner(4), adder, table, steps=10, progress=False)
+
+
+def test_loop_refuses_a_window_too_narrow_for_one_step():
+    # window 2 * error_buffer = 8 < batch 4 + 4 lanes * n 3 * spi 1 = 16: the loop would deadlock.
+    env, table, adder = setup(num_envs=4, n=3, limiter=SampleToInsertRatio(1.0, 10, error_buffer=4))
+    with pytest.raises(ValueError, match="error_buffer of at least 8"):
+        rlflow.run(env, RandomPolicy(), CountingLearner(4), adder, table, steps=10, batch_size=4, progress=False)
+
+
+@pytest.mark.parametrize("period", [1, 3, 10])
+def test_policy_lags_the_learner_by_at_most_the_sync_period(period):
+    # 4 samples per insert with batch 4 and min_size 1: one learner step per env step, taken just before
+    # the actor acts; the policy pulls the learner's parameters (its step count) every `period` env steps.
+    env, table, adder = setup(limiter=SampleToInsertRatio(4.0, 1, error_buffer=4))
+    policy, learner = RandomPolicy(), CountingLearner(4)
+    seen = []
+    act = policy.act
+
+    def spy(observation, state, *, evaluation=False):
+        seen.append((learner.steps, policy.version))
+        return act(observation, state, evaluation=evaluation)
+
+    policy.act = spy
+    rlflow.run(env, policy, learner, adder, table, steps=200, batch_size=4, sync_period=period, progress=False)
+    assert seen[0] == (0, 0)  # the first action used the learner's initial parameters
+    lags = [now - had for now, had in seen]
+    assert max(lags) == period and min(lags[1:]) >= 1
+    assert learner.steps == 199
+
+
+def test_bad_policy_output_names_the_policy_and_the_space():
+    env, table, adder = setup(limiter=SampleToInsertRatio(1.0, 10, error_buffer=20))
+
+    class Bad(RandomPolicy):
+        def __init__(self, actions):
+            super().__init__()
+            self.actions = actions
+
+        def act(self, observation, state, *, evaluation=False):
+            return self.actions, None, state
+
+    for actions, match in [(np.array([5]), "expected values <= 1"), (np.array([0, 1]), r"expected shape \(1,\)"),
+                           (np.array([0.5]), "expected dtype int64")]:
+        before = len(table.store)
+        with pytest.raises(SpecError, match=rf"Bad.act returned actions .*Discrete\(2\).*{match}"):
+            rlflow.run(env, Bad(actions), CountingLearner(4), adder, table, steps=5, batch_size=4, progress=False)
+        assert len(table.store) == before + 1  # only the reset observation of the run's start was stored
+        adder.reset()
+
+
+def test_sigterm_stops_the_run_cleanly():
+    env, table, adder = setup(limiter=SampleToInsertRatio(1.0, 10, error_buffer=20))
+
+    def observer(stream, env_step, metrics):
+        if stream == "train":
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    handler = signal.getsignal(signal.SIGTERM)
+    result = rlflow.run(env, RandomPolicy(), CountingLearner(4), adder, table, steps=100_000, batch_size=4,
+                        progress=False, observers=[observer])
+    assert result.stopped == "SIGTERM" and result.env_steps < 100_000 and len(result.episodes) == 1
+    assert signal.getsignal(signal.SIGTERM) is handler  # the previous handler is back
+
+
+def test_logs_episodes_learner_metrics_and_evaluations(tmp_path):
+    env, table, adder = setup(num_envs=2, limiter=SampleToInsertRatio(2.0, 20, error_buffer=40))
+    eval_env = envs.make("CartPole-v1", num_envs=1)
+    seen = []
+    result = rlflow.run(env, RandomPolicy(), CountingLearner(8), adder, table, steps=600, batch_size=8,
+                        eval_env=eval_env, eval_every=200, eval_episodes=2, logdir=tmp_path, log_every=100,
+                        progress=False, seed=3, observers=[lambda *row: seen.append(row)])
+    train, learner, evals = (read_csv(tmp_path / f"{s}.csv") for s in ("train", "learner", "eval"))
+    assert [float(r["return"]) for r in train] == [r for _, r, _ in result.episodes]
+    assert [int(r["step"]) for r in evals] == [200, 400, 600] == [s for s, _ in result.evaluations]
+    assert len(learner) == 6 and all(math.isfinite(float(r["loss"])) for r in learner)
+    assert len(seen) == len(train) + len(learner) + len(evals)
+    assert list(tmp_path.glob("events.out.tfevents.*"))  # TensorBoard
+    # CartPole gives 1 per step: a return equals its episode's length.
+    assert all(float(r["return"]) == float(r["length"]) for r in train)
+
+
+def test_csv_logger_widens_its_header_for_new_keys(tmp_path):
+    log = CsvLogger(tmp_path)
+    log.write("x", 1, {"a": 1.0})
+    log.write("x", 2, {"a": 2.0, "b": 3.0})
+    log.close()
+    assert read_csv(tmp_path / "x.csv") == [{"step": "1", "a": "1.0", "b": ""}, {"step": "2", "a": "2.0", "b": "3.0"}]
+
+
+def test_collect_only_and_evaluate():
+    env, table, adder = setup(num_envs=3, limiter=MinSize(1))
+    result = rlflow.run(env, RandomPolicy(), None, adder, table, steps=90, progress=False)
+    assert result.env_steps == 90 and table.size == 90 and result.learner_steps == 0
+    returns = rlflow.evaluate(envs.make("CartPole-v1", num_envs=2), RandomPolicy(), 5, seed=0)
+    assert len(returns) == 5 and all(r >= 1 for r in returns)
