@@ -168,6 +168,32 @@ def test_compiled_add_equals_general_add(cfg, kind):
         np.testing.assert_array_equal(i1[k], i2[k], err_msg=k)
 
 
+@settings(max_examples=40, deadline=None)
+@given(streams, st.sampled_from(["nstep1", "nstep5", "seq31", "seq42", "seq_write", "episode"]))
+def test_one_add_writes_at_most_max_items_per_step_per_lane(cfg, kind):
+    """What the loop relies on to admit an env step's inserts before it takes it."""
+    cfg.pop("slack")
+    make = {"nstep1": lambda s, t: adders.NStepTransition(s, [t], n=1),
+            "nstep5": lambda s, t: adders.NStepTransition(s, [t], n=5),
+            "seq31": lambda s, t: adders.Sequence(s, [t], length=3, period=1),
+            "seq42": lambda s, t: adders.Sequence(s, [t], length=4, period=2, end_behavior="truncate"),
+            "seq_write": lambda s, t: adders.Sequence(s, [t], length=2, period=1, end_behavior="write"),
+            "episode": lambda s, t: adders.Episode(s, [t], max_length=60)}[kind]
+    store = StepStore(SPEC, capacity=64, lanes=cfg["lanes"])
+    table = Table(store, sampler=Uniform(seed=0), remover=Fifo(), max_size=64 * 64)
+    adder = make(store, table)
+    stream = Stream(cfg["lanes"], np.random.default_rng(cfg["seed"]), cfg["same_step"])
+    adder.add_first(stream.reset())
+    for _ in range(cfg["steps"]):
+        before = table.items()
+        actions, ts, extras = stream.step(stream.random_events(cfg["p_end"]))
+        adder.add(actions, ts, extras)
+        after = table.items()
+        new = np.setdiff1d(after["key"], before["key"])
+        lanes = after["lane"][np.isin(after["key"], new)]
+        assert np.bincount(lanes, minlength=cfg["lanes"]).max(initial=0) <= adder.max_items_per_step
+
+
 # --------------------------------------------------------------------------- hand-computed cases
 def one_lane(n=3, discount=G, capacity=32):
     spec = step_spec(specs.Field((), np.float32), specs.Field((), np.int64))

@@ -1,0 +1,153 @@
+"""Learning benchmark: rlflow's baselines against Stable-Baselines3 with the same hyperparameters.
+
+For each (algorithm, env) and seed, trains rlflow's baseline and SB3's implementation of the same
+algorithm for the same env steps (RL Baselines3 Zoo's hyperparameters), one after the other in this
+process, and records the final evaluation (mean return of 10 greedy episodes) and the wall-clock time.
+Writes a markdown table (median and range over seeds, and rlflow's time / SB3's) and a plot of
+rlflow's learning curves.
+
+    python benchmarks/learning.py                                  # every configuration, 3 seeds
+    python benchmarks/learning.py --configs dqn-cartpole --seeds 0 1 2 --out runs/learning
+
+Needs the ``bench`` extra (Stable-Baselines3). Not a test: a CartPole run takes minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from baselines import dqn  # noqa: E402
+
+
+@dataclass
+class Config:
+    """One algorithm on one env: rlflow's arguments, SB3's, and the return the run should reach."""
+
+    algo: str
+    env_id: str
+    steps: int
+    target: float
+    rlflow: dict[str, Any] = field(default_factory=dict)
+    sb3: dict[str, Any] = field(default_factory=dict)
+
+
+# RL Baselines3 Zoo's DQN hyperparameters. SB3 trains in bursts (gradient_steps every train_freq env
+# steps); rlflow spreads the same number of samples evenly (samples_per_insert = batch * gradient_steps
+# / train_freq). SB3 counts target_update_interval in env steps (during a burst the target does not
+# move); rlflow's target_update_period counts learner steps.
+CONFIGS = {
+    "dqn-cartpole": Config(
+        "dqn", "CartPole-v1", 50_000, 475.0,
+        rlflow={"learning_rate": 2.3e-3, "batch_size": 64, "buffer_size": 100_000, "learning_starts": 1_000,
+                "samples_per_insert": 32.0, "target_update_period": 128, "exploration_fraction": 0.16,
+                "exploration_final_eps": 0.04, "hidden": (256, 256)},
+        sb3={"learning_rate": 2.3e-3, "batch_size": 64, "buffer_size": 100_000, "learning_starts": 1_000,
+             "gamma": 0.99, "target_update_interval": 10, "train_freq": 256, "gradient_steps": 128,
+             "exploration_fraction": 0.16, "exploration_final_eps": 0.04, "policy_kwargs": {"net_arch": [256, 256]}}),
+    "dqn-acrobot": Config(
+        "dqn", "Acrobot-v1", 100_000, -100.0,
+        rlflow={"learning_rate": 6.3e-4, "batch_size": 128, "buffer_size": 50_000, "learning_starts": 128,
+                "samples_per_insert": 128.0, "target_update_period": 250, "exploration_fraction": 0.12,
+                "exploration_final_eps": 0.1, "hidden": (256, 256)},
+        sb3={"learning_rate": 6.3e-4, "batch_size": 128, "buffer_size": 50_000, "learning_starts": 0,
+             "gamma": 0.99, "target_update_interval": 250, "train_freq": 4, "gradient_steps": -1,
+             "exploration_fraction": 0.12, "exploration_final_eps": 0.1, "policy_kwargs": {"net_arch": [256, 256]}}),
+}
+
+
+def run_rlflow(cfg: Config, seed: int, out: Path) -> tuple[float, float, Any]:
+    args = replace(dqn.Args(), env_id=cfg.env_id, total_steps=cfg.steps, seed=seed, eval_every=cfg.steps // 5,
+                   logdir=str(out / f"{cfg.algo}-{cfg.env_id}-rlflow-{seed}"), progress=False, **cfg.rlflow)
+    start = time.perf_counter()
+    result = dqn.main(args)
+    return float(result.final_evaluation), time.perf_counter() - start, result
+
+
+def run_sb3(cfg: Config, seed: int) -> tuple[float, float]:
+    import gymnasium as gym
+    import torch
+    from stable_baselines3 import DQN
+    from stable_baselines3.common.evaluation import evaluate_policy
+
+    torch.set_num_threads(1)
+    start = time.perf_counter()
+    model = DQN("MlpPolicy", cfg.env_id, seed=seed, verbose=0, device="cpu", **cfg.sb3)
+    model.learn(total_timesteps=cfg.steps)
+    seconds = time.perf_counter() - start
+    mean, _ = evaluate_policy(model, gym.make(cfg.env_id), n_eval_episodes=10, deterministic=True)
+    return float(mean), seconds
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--configs", nargs="*", default=list(CONFIGS), choices=list(CONFIGS))
+    parser.add_argument("--seeds", nargs="*", type=int, default=[0, 1, 2])
+    parser.add_argument("--no-sb3", action="store_true", help="run rlflow only")
+    parser.add_argument("--out", type=Path, default=Path("runs/learning"))
+    args = parser.parse_args(argv)
+    rows = ["| algorithm | env | steps | target | rlflow return: median (min..max) | SB3 return: median (min..max) "
+            "| rlflow s / SB3 s (median) |", "|---|---|---:|---:|---|---|---:|"]
+    curves: dict[str, list[Any]] = {}
+    for name in args.configs:
+        cfg = CONFIGS[name]
+        ours, theirs, ratios = [], [], []
+        for seed in args.seeds:
+            ret, secs, result = run_rlflow(cfg, seed, args.out)
+            ours.append(ret)
+            curves.setdefault(name, []).append(result)
+            line = f"{name} seed {seed}: rlflow {ret:.1f} in {secs:.0f} s"
+            if not args.no_sb3:
+                sret, ssecs = run_sb3(cfg, seed)
+                theirs.append(sret)
+                ratios.append(secs / ssecs)
+                line += f"; SB3 {sret:.1f} in {ssecs:.0f} s (time ratio {secs / ssecs:.2f})"
+            print(line, flush=True)
+
+        def summary(values: list[float]) -> str:
+            return f"{statistics.median(values):.1f} ({min(values):.1f}..{max(values):.1f})" if values else "-"
+
+        ratio = f"{statistics.median(ratios):.2f}" if ratios else "-"
+        rows.append(f"| {cfg.algo.upper()} | {cfg.env_id} | {cfg.steps:,} | {cfg.target:g} | {summary(ours)} | "
+                    f"{summary(theirs)} | {ratio} |")
+    table = "\n".join(rows)
+    print(f"\nseeds {args.seeds}\n{table}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "learning.md").write_text(table + "\n")
+    _plot(curves, args.out / "learning.png")
+    return 0
+
+
+def _plot(curves: dict[str, list[Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, max(1, len(curves)), figsize=(6 * max(1, len(curves)), 4), squeeze=False)
+    for ax, (name, results) in zip(axes[0], curves.items(), strict=False):
+        for i, result in enumerate(results):
+            steps, returns = zip(*result.evaluations, strict=True)
+            ax.plot(steps, returns, "o-", alpha=0.7, label=f"seed {i}")
+        ax.set_title(f"rlflow {name}: evaluation return")
+        ax.set_xlabel("env steps")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    print(f"plot: {path}; table: {path.with_name('learning.md')}; mean of evals: "
+          f"{ {k: float(np.mean([r.final_evaluation for r in v])) for k, v in curves.items()} }")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
