@@ -26,7 +26,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from baselines import dqn  # noqa: E402
+from baselines import dqn
 
 
 @dataclass
