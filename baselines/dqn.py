@@ -93,16 +93,19 @@ class EpsilonGreedy(rlflow.Policy):
         return 1.0 + min(1.0, self.steps / self.decay_steps) * (self.final_eps - 1.0)
 
     def act(self, observation, state, *, evaluation=False):
-        with torch.no_grad():
-            greedy = self.q(torch.as_tensor(observation)).argmax(dim=1).numpy()
-        if evaluation:
-            return greedy, None, state
-        explore = self.rng.random(len(greedy)) < self.epsilon
-        self.steps += len(greedy)
-        return np.where(explore, self.rng.integers(0, self.n_actions, len(greedy)), greedy), None, state
+        n = len(observation)
+        explore = np.zeros(n, bool) if evaluation else self.rng.random(n) < self.epsilon
+        actions = self.rng.integers(0, self.n_actions, n)
+        if not explore.all():  # the network runs only when some lane acts greedily
+            with torch.inference_mode():
+                greedy = self.q(torch.as_tensor(observation)).argmax(dim=1).numpy()
+            actions = np.where(explore, actions, greedy)
+        if not evaluation:
+            self.steps += n
+        return actions, None, state
 
     def set_params(self, params):
-        self.q.load_state_dict(params)
+        self.q = params  # the learner's network itself: in one process, no copy and no lag
 
 
 def td_loss(q: QNetwork, target: QNetwork, batch: rlflow.replay.Transition, weights: torch.Tensor,
@@ -133,7 +136,7 @@ class DQNLearner(rlflow.Learner):
         self.q, self.args = q, args
         self.target = QNetwork(q.body[0].in_features, q.head.out_features, args.hidden, args.dueling)
         self.target.load_state_dict(q.state_dict())
-        self.optimizer = torch.optim.Adam(q.parameters(), lr=args.learning_rate)
+        self.optimizer = torch.optim.Adam(q.parameters(), lr=args.learning_rate, foreach=True)
         self.steps = 0
 
     def step(self, sample):
@@ -151,7 +154,7 @@ class DQNLearner(rlflow.Learner):
         return rlflow.LearnerUpdate({"loss": loss.item(), "td_error": float(td.abs().mean())}, priorities)
 
     def get_params(self):
-        return self.q.state_dict()
+        return self.q
 
     def state_dict(self):
         return {"q": self.q.state_dict(), "target": self.target.state_dict(),
@@ -167,8 +170,8 @@ class DQNLearner(rlflow.Learner):
 def main(args: Args) -> rlflow.RunResult:
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)
-    env = envs.make(args.env_id, num_envs=args.num_envs, seed=args.seed)
-    eval_env = envs.make(args.env_id, num_envs=1)
+    env = envs.make(args.env_id, num_envs=None if args.num_envs == 1 else args.num_envs, seed=args.seed)
+    eval_env = envs.make(args.env_id, num_envs=None)
     n_actions = int(env.single_action_space.n)
     obs_dim = int(np.prod(env.single_observation_space.shape))
 
@@ -180,9 +183,10 @@ def main(args: Args) -> rlflow.RunResult:
         args.samples_per_insert, args.learning_starts, error_buffer=max(window, 2 * args.batch_size)))
     adder = adders.NStepTransition(store, [table], n=args.n_step, discount=args.gamma)
 
-    # The algorithm: the learner trains the online network, the policy acts with a copy of it.
+    # The algorithm: the learner trains the online network; the policy acts with it (the loop hands it
+    # over through get_params / set_params).
     learner = DQNLearner(QNetwork(obs_dim, n_actions, args.hidden, args.dueling), args)
-    policy = EpsilonGreedy(QNetwork(obs_dim, n_actions, args.hidden, args.dueling), n_actions, args)
+    policy = EpsilonGreedy(learner.q, n_actions, args)
 
     result = rlflow.run(env, policy, learner, adder, table, steps=args.total_steps, batch_size=args.batch_size,
                         eval_env=eval_env, eval_every=args.eval_every, eval_episodes=args.eval_episodes,

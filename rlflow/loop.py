@@ -73,8 +73,14 @@ class EpisodeStats:
 
     def update(self, timestep: Any) -> list[tuple[float, int]]:
         """Count one step of every lane that acted; ``(return, length)`` of each episode that ended."""
+        reward = timestep.reward
+        if reward.ndim > 1:  # several rewards per lane (e.g. per agent): their sum
+            reward = reward.reshape(len(reward), -1).sum(axis=1)
+        if not (timestep.first.any() or timestep.last.any()):  # the common step: every lane acted
+            self.returns += reward
+            self.lengths += 1
+            return []
         acted = ~(timestep.first & ~timestep.last)  # a lone ``first`` is a reset, not an action
-        reward = np.asarray(timestep.reward, np.float64).reshape(len(acted), -1).sum(axis=1)
         self.returns[acted] += reward[acted]
         self.lengths[acted] += 1
         ended = np.flatnonzero(timestep.last)
@@ -96,6 +102,7 @@ class Actor:
         self.num_lanes = int(num_lanes)
         self._action_spec = action_spec
         self._action_fields = _specs.flatten_spec({"action": action_spec})
+        self._simple = action_spec if isinstance(action_spec, _specs.Field) else None
         self._space = action_space
         self.state = policy.initial_state(self.num_lanes)
 
@@ -108,6 +115,8 @@ class Actor:
             raise TypeError(f"{type(self.policy).__name__}.act returned {type(out).__name__}: expected a tuple "
                             "(actions, extras, state)")
         actions, extras, self.state = out
+        if self._simple is not None and _specs.fits(self._simple, actions, self.num_lanes):
+            return actions, extras
         try:
             flat = _specs.flatten_data({"action": self._action_spec}, {"action": actions})
             _specs.validate(self._action_fields, flat, (self.num_lanes,))

@@ -36,6 +36,7 @@ __all__ = [
     "Spec",
     "SpecError",
     "add_agent_axis",
+    "fits",
     "flatten_data",
     "flatten_spec",
     "from_space",
@@ -210,6 +211,23 @@ def validate(
                 raise SpecError(f"field {name!r}: expected values <= {field.high}, got {arr.max()}")
         out[name] = arr
     return out
+
+
+def fits(field: Field, value: Any, n: int) -> bool:
+    """Whether ``value`` needs no conversion to be ``n`` rows of ``field``: an ndarray of exactly its dtype
+    and shape ``(n, *field.shape)``, finite (floats) and within bounds (integers). A quick check for hot
+    paths; ``False`` means "run :func:`validate`" (which converts or raises), not "invalid"."""
+    if type(value) is not np.ndarray or value.dtype != field.dtype or value.shape != (n, *field.shape):
+        return False
+    kind = field.dtype.kind
+    if not value.size:
+        return True
+    if kind == "f":
+        return field.allow_nonfinite or _all_finite(value)
+    if kind in "iu" and (field.low is not None or field.high is not None):
+        return not ((field.low is not None and value.min() < field.low)
+                    or (field.high is not None and value.max() > field.high))
+    return True
 
 
 _finite_kernel: Any = None

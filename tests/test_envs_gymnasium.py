@@ -203,6 +203,34 @@ def test_plain_env_is_one_lane_in_same_step_form():
             env.step(1)
 
 
+@pytest.mark.parametrize("kind", ["box", "dict", "tuple"])
+def test_plain_env_steps_like_a_one_env_sync_vector_env(kind):
+    """The plain-env path gives what SyncVectorEnv(SAME_STEP) of the same env gives, infos included."""
+    def make():
+        return TimeLimit(CounterEnv(0, kind), LIMIT)
+
+    plain = envs.GymEnvironment(make())
+    vec = envs.GymEnvironment(SyncVectorEnv([make], autoreset_mode=AutoresetMode.SAME_STEP))
+    steps = [(plain.reset(seed=1), vec.reset(seed=1))]
+    for call in range(CALLS):
+        action = np.array([action_at(call, 0)])
+        steps.append((plain.step(action), vec.step(action)))
+    for a, b in steps:
+        for name in ("reward", "terminated", "truncated", "first", "last"):
+            np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
+            assert getattr(a, name).dtype == getattr(b, name).dtype
+        for field in ("observation", "final_observation"):
+            x, y = getattr(a, field), getattr(b, field)
+            assert (x is None) == (y is None)
+            if x is not None:
+                for (kx, vx), (ky, vy) in zip(specs.flatten_data(plain.observation_spec, x).items(),
+                                              specs.flatten_data(vec.observation_spec, y).items(), strict=True):
+                    assert kx == ky and vx.dtype == vy.dtype
+                    np.testing.assert_array_equal(vx, vy)
+        assert sorted(a.info) == sorted(b.info)
+    assert any(a.last.any() for a, _ in steps)
+
+
 def test_disabled_mode_adds_reset_infos():
     with envs.GymEnvironment(SyncVectorEnv(factories(), autoreset_mode=AutoresetMode.DISABLED)) as env:
         env.reset()

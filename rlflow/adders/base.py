@@ -99,13 +99,7 @@ def _fast_leaves(leaves: list[tuple[str, Any, Any]] | None, value: Any, n: int, 
             return False
     for name, key, field in leaves:
         v = value if key is None else value.get(key)
-        if type(v) is not np.ndarray or v.dtype != field.dtype or v.shape != (n, *field.shape):
-            return False
-        kind = field.dtype.kind
-        if kind == "f" and not field.allow_nonfinite and v.size and not _specs._all_finite(v):
-            return False
-        if kind in "iu" and v.size and ((field.low is not None and v.min() < field.low)
-                                        or (field.high is not None and v.max() > field.high)):
+        if not _specs.fits(field, v, n):
             return False
         out[name] = v
     return True

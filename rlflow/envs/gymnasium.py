@@ -35,7 +35,7 @@ from typing import Any
 
 import gymnasium
 import numpy as np
-from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
+from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import create_empty_array
 
 from rlflow.specs import Spec, from_space
@@ -91,6 +91,79 @@ def _rows_where(obs: Any, mask: np.ndarray) -> Any:
     return out
 
 
+class _OneEnv:
+    """A plain ``gymnasium.Env`` as a one-env ``SAME_STEP`` vector env: what ``SyncVectorEnv`` returns for
+    one env (batched observations, rewards, flags and infos; ``final_obs`` / ``final_info`` in the info of
+    an ending step), without its per-step overhead."""
+
+    num_envs = 1
+
+    def __init__(self, env: gymnasium.Env) -> None:
+        self.env = env
+        self.metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
+        self.single_observation_space = env.observation_space
+        self.single_action_space = env.action_space
+
+    def reset(self, seed: Any = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        seed = seed[0] if isinstance(seed, list | tuple) else seed
+        obs, info = self.env.reset(seed=seed, options=options)
+        return _batch_one(obs, self.single_observation_space), _batch_info(info)
+
+    def step(self, actions: Any) -> tuple[Any, ...]:
+        obs, reward, terminated, truncated, info = self.env.step(_row_zero(actions))
+        if terminated or truncated:
+            final_obs, final_info = obs, info
+            obs, info = self.env.reset()
+            info = {**_batch_info(info), "final_obs": _objects(final_obs), "_final_obs": np.ones(1, np.bool_),
+                    "final_info": _objects(final_info), "_final_info": np.ones(1, np.bool_)}
+        else:
+            info = _batch_info(info)
+        return (_batch_one(obs, self.single_observation_space), np.array([reward], np.float64),
+                np.array([terminated], np.bool_), np.array([truncated], np.bool_), info)
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def _objects(value: Any) -> np.ndarray:
+    out = np.empty(1, object)
+    out[0] = value
+    return out
+
+
+def _batch_one(obs: Any, space: gymnasium.Space) -> Any:
+    """One env's observation with a leading axis of 1, in the space's dtypes (a copy, as SyncVectorEnv
+    makes by default)."""
+    if isinstance(space, gymnasium.spaces.Dict):
+        return {key: _batch_one(obs[key], sub) for key, sub in space.spaces.items()}
+    if isinstance(space, gymnasium.spaces.Tuple):
+        return tuple(_batch_one(o, sub) for o, sub in zip(obs, space.spaces, strict=True))
+    return np.array(obs, dtype=space.dtype)[None]
+
+
+def _row_zero(actions: Any) -> Any:
+    """Lane 0's action from batched actions."""
+    if isinstance(actions, Mapping):
+        return {key: _row_zero(sub) for key, sub in actions.items()}
+    if isinstance(actions, tuple):
+        return tuple(_row_zero(sub) for sub in actions)
+    return actions[0]
+
+
+def _batch_info(info: Mapping[str, Any]) -> dict[str, Any]:
+    """An env's info as a one-env vector env's: each value in an array of 1, with its ``_key`` mask."""
+    out: dict[str, Any] = {}
+    for key, value in info.items():
+        if isinstance(value, Mapping):
+            out[key] = _batch_info(value)
+        elif isinstance(value, int | float | bool | np.number | np.bool_):
+            out[key] = np.array([value])
+        else:
+            out[key] = _objects(value)
+        out[f"_{key}"] = np.ones(1, np.bool_)
+    return out
+
+
 class GymEnvironment:
     """A gymnasium env or vector env as a stream of batched :class:`~rlflow.types.TimeStep` s.
 
@@ -111,7 +184,7 @@ class GymEnvironment:
             self._vec: VectorEnv = env
             mode = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
         elif isinstance(env, gymnasium.Env):
-            self._vec = SyncVectorEnv([lambda: env], autoreset_mode=AutoresetMode.SAME_STEP)
+            self._vec = _OneEnv(env)  # type: ignore[assignment]
             mode = AutoresetMode.SAME_STEP
         else:
             raise TypeError(f"env: expected a gymnasium.Env or gymnasium.vector.VectorEnv, got {type(env).__name__}")

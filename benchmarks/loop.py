@@ -1,0 +1,96 @@
+"""Loop overhead: env steps per second of ``rlflow.run`` against the bare environment.
+
+The bare rate is the gymnasium env (or vector env) stepped with pre-drawn actions and nothing else
+(for one env, ``gymnasium.make`` with a reset call at each episode end; for a vector env,
+``make_vec`` in same-step autoreset mode). The loop is ``rlflow.run`` with a random policy drawing
+all lanes' actions in one call, an ``NStepTransition(n=1)`` adder writing to a uniform table, no learner.
+The two are timed in alternating rounds; the ratio of medians is reported.
+
+    python benchmarks/loop.py                  # 1 env and a 16-env vector env, CartPole-v1
+    python benchmarks/loop.py --envs 1 4 16 --rounds 7
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode
+
+import rlflow
+from rlflow import adders, envs
+from rlflow.replay import Fifo, MinSize, StepStore, Table, Uniform
+
+
+class RandomPolicy(rlflow.Policy):
+    def __init__(self, n_actions: int, seed: int = 0) -> None:
+        self.n, self.rng = n_actions, np.random.default_rng(seed)
+
+    def act(self, observation, state, *, evaluation=False):
+        return self.rng.integers(0, self.n, len(observation)), None, state
+
+
+def bare(env_id: str, num_envs: int, steps: int) -> float:
+    """Env steps per second of the plain gymnasium env, actions drawn beforehand."""
+    rng = np.random.default_rng(0)
+    if num_envs == 1:
+        env = gym.make(env_id)
+        actions = rng.integers(0, env.action_space.n, steps)
+        env.reset(seed=0)
+        start = time.perf_counter()
+        for a in actions:
+            _, _, terminated, truncated, _ = env.step(a)
+            if terminated or truncated:
+                env.reset()
+    else:
+        env = gym.make_vec(env_id, num_envs, vectorization_mode="sync",
+                           vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP})
+        actions = rng.integers(0, env.single_action_space.n, (steps // num_envs, num_envs))
+        env.reset(seed=0)
+        start = time.perf_counter()
+        for a in actions:
+            env.step(a)
+    seconds = time.perf_counter() - start
+    env.close()
+    return steps / seconds
+
+
+def loop(env_id: str, num_envs: int, steps: int) -> float:
+    """Env steps per second of ``rlflow.run`` collecting into a uniform table (no learner)."""
+    env = envs.make(env_id, num_envs=None if num_envs == 1 else num_envs, seed=0)  # one env: the plain env
+    store = StepStore(env.spec, capacity=max(steps // num_envs + 8, 64), lanes=num_envs)
+    table = Table(store, sampler=Uniform(seed=0), remover=Fifo(), rate_limiter=MinSize(1))
+    adder = adders.NStepTransition(store, [table], n=1)
+    policy = RandomPolicy(int(env.single_action_space.n))
+    start = time.perf_counter()
+    result = rlflow.run(env, policy, None, adder, table, steps=steps, progress=False)
+    seconds = time.perf_counter() - start
+    env.close()
+    return result.env_steps / seconds
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--env-id", default="CartPole-v1")
+    parser.add_argument("--envs", nargs="*", type=int, default=[1, 16])
+    parser.add_argument("--steps", type=int, default=20_000, help="env steps per timed round")
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args(argv)
+    print("| envs | bare env steps/s | rlflow.run steps/s | loop / bare |\n|---:|---:|---:|---:|")
+    for n in args.envs:
+        b, lp = [], []
+        for r in range(args.rounds + 1):  # the first round warms up (compiles kernels, fills caches)
+            pair = (bare(args.env_id, n, args.steps), loop(args.env_id, n, args.steps))
+            if r:
+                b.append(pair[0])
+                lp.append(pair[1])
+        mb, ml = statistics.median(b), statistics.median(lp)
+        print(f"| {n} | {mb:,.0f} | {ml:,.0f} | {ml / mb:.0%} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
