@@ -50,7 +50,6 @@ class RlflowAdapter(peers._Base):
     """
 
     name = "rlflow"
-    checked = True
 
     def available(self) -> str | None:
         return None

@@ -13,3 +13,11 @@ def test_prioritized_table_example_runs():
     assert "env steps: 1500" in out
     assert "transition items" in out
     assert "observation (64, 2, 4)" in out
+
+
+def test_dqn_minimal_example_runs():
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "dqn_minimal.py"), "--steps", "1500"],
+        capture_output=True, text=True, check=True, timeout=300,
+    ).stdout
+    assert "eval at 500 env steps" in out and "final evaluation:" in out and "after 1500 env steps" in out
