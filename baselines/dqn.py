@@ -52,6 +52,8 @@ class Args:
     eval_every: int = 10_000
     eval_episodes: int = 10
     logdir: str = "runs/dqn"
+    checkpoint_every: int = 0  # env steps between run checkpoints under <logdir>/checkpoints (0: none)
+    resume: bool = False  # continue from the latest checkpoint under <logdir>/checkpoints
     progress: bool = True
 
 
@@ -106,6 +108,13 @@ class EpsilonGreedy(rlflow.Policy):
 
     def set_params(self, params):
         self.q = params  # the learner's network itself: in one process, no copy and no lag
+
+    def state_dict(self):
+        return {"steps": self.steps, "rng": self.rng.bit_generator.state}
+
+    def load_state_dict(self, state):
+        self.steps = state["steps"]
+        self.rng.bit_generator.state = state["rng"]
 
 
 def td_loss(q: QNetwork, target: QNetwork, batch: rlflow.replay.Transition, weights: torch.Tensor,
@@ -190,7 +199,8 @@ def main(args: Args) -> rlflow.RunResult:
 
     result = rlflow.run(env, policy, learner, adder, table, steps=args.total_steps, batch_size=args.batch_size,
                         eval_env=eval_env, eval_every=args.eval_every, eval_episodes=args.eval_episodes,
-                        logdir=args.logdir, progress=args.progress, seed=args.seed)
+                        logdir=args.logdir, progress=args.progress, seed=args.seed,
+                        checkpoint_every=args.checkpoint_every, resume=args.resume)
     env.close()
     eval_env.close()
     torch.save({"args": asdict(args), "learner": learner.state_dict()}, Path(args.logdir) / "learner.pt")

@@ -60,6 +60,14 @@ class Policy(ABC):
         """Take the learner's latest parameters (default: ignore them, e.g. when sharing the network)."""
         return None
 
+    def state_dict(self) -> dict[str, Any]:
+        """What a run checkpoint keeps of the policy (e.g. an exploration schedule's step, RNG states)."""
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output (default: nothing to restore)."""
+        return None
+
 
 @dataclass
 class LearnerUpdate:

@@ -32,13 +32,18 @@ class Logger(Protocol):
 
 
 class CsvLogger:
-    """One CSV file per stream under ``logdir`` (see the module docstring)."""
+    """One CSV file per stream under ``logdir`` (see the module docstring).
 
-    def __init__(self, logdir: str | Path) -> None:
+    ``resume_at``: continue files written before, keeping their rows up to that env step (a run resumed
+    from a checkpoint drops what it logged after the checkpoint); ``None`` starts new files.
+    """
+
+    def __init__(self, logdir: str | Path, *, resume_at: int | None = None) -> None:
         self.logdir = Path(logdir)
         self.logdir.mkdir(parents=True, exist_ok=True)
         self._files: dict[str, Any] = {}
         self._writers: dict[str, csv.DictWriter] = {}
+        self._resume_at = resume_at
 
     def write(self, stream: str, step: int, metrics: Mapping[str, float]) -> None:
         row = {"step": int(step), **{k: float(v) for k, v in metrics.items()}}
@@ -55,6 +60,10 @@ class CsvLogger:
         if stream in self._files:  # new keys: rewrite the file with the wider header
             self._files.pop(stream).close()
             old, fields = read_csv(path), list(self._writers[stream].fieldnames)
+        elif self._resume_at is not None and path.exists():  # a resumed run: keep the rows up to its start
+            old = [r for r in read_csv(path) if int(r["step"]) <= self._resume_at]
+            with path.open(newline="") as f:
+                fields = next(csv.reader(f), None) or ["step"]
         fields += [k for k in row if k not in fields]
         f = path.open("w", newline="")
         writer = csv.DictWriter(f, fieldnames=fields)
@@ -101,11 +110,14 @@ class MultiLogger:
             logger.close()
 
 
-def make_logger(logdir: str | Path | None, *, tensorboard: bool = True) -> MultiLogger:
-    """CSV (and TensorBoard unless ``tensorboard=False``) under ``logdir``; no logger for ``None``."""
+def make_logger(logdir: str | Path | None, *, tensorboard: bool = True, resume_at: int | None = None) -> MultiLogger:
+    """CSV (and TensorBoard unless ``tensorboard=False``) under ``logdir``; no logger for ``None``.
+
+    ``resume_at``: see :class:`CsvLogger`.
+    """
     if logdir is None:
         return MultiLogger([])
-    loggers: list[Logger] = [CsvLogger(logdir)]
+    loggers: list[Logger] = [CsvLogger(logdir, resume_at=resume_at)]
     if tensorboard:
         loggers.append(TensorBoardLogger(logdir))
     return MultiLogger(loggers)

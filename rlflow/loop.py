@@ -199,7 +199,8 @@ def run(env: Any, policy: Policy, learner: Learner | None, adder: Any, table: An
         batch_size: int = 32, sync_period: int = 1, eval_env: Any = None, eval_every: int = 0,
         eval_episodes: int = 10, logdir: str | Path | None = None, tensorboard: bool = True,
         log_every: int = 1_000, progress: bool = True, seed: int | None = None, max_seconds: float | None = None,
-        observers: Sequence[Callable[[str, int, Mapping[str, float]], None]] = ()) -> RunResult:
+        observers: Sequence[Callable[[str, int, Mapping[str, float]], None]] = (), checkpoint_every: int = 0,
+        checkpoint_dir: str | Path | None = None, resume: bool = False) -> RunResult:
     """Train for ``steps`` env steps (counted over all lanes); see the module docstring.
 
     Args:
@@ -217,6 +218,10 @@ def run(env: Any, policy: Policy, learner: Learner | None, adder: Any, table: An
         seed: seeds the env's first reset (and the evaluation env's resets).
         max_seconds: stop after this wall-clock time.
         observers: called as ``fn(stream, env_step, metrics)`` for every row the loggers get.
+        checkpoint_every: env steps between run checkpoints (0: none); a checkpoint is also written at the
+            end and when the run is stopped. See :mod:`rlflow.run_checkpoint` and ``docs/loop.md``.
+        checkpoint_dir: where checkpoints go (default ``<logdir>/checkpoints``).
+        resume: continue from the latest checkpoint in ``checkpoint_dir``, if there is one.
     """
     from tqdm.auto import tqdm
 
@@ -232,8 +237,20 @@ def run(env: Any, policy: Policy, learner: Learner | None, adder: Any, table: An
     actor = Actor(policy, env.action_spec, lanes, env.single_action_space)
     client = VariableClient(learner, policy, sync_period) if learner is not None else None
     stats = EpisodeStats(lanes)
-    logger: MultiLogger = make_logger(logdir, tensorboard=tensorboard)
     result = RunResult()
+    if checkpoint_dir is None and (checkpoint_every > 0 or resume):
+        if logdir is None:
+            raise ValueError("checkpoints need a checkpoint_dir or a logdir")
+        checkpoint_dir = Path(logdir) / "checkpoints"
+    restored = None
+    if resume:
+        from rlflow import run_checkpoint
+
+        path = run_checkpoint.latest(checkpoint_dir)
+        if path is not None:
+            restored = run_checkpoint.load_run(path, table.store, table)
+    logger: MultiLogger = make_logger(logdir, tensorboard=tensorboard,
+                                      resume_at=None if restored is None else int(restored["env_steps"]))
     pending: dict[str, list[float]] = {}
     start = time.monotonic()
 
@@ -250,15 +267,42 @@ def run(env: Any, policy: Policy, learner: Learner | None, adder: Any, table: An
         bar.write(f"eval at {result.env_steps} env steps: mean return {np.mean(returns):.2f} "
                   f"over {len(returns)} episodes")
 
-    bar = tqdm(total=int(steps), unit="step", disable=not progress, dynamic_ncols=True)
-    next_eval = eval_every if eval_every > 0 else math.inf
-    next_log = log_every
+    counters = {"next_eval": eval_every if eval_every > 0 else math.inf, "next_log": log_every,
+                "next_checkpoint": checkpoint_every if checkpoint_every > 0 else math.inf}
+    saved = [-1]  # env steps of the last checkpoint written or loaded
+    if restored is not None:
+        _restore(restored, adder, learner, policy, stats, result, counters)
+        saved[0] = result.env_steps
+
+    def checkpoint() -> None:
+        from rlflow import run_checkpoint
+
+        # End the episodes in progress (truncated: they bootstrap), save, and restart the envs: a resumed
+        # run starts from exactly this state, so it continues as the uninterrupted run does.
+        adder.truncate()
+        stats.returns[:] = 0.0
+        stats.lengths[:] = 0
+        run_checkpoint.save_run(checkpoint_dir, result.env_steps, table.store, table, {
+            "env_steps": result.env_steps, "learner_steps": result.learner_steps,
+            "episodes": result.episodes, "evaluations": result.evaluations,
+            "counters": {k: (None if v == math.inf else v) for k, v in counters.items()},
+            "adder": run_checkpoint.as_arrays(adder.state_dict()),
+            "learner": learner.state_dict() if learner is not None else {}, "policy": policy.state_dict()})
+        saved[0] = result.env_steps
+
+    def restart_envs() -> Any:
+        ts = env.reset(seed=None if seed is None else seed + result.env_steps)
+        adder.add_first(ts)
+        actor.reset()
+        return ts
+
+    bar = tqdm(total=int(steps), initial=min(result.env_steps, int(steps)), unit="step", disable=not progress,
+               dynamic_ncols=True)
     try:
         with _Stop() as stop:
             if client is not None:
-                client.update(0, force=True)
-            ts = env.reset(seed=seed)
-            adder.add_first(ts)
+                client.update(result.env_steps, force=True)
+            ts = restart_envs()
             while result.env_steps < steps:
                 if stop.reason or (max_seconds is not None and time.monotonic() - start > max_seconds):
                     result.stopped = stop.reason or "max_seconds"
@@ -280,19 +324,26 @@ def run(env: Any, policy: Policy, learner: Learner | None, adder: Any, table: An
                     emit("train", {"return": ret, "length": length})
                 if client is not None:
                     client.update(result.env_steps)
-                if result.env_steps >= next_log:
-                    next_log += log_every
+                if result.env_steps >= counters["next_log"]:
+                    counters["next_log"] += log_every
                     if pending:
                         emit("learner", {k: float(np.mean(v)) for k, v in pending.items()})
                         pending.clear()
                     recent = [r for _, r, _ in result.episodes[-20:]]
                     if recent:
                         bar.set_postfix(train_return=f"{np.mean(recent):.1f}", learner_steps=result.learner_steps)
-                if result.env_steps >= next_eval and eval_env is not None:
-                    next_eval += eval_every
+                if result.env_steps >= counters["next_eval"] and eval_env is not None:
+                    counters["next_eval"] += eval_every
                     run_eval()
+                if result.env_steps >= counters["next_checkpoint"]:
+                    counters["next_checkpoint"] += checkpoint_every
+                    checkpoint()
+                    if result.env_steps < steps:
+                        ts = restart_envs()
             if pending:  # the learner metrics since the last row
                 emit("learner", {k: float(np.mean(v)) for k, v in pending.items()})
+            if checkpoint_every > 0 and saved[0] != result.env_steps:
+                checkpoint()  # the end, or a stop: a later run with more steps resumes from here
             if eval_env is not None and not result.stopped and (
                     not result.evaluations or result.evaluations[-1][0] != result.env_steps):
                 run_eval()
@@ -300,6 +351,21 @@ def run(env: Any, policy: Policy, learner: Learner | None, adder: Any, table: An
         bar.close()
         logger.close()
     return result
+
+
+def _restore(state: dict[str, Any], adder: Any, learner: Learner | None, policy: Policy, stats: EpisodeStats,
+             result: RunResult, counters: dict[str, float]) -> None:
+    """Put a run checkpoint's state back (the store and table are loaded already)."""
+    adder.load_state_dict({k: np.asarray(v, np.int64) for k, v in state["adder"].items()})
+    if learner is not None:
+        learner.load_state_dict(state["learner"])
+    policy.load_state_dict(state["policy"])
+    result.env_steps, result.learner_steps = int(state["env_steps"]), int(state["learner_steps"])
+    result.episodes = [tuple(e) for e in state["episodes"]]
+    result.evaluations = [tuple(e) for e in state["evaluations"]]
+    counters.update({k: (math.inf if v is None else v) for k, v in state["counters"].items()})
+    stats.returns[:] = 0.0
+    stats.lengths[:] = 0
 
 
 def _learn(learner: Learner, table: Any, batch_size: int, result: RunResult, pending: dict[str, list[float]]) -> None:

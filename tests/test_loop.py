@@ -194,3 +194,110 @@ def test_collect_only_and_evaluate():
     assert result.env_steps == 90 and table.size == 90 and result.learner_steps == 0
     returns = rlflow.evaluate(envs.make("CartPole-v1", num_envs=2), RandomPolicy(), 5, seed=0)
     assert len(returns) == 5 and all(r >= 1 for r in returns)
+
+
+# --------------------------------------------------------------------------- checkpoints and resume
+class SeededPolicy(RandomPolicy):
+    def state_dict(self):
+        return {"rng": self.rng.bit_generator.state}
+
+    def load_state_dict(self, state):
+        self.rng.bit_generator.state = state["rng"]
+
+
+class KeyLearner(rlflow.Learner):
+    """Its state follows every sample it sees (keys, returns); sets priorities from them."""
+
+    def __init__(self):
+        self.steps, self.total = 0, 0.0
+
+    def step(self, sample):
+        self.steps += 1
+        self.total += float(np.sum(sample.keys % 997)) + float(np.sum(sample.data.reward))
+        return rlflow.LearnerUpdate({"total": self.total}, priorities=(sample.keys % 7 + 1).astype(np.float64))
+
+    def state_dict(self):
+        return {"steps": self.steps, "total": self.total}
+
+    def load_state_dict(self, state):
+        self.steps, self.total = state["steps"], state["total"]
+
+
+def prioritized_setup():
+    from rlflow.replay import Prioritized
+
+    env = envs.make("CartPole-v1", num_envs=2)
+    store = StepStore(env.spec, capacity=500, lanes=2)  # the ring wraps: items are evicted too
+    table = Table(store, sampler=Prioritized(0.6, 0.4, seed=1), remover=Fifo(),
+                  rate_limiter=SampleToInsertRatio(2.0, 20, error_buffer=40))
+    adder = adders.NStepTransition(store, [table], n=3, discount=0.9)
+    return env, table, adder
+
+
+def run_parts(tmp_path, stops):
+    """Run to each of ``stops`` in turn, each part with new objects resuming from the last checkpoint."""
+    for stop in stops:
+        env, table, adder = prioritized_setup()
+        policy, learner = SeededPolicy(seed=5), KeyLearner()
+        result = rlflow.run(env, policy, learner, adder, table, steps=stop, batch_size=8, checkpoint_every=300,
+                            logdir=tmp_path, tensorboard=False, progress=False, seed=11, resume=True)
+    return result, table, learner, policy
+
+
+def test_resumed_run_continues_exactly_as_the_uninterrupted_one(tmp_path):
+    whole = run_parts(tmp_path / "whole", [1_500])
+    parts = run_parts(tmp_path / "parts", [600, 900, 1_500])  # stops at checkpoints, and between them
+    (r1, t1, l1, p1), (r2, t2, l2, p2) = whole, parts
+    assert (r1.env_steps, r1.learner_steps) == (r2.env_steps, r2.learner_steps) == (1_500, r1.learner_steps)
+    assert r1.learner_steps > 100 and r1.episodes == r2.episodes
+    assert (l1.steps, l1.total) == (l2.steps, l2.total)
+    assert p1.rng.bit_generator.state == p2.rng.bit_generator.state
+    i1, i2 = t1.items(), t2.items()
+    for k in i1:
+        np.testing.assert_array_equal(i1[k], i2[k], err_msg=k)
+    for k, v in t1.store.state_dict().items():
+        np.testing.assert_array_equal(v, t2.store.state_dict()[k], err_msg=k)
+    # The episode log of the resumed parts adds up to the uninterrupted run's; learner rows are also
+    # written where each part ended (the metrics since the last row).
+    assert read_csv(tmp_path / "whole" / "train.csv") == read_csv(tmp_path / "parts" / "train.csv")
+    assert [r["step"] for r in read_csv(tmp_path / "whole" / "learner.csv")] == ["1000", "1500"]
+    assert [r["step"] for r in read_csv(tmp_path / "parts" / "learner.csv")] == ["600", "900", "1000", "1500"]
+
+
+def test_sigterm_writes_a_checkpoint_a_new_run_resumes_from(tmp_path):
+    env, table, adder = prioritized_setup()
+
+    def observer(stream, env_step, metrics):
+        if stream == "train":
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    result = rlflow.run(env, SeededPolicy(), KeyLearner(), adder, table, steps=10_000, batch_size=8,
+                        checkpoint_every=5_000, logdir=tmp_path, tensorboard=False, progress=False,
+                        observers=[observer])
+    assert result.stopped == "SIGTERM"
+    from rlflow import run_checkpoint
+
+    path = run_checkpoint.latest(tmp_path / "checkpoints")
+    assert path is not None and path.name == f"step-{result.env_steps:012d}"
+    env, table, adder = prioritized_setup()
+    resumed = rlflow.run(env, SeededPolicy(), KeyLearner(), adder, table, steps=result.env_steps + 100,
+                         batch_size=8, checkpoint_every=5_000, logdir=tmp_path, tensorboard=False,
+                         progress=False, resume=True)
+    assert resumed.env_steps == result.env_steps + 100 and resumed.episodes[:1] == result.episodes
+
+
+def test_a_corrupt_run_checkpoint_is_refused_and_changes_nothing(tmp_path):
+    from rlflow import run_checkpoint
+    from rlflow.replay import CheckpointError
+
+    env, table, adder = prioritized_setup()
+    rlflow.run(env, SeededPolicy(), KeyLearner(), adder, table, steps=200, batch_size=8, checkpoint_every=100,
+               logdir=tmp_path, tensorboard=False, progress=False)
+    path = run_checkpoint.latest(tmp_path / "checkpoints")
+    (path / "run.pt").write_bytes(b"not a checkpoint")
+    env, table, adder = prioritized_setup()
+    before = table.items()
+    with pytest.raises(CheckpointError, match="cannot be read as a run checkpoint"):
+        rlflow.run(env, SeededPolicy(), KeyLearner(), adder, table, steps=400, batch_size=8, checkpoint_every=100,
+                   logdir=tmp_path, tensorboard=False, progress=False, resume=True)
+    assert all(np.array_equal(before[k], v) for k, v in table.items().items())
