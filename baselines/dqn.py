@@ -24,6 +24,7 @@ from torch import nn
 import rlflow
 from rlflow import adders, envs
 from rlflow.replay import Fifo, Prioritized, SampleToInsertRatio, StepStore, Table, Uniform
+from rlflow.replay.sample import map_structure
 
 
 @dataclass
@@ -149,8 +150,8 @@ class DQNLearner(rlflow.Learner):
         self.steps = 0
 
     def step(self, sample):
-        batch = sample.to_torch().data
-        weights = torch.as_tensor(sample.weights)
+        batch = map_structure(torch.from_numpy, sample.data)  # a Transition of tensors (no copies)
+        weights = torch.from_numpy(sample.weights)
         loss, td = td_loss(self.q, self.target, batch, weights, self.args.double_q)
         self.optimizer.zero_grad()
         loss.backward()

@@ -71,7 +71,8 @@ def run_rlflow(cfg: Config, seed: int, out: Path) -> tuple[float, float, Any]:
                    logdir=str(out / f"{cfg.algo}-{cfg.env_id}-rlflow-{seed}"), progress=False, **cfg.rlflow)
     start = time.perf_counter()
     result = dqn.main(args)
-    return float(result.final_evaluation), time.perf_counter() - start, result
+    # Training time: SB3's is timed without evaluation, so rlflow's periodic evaluations are left out too.
+    return float(result.final_evaluation), time.perf_counter() - start - result.eval_seconds, result
 
 
 def run_sb3(cfg: Config, seed: int) -> tuple[float, float]:

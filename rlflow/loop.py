@@ -137,6 +137,7 @@ class RunResult:
     evaluations: list[tuple[int, float]] = field(default_factory=list)  # (env step, mean return)
     learner_metrics: dict[str, float] = field(default_factory=dict)  # of the last learner step
     stopped: str = ""  # why the run ended early ("" if it ran to the end)
+    eval_seconds: float = 0.0  # wall-clock spent in evaluation episodes
 
     @property
     def final_evaluation(self) -> float | None:
@@ -260,9 +261,11 @@ def run(env: Any, policy: Policy, learner: Learner | None, adder: Any, table: An
             fn(stream, result.env_steps, metrics)
 
     def run_eval() -> None:
+        began = time.monotonic()
         returns = evaluate(eval_env, policy, eval_episodes, seed=None if seed is None else seed + 10_000 + len(
             result.evaluations))
         result.evaluations.append((result.env_steps, float(np.mean(returns))))
+        result.eval_seconds += time.monotonic() - began
         emit("eval", {"return": float(np.mean(returns)), "return_std": float(np.std(returns))})
         bar.write(f"eval at {result.env_steps} env steps: mean return {np.mean(returns):.2f} "
                   f"over {len(returns)} episodes")

@@ -11,7 +11,9 @@ __all__ = ["Sample", "map_structure"]
 
 
 def map_structure(fn: Any, tree: Any) -> Any:
-    """Apply ``fn`` to every array leaf of nested dicts/tuples/lists."""
+    """Apply ``fn`` to every array leaf of nested dicts/tuples/lists (``None`` stays ``None``)."""
+    if tree is None:
+        return None
     if isinstance(tree, dict):
         return {k: map_structure(fn, v) for k, v in tree.items()}
     if isinstance(tree, tuple) and hasattr(tree, "_fields"):  # a NamedTuple such as Transition
