@@ -27,7 +27,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from baselines import dqn
+from baselines import dqn, td3
+
+BASELINES = {"dqn": dqn, "td3": td3}
 
 
 @dataclass
@@ -63,27 +65,43 @@ CONFIGS = {
         sb3={"learning_rate": 6.3e-4, "batch_size": 128, "buffer_size": 50_000, "learning_starts": 0,
              "gamma": 0.99, "target_update_interval": 250, "train_freq": 4, "gradient_steps": -1,
              "exploration_fraction": 0.12, "exploration_final_eps": 0.1, "policy_kwargs": {"net_arch": [256, 256]}}),
+    # Zoo's TD3 on Pendulum: one gradient step of 256 per env step after 10,000 steps; Gaussian noise of
+    # std 0.1 in action units (rlflow's exploration_noise is in units of the action half-width, 2 here).
+    "td3-pendulum": Config(
+        "td3", "Pendulum-v1", 20_000, -200.0,
+        rlflow={"learning_rate": 1e-3, "batch_size": 256, "buffer_size": 200_000, "learning_starts": 10_000,
+                "samples_per_insert": 256.0, "gamma": 0.98, "exploration_noise": 0.05, "hidden": (400, 300)},
+        sb3={"learning_rate": 1e-3, "batch_size": 256, "buffer_size": 200_000, "learning_starts": 10_000,
+             "gamma": 0.98, "train_freq": 1, "gradient_steps": 1, "policy_kwargs": {"net_arch": [400, 300]},
+             "action_noise": ("normal", 0.1)}),
 }
 
 
 def run_rlflow(cfg: Config, seed: int, out: Path) -> tuple[float, float, Any]:
-    args = replace(dqn.Args(), env_id=cfg.env_id, total_steps=cfg.steps, seed=seed, eval_every=cfg.steps // 5,
+    baseline = BASELINES[cfg.algo]
+    args = replace(baseline.Args(), env_id=cfg.env_id, total_steps=cfg.steps, seed=seed, eval_every=cfg.steps // 5,
                    logdir=str(out / f"{cfg.algo}-{cfg.env_id}-rlflow-{seed}"), progress=False, **cfg.rlflow)
     start = time.perf_counter()
-    result = dqn.main(args)
+    result = baseline.main(args)
     # Training time: SB3's is timed without evaluation, so rlflow's periodic evaluations are left out too.
     return float(result.final_evaluation), time.perf_counter() - start - result.eval_seconds, result
 
 
 def run_sb3(cfg: Config, seed: int) -> tuple[float, float]:
     import gymnasium as gym
+    import stable_baselines3
     import torch
-    from stable_baselines3 import DQN
     from stable_baselines3.common.evaluation import evaluate_policy
+    from stable_baselines3.common.noise import NormalActionNoise
 
     torch.set_num_threads(1)
+    kwargs = dict(cfg.sb3)
+    if "action_noise" in kwargs:  # ("normal", sigma in action units), as the zoo builds it
+        shape = gym.make(cfg.env_id).action_space.shape
+        kwargs["action_noise"] = NormalActionNoise(np.zeros(shape), kwargs.pop("action_noise")[1] * np.ones(shape))
     start = time.perf_counter()
-    model = DQN("MlpPolicy", cfg.env_id, seed=seed, verbose=0, device="cpu", **cfg.sb3)
+    model = getattr(stable_baselines3, cfg.algo.upper())("MlpPolicy", cfg.env_id, seed=seed, verbose=0, device="cpu",
+                                                         **kwargs)
     model.learn(total_timesteps=cfg.steps)
     seconds = time.perf_counter() - start
     mean, _ = evaluate_policy(model, gym.make(cfg.env_id), n_eval_episodes=10, deterministic=True)

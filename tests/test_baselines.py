@@ -66,3 +66,46 @@ def test_dqn_runs_and_logs(tmp_path, options):
     learner = dqn.DQNLearner(dqn.QNetwork(4, 2, (16,), args.dueling), args)
     learner.load_state_dict(saved["learner"])
     assert learner.steps == result.learner_steps
+
+
+# --------------------------------------------------------------------------- TD3
+def linear_td3():
+    from baselines import td3
+
+    low, high = np.float32([-2.0]), np.float32([2.0])
+    actor = td3.Actor(1, low, high, ())
+    critics = (td3.Critic(1, 1, ()), td3.Critic(1, 1, ()))
+    with torch.no_grad():
+        actor.net[0].weight.zero_()
+        actor.net[0].bias.zero_()  # mu(s) = 2 tanh(0) = 0
+        for critic, w in zip(critics, ([1.0, 1.0], [1.0, 2.0]), strict=True):  # Q1 = s + a, Q2 = s + 2a
+            critic.net[0].weight.copy_(torch.tensor([w]))
+            critic.net[0].bias.zero_()
+    return td3, actor, critics
+
+
+@pytest.mark.parametrize(("noise", "expected"), [
+    # s = 1, a = .5, r = 1, discount .9, s' = 2; Q1(s, a) = 1.5, Q2(s, a) = 2.
+    (0.0, (2.8 - 1.5) ** 2 + (2.8 - 2) ** 2),  # a' = 0: min(2, 2) = 2, y = 1 + .9 * 2 = 2.8 -> 2.33
+    (0.3, (3.07 - 1.5) ** 2 + (3.07 - 2) ** 2),  # a' = .3: min(2.3, 2.6), y = 3.07 -> 3.6098
+    (5.0, (4.6 - 1.5) ** 2 + (4.6 - 2) ** 2),  # a' clipped to 2: min(4, 6), y = 4.6 -> 16.37
+])
+def test_td3_critic_loss_by_hand(noise, expected):
+    td3, actor, critics = linear_td3()
+    batch = Transition(observation=torch.tensor([[1.0]]), action=torch.tensor([[0.5]]), reward=torch.tensor([1.0]),
+                       discount=torch.tensor([0.9]), next_observation=torch.tensor([[2.0]]))
+    loss = td3.critic_loss(critics, critics, actor, batch, torch.tensor([[noise]]))
+    assert loss.item() == pytest.approx(expected, rel=1e-6)
+    assert td3.actor_loss(actor, critics[0], batch).item() == pytest.approx(-1.0)  # -Q1(1, mu(1) = 0)
+
+
+def test_td3_runs_and_logs(tmp_path):
+    from baselines import td3
+
+    args = td3.Args(total_steps=400, learning_starts=200, batch_size=32, samples_per_insert=32.0, hidden=(16,),
+                    eval_every=200, eval_episodes=1, logdir=str(tmp_path), progress=False)
+    result = td3.main(args)
+    assert result.env_steps == 400 and result.learner_steps == 201
+    rows = read_csv(tmp_path / "learner.csv")
+    assert rows and all(math.isfinite(float(r["critic_loss"])) for r in rows)
+    assert (tmp_path / "learning_curve.png").stat().st_size > 0

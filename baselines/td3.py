@@ -1,0 +1,233 @@
+"""TD3 on rlflow: twin critics, target policy smoothing, delayed actor updates.
+
+    python -m baselines.td3                                  # Pendulum-v1, 20k env steps
+
+rlflow does the data (env wrapper, a one-step transition adder, a uniform table under a
+SampleToInsertRatio rate limiter, the loop); this file is the algorithm. Hyperparameters default to RL
+Baselines3 Zoo's Pendulum-v1 TD3 (one gradient step of 256 per env step after 10,000 random steps,
+gamma 0.98, Gaussian exploration noise of std 0.1 in action units, networks of 400 and 300 units).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+import tyro
+from torch import nn
+
+import rlflow
+from rlflow import adders, envs
+from rlflow.replay import Fifo, SampleToInsertRatio, StepStore, Table, Uniform
+from rlflow.replay.sample import map_structure
+
+
+@dataclass
+class Args:
+    env_id: str = "Pendulum-v1"
+    seed: int = 1
+    total_steps: int = 20_000
+    learning_rate: float = 1e-3
+    buffer_size: int = 200_000
+    batch_size: int = 256
+    gamma: float = 0.98
+    tau: float = 0.005  # target networks move this far towards the online ones per update
+    learning_starts: int = 10_000  # random actions (and no learning) before this many steps
+    samples_per_insert: float = 256.0  # batch_size * gradient steps per env step
+    exploration_noise: float = 0.05  # Gaussian std, in units of the action range's half-width (2 on Pendulum)
+    policy_noise: float = 0.2  # target policy smoothing noise, same units
+    noise_clip: float = 0.5
+    policy_delay: int = 2  # critic updates per actor update
+    hidden: tuple[int, ...] = (400, 300)
+    eval_every: int = 5_000
+    eval_episodes: int = 10
+    logdir: str = "runs/td3"
+    checkpoint_every: int = 0
+    resume: bool = False
+    progress: bool = True
+
+
+def mlp(sizes: list[int], out_act: nn.Module | None = None) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for i in range(len(sizes) - 1):
+        layers.append(nn.Linear(sizes[i], sizes[i + 1]))
+        if i < len(sizes) - 2:
+            layers.append(nn.ReLU())
+    if out_act is not None:
+        layers.append(out_act)
+    return nn.Sequential(*layers)
+
+
+class Actor(nn.Module):
+    """A deterministic policy ``centre + half_width * tanh(mlp(s))`` inside the action box."""
+
+    def __init__(self, obs_dim: int, low: np.ndarray, high: np.ndarray, hidden: tuple[int, ...]) -> None:
+        super().__init__()
+        self.net = mlp([obs_dim, *hidden, len(low)], nn.Tanh())
+        self.register_buffer("centre", torch.as_tensor((high + low) / 2, dtype=torch.float32))
+        self.register_buffer("half_width", torch.as_tensor((high - low) / 2, dtype=torch.float32))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.centre + self.half_width * self.net(obs.float())
+
+
+class Critic(nn.Module):
+    """``Q(s, a)``: an MLP of the observation and action, concatenated."""
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden: tuple[int, ...]) -> None:
+        super().__init__()
+        self.net = mlp([obs_dim + act_dim, *hidden, 1])
+
+    def forward(self, obs: torch.Tensor, act: torch.Tensor) -> torch.Tensor:
+        return self.net(torch.cat([obs.float(), act.float()], dim=1)).squeeze(1)
+
+
+class GaussianExploration(rlflow.Policy):
+    """Uniform random actions for the first ``learning_starts`` steps, then actor + Gaussian noise, clipped."""
+
+    def __init__(self, actor: Actor, low: np.ndarray, high: np.ndarray, args: Args) -> None:
+        self.actor, self.low, self.high = actor, low, high
+        self.sigma = args.exploration_noise * (high - low) / 2
+        self.random_steps = args.learning_starts
+        self.steps = 0
+        self.rng = np.random.default_rng(args.seed)
+
+    def act(self, observation, state, *, evaluation=False):
+        n = len(observation)
+        if not evaluation and self.steps < self.random_steps:
+            self.steps += n
+            return self.rng.uniform(self.low, self.high, (n, len(self.low))).astype(np.float32), None, state
+        with torch.inference_mode():
+            action = self.actor(torch.as_tensor(observation)).numpy()
+        if not evaluation:
+            self.steps += n
+            action = action + self.rng.normal(0.0, self.sigma, action.shape)
+        return np.clip(action, self.low, self.high).astype(np.float32), None, state
+
+    def set_params(self, params):
+        self.actor = params  # the learner's actor itself (one process: no copy, no lag)
+
+    def state_dict(self):
+        return {"steps": self.steps, "rng": self.rng.bit_generator.state}
+
+    def load_state_dict(self, state):
+        self.steps = state["steps"]
+        self.rng.bit_generator.state = state["rng"]
+
+
+def critic_loss(critics: tuple[Critic, Critic], targets: tuple[Critic, Critic], actor_target: Actor,
+                batch: rlflow.replay.Transition, noise: torch.Tensor) -> torch.Tensor:
+    """``sum_i mean (Q_i(s, a) - y)^2`` with ``y = r + discount * min_i Q'_i(s', clip(mu'(s') + noise))``.
+
+    ``noise`` is the clipped target-policy smoothing noise (already in action units); ``batch.discount``
+    is ``gamma`` (0 after termination).
+    """
+    with torch.no_grad():
+        low, high = actor_target.centre - actor_target.half_width, actor_target.centre + actor_target.half_width
+        next_action = torch.max(torch.min(actor_target(batch.next_observation) + noise, high), low)
+        next_q = torch.min(targets[0](batch.next_observation, next_action),
+                           targets[1](batch.next_observation, next_action))
+        y = batch.reward + batch.discount * next_q
+    return sum(F.mse_loss(q(batch.observation, batch.action), y) for q in critics)
+
+
+def actor_loss(actor: Actor, critic: Critic, batch: rlflow.replay.Transition) -> torch.Tensor:
+    """``-mean Q_1(s, mu(s))``."""
+    return -critic(batch.observation, actor(batch.observation)).mean()
+
+
+class TD3Learner(rlflow.Learner):
+    def __init__(self, actor: Actor, critics: tuple[Critic, Critic], args: Args) -> None:
+        self.actor, self.critics, self.args = actor, critics, args
+        self.actor_target = copy.deepcopy(actor)
+        self.critic_targets = tuple(copy.deepcopy(c) for c in critics)
+        self.actor_opt = torch.optim.Adam(actor.parameters(), lr=args.learning_rate, foreach=True)
+        self.critic_opt = torch.optim.Adam([p for c in critics for p in c.parameters()], lr=args.learning_rate,
+                                           foreach=True)
+        self.steps = 0
+        self.generator = torch.Generator().manual_seed(args.seed)
+
+    def step(self, sample):
+        batch = map_structure(torch.from_numpy, sample.data)
+        half = self.actor.half_width
+        noise = torch.randn(batch.action.shape, generator=self.generator) * self.args.policy_noise * half
+        noise = torch.max(torch.min(noise, self.args.noise_clip * half), -self.args.noise_clip * half)
+        loss = critic_loss(self.critics, self.critic_targets, self.actor_target, batch, noise)
+        self.critic_opt.zero_grad()
+        loss.backward()
+        self.critic_opt.step()
+        metrics = {"critic_loss": loss.item()}
+        self.steps += 1
+        if self.steps % self.args.policy_delay == 0:
+            a_loss = actor_loss(self.actor, self.critics[0], batch)
+            self.actor_opt.zero_grad()
+            a_loss.backward()
+            self.actor_opt.step()
+            metrics["actor_loss"] = a_loss.item()
+            with torch.no_grad():
+                for net, target in [(self.actor, self.actor_target), *zip(self.critics, self.critic_targets,
+                                                                                strict=True)]:
+                    for p_target, p in zip(target.parameters(), net.parameters(), strict=True):
+                        p_target.lerp_(p, self.args.tau)
+        return metrics
+
+    def get_params(self):
+        return self.actor
+
+    def state_dict(self):
+        return {"actor": self.actor.state_dict(), "actor_target": self.actor_target.state_dict(),
+                "critics": [c.state_dict() for c in self.critics],
+                "critic_targets": [c.state_dict() for c in self.critic_targets],
+                "actor_opt": self.actor_opt.state_dict(), "critic_opt": self.critic_opt.state_dict(),
+                "steps": self.steps, "generator": self.generator.get_state()}
+
+    def load_state_dict(self, state):
+        self.actor.load_state_dict(state["actor"])
+        self.actor_target.load_state_dict(state["actor_target"])
+        for c, s in zip(self.critics, state["critics"], strict=True):
+            c.load_state_dict(s)
+        for c, s in zip(self.critic_targets, state["critic_targets"], strict=True):
+            c.load_state_dict(s)
+        self.actor_opt.load_state_dict(state["actor_opt"])
+        self.critic_opt.load_state_dict(state["critic_opt"])
+        self.steps = state["steps"]
+        self.generator.set_state(state["generator"])
+
+
+def main(args: Args) -> rlflow.RunResult:
+    torch.manual_seed(args.seed)
+    torch.set_num_threads(1)
+    env = envs.make(args.env_id, num_envs=None, seed=args.seed)
+    eval_env = envs.make(args.env_id, num_envs=None)
+    space = env.single_action_space
+    low, high = space.low.astype(np.float32), space.high.astype(np.float32)
+    obs_dim, act_dim = int(np.prod(env.single_observation_space.shape)), int(np.prod(space.shape))
+
+    store = StepStore(env.spec, capacity=args.buffer_size)
+    table = Table(store, sampler=Uniform(seed=args.seed), remover=Fifo(), rate_limiter=SampleToInsertRatio(
+        args.samples_per_insert, args.learning_starts, error_buffer=args.batch_size + args.samples_per_insert))
+    adder = adders.NStepTransition(store, [table], n=1, discount=args.gamma)
+
+    actor = Actor(obs_dim, low, high, args.hidden)
+    learner = TD3Learner(actor, (Critic(obs_dim, act_dim, args.hidden), Critic(obs_dim, act_dim, args.hidden)), args)
+    policy = GaussianExploration(actor, low, high, args)
+
+    result = rlflow.run(env, policy, learner, adder, table, steps=args.total_steps, batch_size=args.batch_size,
+                        eval_env=eval_env, eval_every=args.eval_every, eval_episodes=args.eval_episodes,
+                        logdir=args.logdir, progress=args.progress, seed=args.seed,
+                        checkpoint_every=args.checkpoint_every, resume=args.resume)
+    env.close()
+    eval_env.close()
+    torch.save({"args": asdict(args), "learner": learner.state_dict()}, Path(args.logdir) / "learner.pt")
+    plot = rlflow.plot_run(result, Path(args.logdir) / "learning_curve.png", title=f"TD3 on {args.env_id}")
+    print(f"final evaluation: mean return {result.final_evaluation:.1f} over {args.eval_episodes} episodes "
+          f"({result.env_steps} env steps, {result.learner_steps} learner steps); plot: {plot}")
+    return result
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Args))
