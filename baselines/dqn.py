@@ -12,8 +12,7 @@ steps there, i.e. 32 samples per inserted transition here, spread evenly instead
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -22,6 +21,7 @@ import tyro
 from torch import nn
 
 import rlflow
+from baselines import train
 from rlflow import adders, envs
 from rlflow.replay import Fifo, Prioritized, SampleToInsertRatio, StepStore, Table, Uniform
 from rlflow.replay.sample import map_structure
@@ -198,17 +198,7 @@ def main(args: Args) -> rlflow.RunResult:
     learner = DQNLearner(QNetwork(obs_dim, n_actions, args.hidden, args.dueling), args)
     policy = EpsilonGreedy(learner.q, n_actions, args)
 
-    result = rlflow.run(env, policy, learner, adder, table, steps=args.total_steps, batch_size=args.batch_size,
-                        eval_env=eval_env, eval_every=args.eval_every, eval_episodes=args.eval_episodes,
-                        logdir=args.logdir, progress=args.progress, seed=args.seed,
-                        checkpoint_every=args.checkpoint_every, resume=args.resume)
-    env.close()
-    eval_env.close()
-    torch.save({"args": asdict(args), "learner": learner.state_dict()}, Path(args.logdir) / "learner.pt")
-    plot = rlflow.plot_run(result, Path(args.logdir) / "learning_curve.png", title=f"DQN on {args.env_id}")
-    print(f"final evaluation: mean return {result.final_evaluation:.1f} over {args.eval_episodes} episodes "
-          f"({result.env_steps} env steps, {result.learner_steps} learner steps); plot: {plot}")
-    return result
+    return train("DQN", args, env, eval_env, policy, learner, adder, table)
 
 
 if __name__ == "__main__":

@@ -11,8 +11,7 @@ gamma 0.98, Gaussian exploration noise of std 0.1 in action units, networks of 4
 from __future__ import annotations
 
 import copy
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -21,6 +20,7 @@ import tyro
 from torch import nn
 
 import rlflow
+from baselines import train
 from rlflow import adders, envs
 from rlflow.replay import Fifo, SampleToInsertRatio, StepStore, Table, Uniform
 from rlflow.replay.sample import map_structure
@@ -216,17 +216,7 @@ def main(args: Args) -> rlflow.RunResult:
     learner = TD3Learner(actor, (Critic(obs_dim, act_dim, args.hidden), Critic(obs_dim, act_dim, args.hidden)), args)
     policy = GaussianExploration(actor, low, high, args)
 
-    result = rlflow.run(env, policy, learner, adder, table, steps=args.total_steps, batch_size=args.batch_size,
-                        eval_env=eval_env, eval_every=args.eval_every, eval_episodes=args.eval_episodes,
-                        logdir=args.logdir, progress=args.progress, seed=args.seed,
-                        checkpoint_every=args.checkpoint_every, resume=args.resume)
-    env.close()
-    eval_env.close()
-    torch.save({"args": asdict(args), "learner": learner.state_dict()}, Path(args.logdir) / "learner.pt")
-    plot = rlflow.plot_run(result, Path(args.logdir) / "learning_curve.png", title=f"TD3 on {args.env_id}")
-    print(f"final evaluation: mean return {result.final_evaluation:.1f} over {args.eval_episodes} episodes "
-          f"({result.env_steps} env steps, {result.learner_steps} learner steps); plot: {plot}")
-    return result
+    return train("TD3", args, env, eval_env, policy, learner, adder, table)
 
 
 if __name__ == "__main__":
