@@ -27,9 +27,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from baselines import dqn, td3
+from baselines import dqn, sac, td3
 
-BASELINES = {"dqn": dqn, "td3": td3}
+BASELINES = {"dqn": dqn, "sac": sac, "td3": td3}
 
 
 @dataclass
@@ -74,6 +74,12 @@ CONFIGS = {
         sb3={"learning_rate": 1e-3, "batch_size": 256, "buffer_size": 200_000, "learning_starts": 10_000,
              "gamma": 0.98, "train_freq": 1, "gradient_steps": 1, "policy_kwargs": {"net_arch": [400, 300]},
              "action_noise": ("normal", 0.1)}),
+    # Zoo's SAC on Pendulum: learning rate 1e-3, SB3's SAC defaults otherwise (batch 256, one gradient step
+    # per env step after 100 steps, automatic entropy weight).
+    "sac-pendulum": Config(
+        "sac", "Pendulum-v1", 20_000, -200.0,
+        rlflow={"learning_rate": 1e-3, "batch_size": 256, "learning_starts": 100, "samples_per_insert": 256.0},
+        sb3={"learning_rate": 1e-3, "batch_size": 256, "learning_starts": 100, "train_freq": 1, "gradient_steps": 1}),
 }
 
 

@@ -109,3 +109,37 @@ def test_td3_runs_and_logs(tmp_path):
     rows = read_csv(tmp_path / "learner.csv")
     assert rows and all(math.isfinite(float(r["critic_loss"])) for r in rows)
     assert (tmp_path / "learning_curve.png").stat().st_size > 0
+
+
+# --------------------------------------------------------------------------- SAC
+def test_sac_losses_by_hand():
+    from baselines import sac
+
+    _, _, critics = linear_td3()  # Q1 = s + a, Q2 = s + 2a
+    actor = sac.GaussianActor(1, np.float32([-2.0]), np.float32([2.0]), ())
+    with torch.no_grad():
+        for layer in (actor.mean, actor.log_std):
+            layer.weight.zero_()
+            layer.bias.zero_()  # mean 0, log std 0
+    # noise 0: u = 0, a = 2 tanh(0) = 0, log pi = log N(0; 0, 1) - log(2 (1 - tanh(0)^2) + 1e-6).
+    log_pi = -0.5 * math.log(2 * math.pi) - math.log(2 + 1e-6)
+    batch = Transition(observation=torch.tensor([[1.0]]), action=torch.tensor([[0.5]]), reward=torch.tensor([1.0]),
+                       discount=torch.tensor([0.9]), next_observation=torch.tensor([[2.0]]))
+    zero = torch.zeros(1, 1)
+    y = 1 + 0.9 * (min(2.0, 2.0) - 0.5 * log_pi)  # s' = 2, a' = 0, alpha = .5
+    loss = sac.critic_loss(critics, critics, actor, 0.5, batch, zero)
+    assert loss.item() == pytest.approx((y - 1.5) ** 2 + (y - 2.0) ** 2, rel=1e-5)
+    a_loss, lp = sac.actor_loss(actor, critics, 0.5, batch.observation, zero)
+    assert lp.item() == pytest.approx(log_pi, rel=1e-5)
+    assert a_loss.item() == pytest.approx(0.5 * log_pi - 1.0, rel=1e-5)  # min(Q1, Q2)(1, 0) = 1
+
+
+def test_sac_runs_and_logs(tmp_path):
+    from baselines import sac
+
+    args = sac.Args(total_steps=300, learning_starts=100, batch_size=32, samples_per_insert=32.0, hidden=(16,),
+                    eval_every=150, eval_episodes=1, logdir=str(tmp_path), progress=False)
+    result = sac.main(args)
+    assert result.env_steps == 300 and result.learner_steps == 201
+    rows = read_csv(tmp_path / "learner.csv")
+    assert rows and all(math.isfinite(float(r[k])) for r in rows for k in ("critic_loss", "actor_loss", "alpha"))

@@ -1,0 +1,214 @@
+"""SAC on rlflow: a tanh-squashed Gaussian policy, twin critics, and an automatically tuned entropy weight.
+
+    python -m baselines.sac                                  # Pendulum-v1, 20k env steps
+
+rlflow does the data (env wrapper, a one-step transition adder, a uniform table under a
+SampleToInsertRatio rate limiter, the loop); this file is the algorithm. Hyperparameters default to RL
+Baselines3 Zoo's Pendulum-v1 SAC (learning rate 1e-3 and SB3's SAC defaults: one gradient step of 256
+per env step after 100 steps, gamma 0.99, tau 0.005, target entropy -dim(A), networks of 256 and 256).
+The critics are TD3's (``baselines/td3.py``).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+import tyro
+from torch import nn
+
+import rlflow
+from baselines import train
+from baselines.td3 import Critic, mlp
+from rlflow import adders, envs
+from rlflow.replay import Fifo, SampleToInsertRatio, StepStore, Table, Uniform
+from rlflow.replay.sample import map_structure
+
+LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
+
+
+@dataclass
+class Args:
+    env_id: str = "Pendulum-v1"
+    seed: int = 1
+    total_steps: int = 20_000
+    learning_rate: float = 1e-3
+    buffer_size: int = 1_000_000
+    batch_size: int = 256
+    gamma: float = 0.99
+    tau: float = 0.005
+    learning_starts: int = 100  # random actions (and no learning) before this many steps
+    samples_per_insert: float = 256.0  # batch_size * gradient steps per env step
+    hidden: tuple[int, ...] = (256, 256)
+    eval_every: int = 5_000
+    eval_episodes: int = 10
+    logdir: str = "runs/sac"
+    checkpoint_every: int = 0
+    resume: bool = False
+    progress: bool = True
+
+
+class GaussianActor(nn.Module):
+    """``a = centre + half_width * tanh(u)``, ``u ~ N(mean(s), std(s))``; log-probabilities corrected for tanh."""
+
+    def __init__(self, obs_dim: int, low: np.ndarray, high: np.ndarray, hidden: tuple[int, ...]) -> None:
+        super().__init__()
+        self.body = mlp([obs_dim, *hidden], nn.ReLU()) if hidden else nn.Identity()
+        self.mean = nn.Linear(hidden[-1] if hidden else obs_dim, len(low))
+        self.log_std = nn.Linear(hidden[-1] if hidden else obs_dim, len(low))
+        self.register_buffer("centre", torch.as_tensor((high + low) / 2, dtype=torch.float32))
+        self.register_buffer("half_width", torch.as_tensor((high - low) / 2, dtype=torch.float32))
+
+    def forward(self, obs: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The action for standard-normal ``noise`` and its log-probability (summed over action dims)."""
+        x = self.body(obs.float())
+        mean, log_std = self.mean(x), self.log_std(x).clamp(LOG_STD_MIN, LOG_STD_MAX)
+        u = mean + log_std.exp() * noise
+        squashed = torch.tanh(u)
+        log_prob = (-0.5 * noise.pow(2) - log_std - 0.5 * math.log(2 * math.pi)
+                    - torch.log(self.half_width * (1 - squashed.pow(2)) + 1e-6)).sum(dim=1)
+        return self.centre + self.half_width * squashed, log_prob
+
+    def greedy(self, obs: torch.Tensor) -> torch.Tensor:
+        x = self.body(obs.float())
+        return self.centre + self.half_width * torch.tanh(self.mean(x))
+
+
+class StochasticPolicy(rlflow.Policy):
+    """Uniform random actions for the first ``learning_starts`` steps, then samples of the actor; its mean
+    action in evaluation."""
+
+    def __init__(self, actor: GaussianActor, low: np.ndarray, high: np.ndarray, args: Args) -> None:
+        self.actor, self.low, self.high = actor, low, high
+        self.random_steps = args.learning_starts
+        self.steps = 0
+        self.rng = np.random.default_rng(args.seed)
+
+    def act(self, observation, state, *, evaluation=False):
+        n = len(observation)
+        if not evaluation and self.steps < self.random_steps:
+            self.steps += n
+            return self.rng.uniform(self.low, self.high, (n, len(self.low))).astype(np.float32), None, state
+        obs = torch.as_tensor(observation)
+        with torch.inference_mode():
+            if evaluation:
+                action = self.actor.greedy(obs)
+            else:
+                self.steps += n
+                noise = torch.as_tensor(self.rng.standard_normal((n, len(self.low))), dtype=torch.float32)
+                action, _ = self.actor(obs, noise)
+        return np.clip(action.numpy(), self.low, self.high).astype(np.float32), None, state
+
+    def set_params(self, params):
+        self.actor = params  # the learner's actor itself (one process: no copy, no lag)
+
+    def state_dict(self):
+        return {"steps": self.steps, "rng": self.rng.bit_generator.state}
+
+    def load_state_dict(self, state):
+        self.steps = state["steps"]
+        self.rng.bit_generator.state = state["rng"]
+
+
+def critic_loss(critics: tuple[Critic, Critic], targets: tuple[Critic, Critic], actor: GaussianActor, alpha: float,
+                batch: rlflow.replay.Transition, noise: torch.Tensor) -> torch.Tensor:
+    """``sum_i mean (Q_i(s, a) - y)^2``, ``y = r + discount * (min_i Q'_i(s', a') - alpha log pi(a'|s'))``,
+    ``a'`` the actor's action at ``s'`` for standard-normal ``noise``."""
+    with torch.no_grad():
+        next_action, next_log_prob = actor(batch.next_observation, noise)
+        next_q = torch.min(targets[0](batch.next_observation, next_action),
+                           targets[1](batch.next_observation, next_action))
+        y = batch.reward + batch.discount * (next_q - alpha * next_log_prob)
+    return sum(F.mse_loss(q(batch.observation, batch.action), y) for q in critics)
+
+
+def actor_loss(actor: GaussianActor, critics: tuple[Critic, Critic], alpha: float, observation: torch.Tensor,
+               noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``mean(alpha log pi(a|s) - min_i Q_i(s, a))`` for ``a`` the actor's action; also the log-probabilities."""
+    action, log_prob = actor(observation, noise)
+    q = torch.min(critics[0](observation, action), critics[1](observation, action))
+    return (alpha * log_prob - q).mean(), log_prob
+
+
+class SACLearner(rlflow.Learner):
+    def __init__(self, actor: GaussianActor, critics: tuple[Critic, Critic], args: Args) -> None:
+        self.actor, self.critics, self.args = actor, critics, args
+        self.critic_targets = tuple(copy.deepcopy(c) for c in critics)
+        self.log_alpha = torch.zeros(1, requires_grad=True)
+        self.target_entropy = -float(len(actor.centre))
+        self.actor_opt = torch.optim.Adam(actor.parameters(), lr=args.learning_rate, foreach=True)
+        self.critic_opt = torch.optim.Adam([p for c in critics for p in c.parameters()], lr=args.learning_rate,
+                                           foreach=True)
+        self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=args.learning_rate)
+        self.generator = torch.Generator().manual_seed(args.seed)
+
+    def step(self, sample):
+        batch = map_structure(torch.from_numpy, sample.data)
+        alpha = self.log_alpha.exp().item()
+        noise = torch.randn(batch.action.shape, generator=self.generator)
+        c_loss = critic_loss(self.critics, self.critic_targets, self.actor, alpha, batch, noise)
+        self.critic_opt.zero_grad()
+        c_loss.backward()
+        self.critic_opt.step()
+        noise = torch.randn(batch.action.shape, generator=self.generator)
+        a_loss, log_prob = actor_loss(self.actor, self.critics, alpha, batch.observation, noise)
+        self.actor_opt.zero_grad()
+        a_loss.backward()
+        self.actor_opt.step()
+        alpha_loss = -(self.log_alpha * (log_prob.detach() + self.target_entropy)).mean()
+        self.alpha_opt.zero_grad()
+        alpha_loss.backward()
+        self.alpha_opt.step()
+        with torch.no_grad():
+            for net, target in zip(self.critics, self.critic_targets, strict=True):
+                for p_target, p in zip(target.parameters(), net.parameters(), strict=True):
+                    p_target.lerp_(p, self.args.tau)
+        return {"critic_loss": c_loss.item(), "actor_loss": a_loss.item(), "alpha": alpha}
+
+    def get_params(self):
+        return self.actor
+
+    def state_dict(self):
+        return {"actor": self.actor.state_dict(), "critics": [c.state_dict() for c in self.critics],
+                "critic_targets": [c.state_dict() for c in self.critic_targets], "log_alpha": self.log_alpha.detach(),
+                "actor_opt": self.actor_opt.state_dict(), "critic_opt": self.critic_opt.state_dict(),
+                "alpha_opt": self.alpha_opt.state_dict(), "generator": self.generator.get_state()}
+
+    def load_state_dict(self, state):
+        self.actor.load_state_dict(state["actor"])
+        for nets, key in ((self.critics, "critics"), (self.critic_targets, "critic_targets")):
+            for net, s in zip(nets, state[key], strict=True):
+                net.load_state_dict(s)
+        with torch.no_grad():
+            self.log_alpha.copy_(state["log_alpha"])
+        for opt, key in ((self.actor_opt, "actor_opt"), (self.critic_opt, "critic_opt"), (self.alpha_opt, "alpha_opt")):
+            opt.load_state_dict(state[key])
+        self.generator.set_state(state["generator"])
+
+
+def main(args: Args) -> rlflow.RunResult:
+    torch.manual_seed(args.seed)
+    torch.set_num_threads(1)
+    env = envs.make(args.env_id, num_envs=None, seed=args.seed)
+    eval_env = envs.make(args.env_id, num_envs=None)
+    space = env.single_action_space
+    low, high = space.low.astype(np.float32), space.high.astype(np.float32)
+    obs_dim, act_dim = int(np.prod(env.single_observation_space.shape)), int(np.prod(space.shape))
+
+    store = StepStore(env.spec, capacity=min(args.buffer_size, args.total_steps + 16))
+    table = Table(store, sampler=Uniform(seed=args.seed), remover=Fifo(), rate_limiter=SampleToInsertRatio(
+        args.samples_per_insert, args.learning_starts, error_buffer=args.batch_size + args.samples_per_insert))
+    adder = adders.NStepTransition(store, [table], n=1, discount=args.gamma)
+
+    actor = GaussianActor(obs_dim, low, high, args.hidden)
+    learner = SACLearner(actor, (Critic(obs_dim, act_dim, args.hidden), Critic(obs_dim, act_dim, args.hidden)), args)
+    policy = StochasticPolicy(actor, low, high, args)
+    return train("SAC", args, env, eval_env, policy, learner, adder, table)
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Args))
