@@ -5,8 +5,9 @@ imported by the parts that use them.
 """
 
 from rlflow import specs
+from rlflow.actors import Actor, VariableClient, evaluate
 from rlflow.core import Learner, LearnerUpdate, Policy
-from rlflow.loop import Actor, RunResult, VariableClient, evaluate, run
+from rlflow.loop import RunResult, run
 from rlflow.plots import plot_run
 
 __version__ = "0.1.0"

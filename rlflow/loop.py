@@ -32,99 +32,11 @@ from typing import Any
 
 import numpy as np
 
-from rlflow import specs as _specs
+from rlflow.actors import Actor, EpisodeStats, VariableClient, evaluate
 from rlflow.core import Learner, LearnerUpdate, Policy
 from rlflow.loggers import MultiLogger, make_logger
-from rlflow.specs import SpecError
 
-__all__ = ["Actor", "EpisodeStats", "RunResult", "VariableClient", "evaluate", "run"]
-
-
-class VariableClient:
-    """Copies the learner's parameters into a policy every ``period`` env steps.
-
-    ``update(env_steps)`` pulls when at least ``period`` env steps passed since the last pull, so the
-    policy acts with parameters at most ``period - 1`` env steps (of lanes' steps) old; ``period=1``
-    pulls after every env step. A larger period is the seed design's "policy delayer": actors that
-    deliberately lag the learner.
-    """
-
-    def __init__(self, source: Learner, policy: Policy, period: int = 1) -> None:
-        if int(period) < 1:
-            raise ValueError(f"period: expected an integer >= 1 env steps, got {period!r}")
-        self.source, self.policy, self.period = source, policy, int(period)
-        self._last: int | None = None
-
-    def update(self, env_steps: int, *, force: bool = False) -> bool:
-        """Pull the parameters if due (or ``force``); whether it pulled."""
-        if not force and self._last is not None and env_steps - self._last < self.period:
-            return False
-        self.policy.set_params(self.source.get_params())
-        self._last = env_steps
-        return True
-
-
-class EpisodeStats:
-    """Per-lane return and length of the episodes in progress; hands out those that end."""
-
-    def __init__(self, num_lanes: int) -> None:
-        self.returns = np.zeros(num_lanes, np.float64)
-        self.lengths = np.zeros(num_lanes, np.int64)
-
-    def update(self, timestep: Any) -> list[tuple[float, int]]:
-        """Count one step of every lane that acted; ``(return, length)`` of each episode that ended."""
-        reward = timestep.reward
-        if reward.ndim > 1:  # several rewards per lane (e.g. per agent): their sum
-            reward = reward.reshape(len(reward), -1).sum(axis=1)
-        if not (timestep.first.any() or timestep.last.any()):  # the common step: every lane acted
-            self.returns += reward
-            self.lengths += 1
-            return []
-        acted = ~(timestep.first & ~timestep.last)  # a lone ``first`` is a reset, not an action
-        self.returns[acted] += reward[acted]
-        self.lengths[acted] += 1
-        ended = np.flatnonzero(timestep.last)
-        done = [(float(self.returns[i]), int(self.lengths[i])) for i in ended]
-        self.returns[ended] = 0.0
-        self.lengths[ended] = 0
-        return done
-
-
-class Actor:
-    """A policy acting on a batched env, its actions checked against the env's action spec.
-
-    ``select_action`` raises :class:`~rlflow.specs.SpecError` naming the policy's output and the action
-    space when the actions do not match (shape, dtype, bounds).
-    """
-
-    def __init__(self, policy: Policy, action_spec: Any, num_lanes: int, action_space: Any = None) -> None:
-        self.policy = policy
-        self.num_lanes = int(num_lanes)
-        self._action_spec = action_spec
-        self._action_fields = _specs.flatten_spec({"action": action_spec})
-        self._simple = action_spec if isinstance(action_spec, _specs.Field) else None
-        self._space = action_space
-        self.state = policy.initial_state(self.num_lanes)
-
-    def reset(self) -> None:
-        self.state = self.policy.initial_state(self.num_lanes)
-
-    def select_action(self, observation: Any, *, evaluation: bool = False) -> tuple[Any, Any]:
-        out = self.policy.act(observation, self.state, evaluation=evaluation)
-        if not (isinstance(out, tuple) and len(out) == 3):
-            raise TypeError(f"{type(self.policy).__name__}.act returned {type(out).__name__}: expected a tuple "
-                            "(actions, extras, state)")
-        actions, extras, self.state = out
-        if self._simple is not None and _specs.fits(self._simple, actions, self.num_lanes):
-            return actions, extras
-        try:
-            flat = _specs.flatten_data({"action": self._action_spec}, {"action": actions})
-            _specs.validate(self._action_fields, flat, (self.num_lanes,))
-        except SpecError as exc:
-            space = self._space if self._space is not None else self._action_spec
-            raise SpecError(f"{type(self.policy).__name__}.act returned actions that do not fit the action space "
-                            f"{space} for {self.num_lanes} lanes: {exc}") from None
-        return actions, extras
+__all__ = ["RunResult", "run"]
 
 
 @dataclass
@@ -142,22 +54,6 @@ class RunResult:
     @property
     def final_evaluation(self) -> float | None:
         return self.evaluations[-1][1] if self.evaluations else None
-
-
-def evaluate(env: Any, policy: Policy, episodes: int, *, seed: int | None = None) -> list[float]:
-    """Returns of ``episodes`` whole episodes with ``policy.act(..., evaluation=True)`` (nothing stored).
-
-    All lanes of ``env`` run until ``episodes`` episodes ended; the first ``episodes`` to end count.
-    """
-    actor = Actor(policy, env.action_spec, env.num_envs, env.single_action_space)
-    stats = EpisodeStats(env.num_envs)
-    ts = env.reset(seed=seed)
-    done: list[float] = []
-    while len(done) < episodes:
-        actions, _ = actor.select_action(ts.observation, evaluation=True)
-        ts = env.step(actions)
-        done.extend(r for r, _ in stats.update(ts))
-    return done[:episodes]
 
 
 def _check_limiter(table: Any, batch_size: int, items_per_step: int) -> None:

@@ -168,9 +168,7 @@ class Adder:
         self._open = np.full(self.num_lanes, -1, np.int64)  # the lane's open row (action pending), or -1
         self._episode_start = np.full(self.num_lanes, -1, np.int64)
         self._lanes = np.arange(self.num_lanes)
-        self._lane_base = self._lanes * store.capacity
         self._no_lanes = self._lanes[:0]
-        self._false = np.zeros(self.num_lanes, bool)
         self._layout = {key: _leaves(store.spec[key], key) for key in ("observation", "action", "reward", "extras")
                         if key in store.spec}
         # The compiled path's column groups: what an action fills in (action, reward, extras), and observations.
