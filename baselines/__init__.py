@@ -9,6 +9,30 @@ from typing import Any
 import rlflow
 
 
+def continuous_replay(args: Any, capacity: int) -> tuple[Any, ...]:
+    """The off-policy set-up of the continuous-control baselines: the env and an evaluation env, the action
+    bounds and sizes, and a one-step transition adder writing to a uniform table under the ratio of
+    ``args.samples_per_insert`` (from ``args.learning_starts`` stored transitions on).
+
+    Returns ``(env, eval_env, low, high, obs_dim, act_dim, adder, table)``.
+    """
+    import numpy as np
+
+    from rlflow import adders, envs
+    from rlflow.replay import Fifo, SampleToInsertRatio, StepStore, Table, Uniform
+
+    env = envs.make(args.env_id, num_envs=None, seed=args.seed)
+    eval_env = envs.make(args.env_id, num_envs=None)
+    space = env.single_action_space
+    low, high = space.low.astype(np.float32), space.high.astype(np.float32)
+    obs_dim, act_dim = int(np.prod(env.single_observation_space.shape)), int(np.prod(space.shape))
+    store = StepStore(env.spec, capacity=capacity)
+    table = Table(store, sampler=Uniform(seed=args.seed), remover=Fifo(), rate_limiter=SampleToInsertRatio(
+        args.samples_per_insert, args.learning_starts, error_buffer=args.batch_size + args.samples_per_insert))
+    adder = adders.NStepTransition(store, [table], n=1, discount=args.gamma)
+    return env, eval_env, low, high, obs_dim, act_dim, adder, table
+
+
 def train(name: str, args: Any, env: Any, eval_env: Any, policy: Any, learner: Any, adder: Any,
           table: Any) -> rlflow.RunResult:
     """Run ``rlflow.run`` with the baseline's common flags, then save the learner, plot and report."""

@@ -22,10 +22,8 @@ import tyro
 from torch import nn
 
 import rlflow
-from baselines import train
+from baselines import continuous_replay, train
 from baselines.td3 import Critic, mlp
-from rlflow import adders, envs
-from rlflow.replay import Fifo, SampleToInsertRatio, StepStore, Table, Uniform
 from rlflow.replay.sample import map_structure
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
@@ -193,16 +191,8 @@ class SACLearner(rlflow.Learner):
 def main(args: Args) -> rlflow.RunResult:
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)
-    env = envs.make(args.env_id, num_envs=None, seed=args.seed)
-    eval_env = envs.make(args.env_id, num_envs=None)
-    space = env.single_action_space
-    low, high = space.low.astype(np.float32), space.high.astype(np.float32)
-    obs_dim, act_dim = int(np.prod(env.single_observation_space.shape)), int(np.prod(space.shape))
-
-    store = StepStore(env.spec, capacity=min(args.buffer_size, args.total_steps + 16))
-    table = Table(store, sampler=Uniform(seed=args.seed), remover=Fifo(), rate_limiter=SampleToInsertRatio(
-        args.samples_per_insert, args.learning_starts, error_buffer=args.batch_size + args.samples_per_insert))
-    adder = adders.NStepTransition(store, [table], n=1, discount=args.gamma)
+    capacity = min(args.buffer_size, args.total_steps + 16)  # rows the run can fill
+    env, eval_env, low, high, obs_dim, act_dim, adder, table = continuous_replay(args, capacity)
 
     actor = GaussianActor(obs_dim, low, high, args.hidden)
     learner = SACLearner(actor, (Critic(obs_dim, act_dim, args.hidden), Critic(obs_dim, act_dim, args.hidden)), args)

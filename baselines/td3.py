@@ -20,9 +20,7 @@ import tyro
 from torch import nn
 
 import rlflow
-from baselines import train
-from rlflow import adders, envs
-from rlflow.replay import Fifo, SampleToInsertRatio, StepStore, Table, Uniform
+from baselines import continuous_replay, train
 from rlflow.replay.sample import map_structure
 
 
@@ -201,16 +199,7 @@ class TD3Learner(rlflow.Learner):
 def main(args: Args) -> rlflow.RunResult:
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)
-    env = envs.make(args.env_id, num_envs=None, seed=args.seed)
-    eval_env = envs.make(args.env_id, num_envs=None)
-    space = env.single_action_space
-    low, high = space.low.astype(np.float32), space.high.astype(np.float32)
-    obs_dim, act_dim = int(np.prod(env.single_observation_space.shape)), int(np.prod(space.shape))
-
-    store = StepStore(env.spec, capacity=args.buffer_size)
-    table = Table(store, sampler=Uniform(seed=args.seed), remover=Fifo(), rate_limiter=SampleToInsertRatio(
-        args.samples_per_insert, args.learning_starts, error_buffer=args.batch_size + args.samples_per_insert))
-    adder = adders.NStepTransition(store, [table], n=1, discount=args.gamma)
+    env, eval_env, low, high, obs_dim, act_dim, adder, table = continuous_replay(args, args.buffer_size)
 
     actor = Actor(obs_dim, low, high, args.hidden)
     learner = TD3Learner(actor, (Critic(obs_dim, act_dim, args.hidden), Critic(obs_dim, act_dim, args.hidden)), args)
