@@ -27,9 +27,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from baselines import dqn, sac, td3
+from baselines import dqn, ppo, sac, td3
 
-BASELINES = {"dqn": dqn, "sac": sac, "td3": td3}
+BASELINES = {"dqn": dqn, "ppo": ppo, "sac": sac, "td3": td3}
 
 
 @dataclass
@@ -74,6 +74,12 @@ CONFIGS = {
         sb3={"learning_rate": 1e-3, "batch_size": 256, "buffer_size": 200_000, "learning_starts": 10_000,
              "gamma": 0.98, "train_freq": 1, "gradient_steps": 1, "policy_kwargs": {"net_arch": [400, 300]},
              "action_noise": ("normal", 0.1)}),
+    # Zoo's PPO on CartPole: 8 envs, 32 steps each, 20 epochs of one 256-step minibatch, learning rate and
+    # clip range falling linearly (rlflow's Args default to these).
+    "ppo-cartpole": Config(
+        "ppo", "CartPole-v1", 100_000, 475.0, rlflow={},
+        sb3={"n_envs": 8, "n_steps": 32, "batch_size": 256, "gae_lambda": 0.8, "gamma": 0.98, "n_epochs": 20,
+             "ent_coef": 0.0, "learning_rate": ("linear", 1e-3), "clip_range": ("linear", 0.2)}),
     # Zoo's SAC on Pendulum: learning rate 1e-3, SB3's SAC defaults otherwise (batch 256, one gradient step
     # per env step after 100 steps, automatic entropy weight).
     "sac-pendulum": Config(
@@ -102,11 +108,19 @@ def run_sb3(cfg: Config, seed: int) -> tuple[float, float]:
 
     torch.set_num_threads(1)
     kwargs = dict(cfg.sb3)
+    for key, value in kwargs.items():  # ("linear", v): SB3's schedule of progress remaining (1 -> 0)
+        if isinstance(value, tuple) and value[0] == "linear":
+            kwargs[key] = lambda progress, v=value[1]: progress * v
+    env: Any = cfg.env_id
+    if "n_envs" in kwargs:
+        from stable_baselines3.common.env_util import make_vec_env
+
+        env = make_vec_env(cfg.env_id, n_envs=kwargs.pop("n_envs"), seed=seed)
     if "action_noise" in kwargs:  # ("normal", sigma in action units), as the zoo builds it
         shape = gym.make(cfg.env_id).action_space.shape
         kwargs["action_noise"] = NormalActionNoise(np.zeros(shape), kwargs.pop("action_noise")[1] * np.ones(shape))
     start = time.perf_counter()
-    model = getattr(stable_baselines3, cfg.algo.upper())("MlpPolicy", cfg.env_id, seed=seed, verbose=0, device="cpu",
+    model = getattr(stable_baselines3, cfg.algo.upper())("MlpPolicy", env, seed=seed, verbose=0, device="cpu",
                                                          **kwargs)
     model.learn(total_timesteps=cfg.steps)
     seconds = time.perf_counter() - start

@@ -143,3 +143,63 @@ def test_sac_runs_and_logs(tmp_path):
     assert result.env_steps == 300 and result.learner_steps == 201
     rows = read_csv(tmp_path / "learner.csv")
     assert rows and all(math.isfinite(float(r[k])) for r in rows for k in ("critic_loss", "actor_loss", "alpha"))
+
+
+# --------------------------------------------------------------------------- PPO
+def constant_actor_critic(obs_dim: int, hidden=(4,)):
+    from baselines import ppo
+
+    net = ppo.ActorCritic(obs_dim, 2, hidden)
+    with torch.no_grad():
+        for head in (net.pi[-1], net.v[-1]):
+            head.weight.zero_()
+            head.bias.zero_()  # logits 0 (pi = 1/2, 1/2) and V = 0 everywhere
+    return ppo, net
+
+
+def test_ppo_loss_by_hand():
+    ppo, net = constant_actor_critic(3)
+    # pi(a|s) = 1/2 now; old pi(a|s) = 1/4 and 4/5, so the ratios are 2 and 0.625. Advantages 1, -1
+    # normalise to +-0.7071 (std with Bessel's correction: sqrt 2). Clip 0.2:
+    # min(2 * .7071, 1.2 * .7071) = .8485; min(.625 * -.7071, .8 * -.7071) = -.5657; policy loss -.1414.
+    # V = 0 against returns 1 and 2: value loss 2.5. Entropy log 2.
+    loss, m = ppo.ppo_loss(net, torch.zeros(2, 3), torch.tensor([0, 1]), torch.log(torch.tensor([0.25, 0.8])),
+                           torch.tensor([1.0, -1.0]), torch.tensor([1.0, 2.0]), 0.2, 0.01, 0.5)
+    a = 1 / math.sqrt(2)
+    policy = -(min(2 * a, 1.2 * a) + min(-0.625 * a, -0.8 * a)) / 2
+    assert m["policy_loss"] == pytest.approx(policy, rel=1e-5) and m["value_loss"] == pytest.approx(2.5)
+    assert loss.item() == pytest.approx(policy + 0.5 * 2.5 - 0.01 * math.log(2), rel=1e-5)
+
+
+@pytest.mark.parametrize(("end", "advantages", "returns"), [
+    # Rows: observations 1, 2, 3, 4 (V(s) = s), rewards 1, 1; step 1 ends the episode, row 2 holds its final
+    # observation (last), row 3 starts the next one. gamma = lam = .5.
+    # Termination: A1 = 1 - 2 = -1 (R1 = 1); A0 = (1 + .5 * 2 - 1) + .25 * A1 = .75 (R0 = 1.75).
+    ("terminated", [0.75, -1.0], [1.75, 1.0]),
+    # Truncation: step 1 bootstraps from the final observation: A1 = 1 + .5 * 3 - 2 = .5 (R1 = 2.5);
+    # A0 = 1 + .25 * .5 = 1.125 (R0 = 2.125).
+    ("truncated", [1.125, 0.5], [2.125, 2.5]),
+])
+def test_ppo_rollout_targets_by_hand(end, advantages, returns):
+    ppo, net = constant_actor_critic(1, hidden=())
+    with torch.no_grad():
+        net.v[-1].weight.fill_(1.0)  # V(s) = s
+    rows = {"observation": np.float32([[[1], [2], [3], [4]]]), "reward": np.float32([[1, 1, 0, 0]]),
+            "terminated": np.array([[False, end == "terminated", False, False]]),
+            "truncated": np.array([[False, end == "truncated", False, False]]),
+            "last": np.array([[False, False, True, False]])}
+    out = ppo.rollout_targets(net, rows, np.ones((1, 4), bool), 0.5, 0.5)
+    assert out["valid"][:, 0].tolist() == [True, True, False]  # the final-observation row is no action
+    np.testing.assert_allclose(out["advantages"][:2, 0].numpy(), advantages, rtol=1e-6)
+    np.testing.assert_allclose(out["returns"][:2, 0].numpy(), returns, rtol=1e-6)
+
+
+def test_ppo_runs_and_logs(tmp_path):
+    from baselines import ppo
+
+    args = ppo.Args(total_steps=640, num_envs=4, n_steps=16, n_epochs=2, minibatch_size=32, hidden=(16,),
+                    eval_every=320, eval_episodes=1, logdir=str(tmp_path), progress=False)
+    result = ppo.main(args)
+    assert result.env_steps == 640 and result.learner_steps >= 8
+    rows = read_csv(tmp_path / "learner.csv")
+    assert rows and all(math.isfinite(float(r["policy_loss"])) for r in rows)
