@@ -272,7 +272,7 @@ def test_sigterm_writes_a_checkpoint_a_new_run_resumes_from(tmp_path):
             os.kill(os.getpid(), signal.SIGTERM)
 
     result = rlflow.run(env, SeededPolicy(), KeyLearner(), adder, table, steps=10_000, batch_size=8,
-                        checkpoint_every=5_000, logdir=tmp_path, tensorboard=False, progress=False,
+                        checkpoint_every=5_000, logdir=tmp_path, tensorboard=False, progress=False, seed=3,
                         observers=[observer])
     assert result.stopped == "SIGTERM"
     from rlflow import run_checkpoint
@@ -282,8 +282,9 @@ def test_sigterm_writes_a_checkpoint_a_new_run_resumes_from(tmp_path):
     env, table, adder = prioritized_setup()
     resumed = rlflow.run(env, SeededPolicy(), KeyLearner(), adder, table, steps=result.env_steps + 100,
                          batch_size=8, checkpoint_every=5_000, logdir=tmp_path, tensorboard=False,
-                         progress=False, resume=True)
-    assert resumed.env_steps == result.env_steps + 100 and resumed.episodes[:1] == result.episodes
+                         progress=False, seed=3, resume=True)
+    assert resumed.env_steps == result.env_steps + 100
+    assert resumed.episodes[:len(result.episodes)] == result.episodes  # the stopped run's, then new ones
 
 
 def test_a_corrupt_run_checkpoint_is_refused_and_changes_nothing(tmp_path):
