@@ -177,6 +177,10 @@ class Adder:
         self._act_cols = tuple(store._row_bytes[k] for k in self._act_names)
         self._obs_cols = tuple(store._row_bytes[k] for k in self._obs_names)
         self._ones = np.ones(self.num_lanes, np.float64)  # priority 1 for new items (read only)
+        # The compiled add's outputs: each lane's step kind, the rows it overwrites (lanes, rows), and per lane
+        # the final row, its episode's first row and the new open row.
+        n = self.num_lanes
+        self._scratch = (np.empty(n, np.int8), np.empty((2, 2 * n), np.int64), np.empty((3, n), np.int64))
 
     # ------------------------------------------------------------------ the Acme-style interface
     def add_first(self, timestep: TimeStep, lanes: Any = None) -> None:
@@ -346,9 +350,7 @@ class Adder:
                 return False
         store = self.store
         with store.lock:
-            code = np.empty(n, np.int8)
-            old_lanes = np.empty(2 * n, np.int64)
-            old_rows = np.empty(2 * n, np.int64)
+            code, (old_lanes, old_rows), rows = self._scratch  # per-call outputs, read before the next call
             m = KA.plan_step(self._open, ts.first, ts.last, ts.terminated, ts.truncated, store.count, store.capacity,
                              code, old_lanes, old_rows)
             if m < 0:
@@ -356,7 +358,6 @@ class Adder:
             self._precheck(self._open >= 0, ts.first, ts.last)
             if m and store._listeners:
                 store._announce(old_lanes[:m], old_rows[:m])
-            rows = np.empty((3, n), np.int64)  # per lane: final row, its episode's first row, new open row
             flat = store._flat
             KA.write_step(code, self._open, self._episode_start, ts.terminated, ts.truncated, store.count,
                           store.episode_id, store.episode_step, store._next_episode, store._next_step, store.capacity,
