@@ -19,8 +19,8 @@ How each gymnasium autoreset mode (``env.metadata["autoreset_mode"]``) becomes f
   ``env.reset(options={"reset_mask": ended})`` and reports ``first=last=True`` as in ``SAME_STEP``;
   the reset infos are added to ``info`` as ``info["reset_info"]`` (mask ``info["_reset_info"]``).
 
-A plain ``gymnasium.Env`` runs inside a one-lane ``SyncVectorEnv`` in ``SAME_STEP`` mode, so its infos
-are batched like a vector env's.
+A plain ``gymnasium.Env`` is one lane in ``SAME_STEP`` mode: it gives what a one-env ``SyncVectorEnv`` in
+``SAME_STEP`` mode would (infos batched like a vector env's), stepped directly (:class:`_OneEnv`).
 
 ``final_observation`` is ``None`` when no lane is ``last``. Otherwise its rows for the lanes that are
 not ``last`` carry no meaning: they are the lanes' observations under ``NEXT_STEP`` (where
