@@ -144,6 +144,23 @@ def _nstep_item(m: int, lane: int, start: int, k: int, discount: float, rewards:
         returns[m, c] = acc
 
 
+@njit(inline="always", cache=True)
+def _window_items(m: int, lane: int, lo: int, hi: int, final: int, terminated: bool, n: int, powers: np.ndarray,
+                  rewards: np.ndarray, capacity: int, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
+                  returns: np.ndarray, discounts: np.ndarray) -> int:
+    """Items of starts ``lo .. hi - 1`` of one lane whose newest row is ``final``, from output ``m`` on.
+
+    ``k = min(n, final - start)``; discount 0 where the window ends on the final row of a terminated
+    episode (``terminated``), else ``g^k``. Returns the next free output.
+    """
+    for start in range(lo, hi):
+        k = min(n, final - start)
+        disc = 0.0 if terminated and start + k == final else powers[k]
+        _nstep_item(m, lane, start, k, disc, rewards, powers, capacity, lanes, starts, lengths, returns, discounts)
+        m += 1
+    return m
+
+
 @njit(**_OPTS)
 def nstep_items(code: np.ndarray, final_rows: np.ndarray, ended_starts: np.ndarray, new_rows: np.ndarray,
                 episode_start: np.ndarray, terminated: np.ndarray, n: int, powers: np.ndarray, rewards: np.ndarray,
@@ -169,11 +186,8 @@ def nstep_items(code: np.ndarray, final_rows: np.ndarray, ended_starts: np.ndarr
         if code[lane] == END or code[lane] == END_START:
             f = final_rows[lane]
             lo = max(ended_starts[lane], f - n + (1 if final_was_open else 0))
-            for start in range(lo, f):
-                k = f - start
-                _nstep_item(m, lane, start, k, 0.0 if terminated[lane] else powers[k], rewards, powers, capacity,
-                            lanes, starts, lengths, returns, discounts)
-                m += 1
+            m = _window_items(m, lane, lo, f, f, terminated[lane], n, powers, rewards, capacity, lanes, starts,
+                              lengths, returns, discounts)
     return m
 
 
@@ -240,15 +254,6 @@ def write_lane_steps(lane: int, ended: bool, terminated: bool, truncated: bool, 
 def nstep_lane_items(lane: int, lo: int, hi: int, final: int, terminated: bool, n: int, powers: np.ndarray,
                      rewards: np.ndarray, capacity: int, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
                      returns: np.ndarray, discounts: np.ndarray) -> int:
-    """The items of starts ``lo .. hi - 1`` of one lane whose newest row is ``final``; returns how many.
-
-    ``k = min(n, final - start)``; discount 0 where the window ends on the final row of a terminated
-    episode (``terminated``), else ``g^k``.
-    """
-    m = 0
-    for start in range(lo, hi):
-        k = min(n, final - start)
-        disc = 0.0 if terminated and start + k == final else powers[k]
-        _nstep_item(m, lane, start, k, disc, rewards, powers, capacity, lanes, starts, lengths, returns, discounts)
-        m += 1
-    return m
+    """The items of starts ``lo .. hi - 1`` of one lane whose newest row is ``final``; returns how many."""
+    return _window_items(0, lane, lo, hi, final, terminated, n, powers, rewards, capacity, lanes, starts, lengths,
+                         returns, discounts)

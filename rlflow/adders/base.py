@@ -330,16 +330,10 @@ class Adder:
         for flags in (ts.first, ts.last, ts.terminated, ts.truncated):
             if type(flags) is not np.ndarray or flags.dtype != np.bool_ or flags.shape != (n,):
                 return False
-        cols: dict[str, np.ndarray] = {}
+        cols = self._fast_action_columns(actions, ts.reward, extras, n)
+        if cols is None:
+            return False
         layout = self._layout
-        if not (_fast_leaves(layout["action"], actions, n, cols)
-                and _fast_leaves(layout["reward"], ts.reward, n, cols)):
-            return False
-        if "extras" in layout:
-            if extras is None or not _fast_leaves(layout["extras"], extras, n, cols):
-                return False
-        elif extras is not None:
-            return False
         obs: dict[str, np.ndarray] = {}
         if not _fast_leaves(layout["observation"], ts.observation, n, obs):
             return False
@@ -367,6 +361,19 @@ class Adder:
                           flat["truncated"], flat["first"], flat["last"], rows[0], rows[1], rows[2])
             self._emit_lanes(code, rows[0], rows[1], rows[2], ts.terminated)
         return True
+
+    def _fast_action_columns(self, actions: Any, rewards: Any, extras: Any, n: int) -> dict[str, np.ndarray] | None:
+        """The action columns (action, reward, extras) of ``n`` rows when each is an array of exactly its
+        stored dtype and shape, in bounds (:func:`rlflow.specs.fits`), with extras given iff the store has
+        them; None otherwise (the caller then checks them the general way, which raises the precise error)."""
+        layout = self._layout
+        cols: dict[str, np.ndarray] = {}
+        if ("extras" in layout) != (extras is not None):
+            return None
+        if not (_fast_leaves(layout["action"], actions, n, cols) and _fast_leaves(layout["reward"], rewards, n, cols)
+                and (extras is None or _fast_leaves(layout["extras"], extras, n, cols))):
+            return None
+        return cols
 
     def _emit_lanes(self, code: np.ndarray, final_rows: np.ndarray, ended_starts: np.ndarray, new_rows: np.ndarray,
                     terminated: np.ndarray) -> None:

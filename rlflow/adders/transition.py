@@ -96,10 +96,7 @@ class NStepTransition(Adder):
         store = self.store
         with store.lock:
             r, s0 = int(self._open[lane]), int(self._episode_start[lane])
-            count = int(store.count[lane])
-            if store._listeners and count + t > store.capacity:
-                for listener in store._listeners:
-                    listener.on_overwrite_range(lane, max(count - store.capacity, 0), count + t - store.capacity)
+            store._announce_range(lane, t)
             flat = store._flat
             f = KA.write_lane_steps(lane, ended, bool(terminated), bool(truncated), store.count, store.episode_id,
                                     store.episode_step, store._next_episode, store._next_step, store.capacity, r,
@@ -111,26 +108,18 @@ class NStepTransition(Adder):
             hi = f if ended else f - self.n + 1
             if hi <= lo:
                 return
-            size = hi - lo
-            lanes, starts, lengths = np.empty((3, size), np.int64)
-            returns = np.empty((size, self._reward_size), np.float32)
-            discounts = np.empty(size, np.float32)
-            KA.nstep_lane_items(lane, lo, hi, f, bool(terminated), self.n, self._powers, self._rewards,
-                                store.capacity, lanes, starts, lengths, returns, discounts)
-            self._insert(lanes, starts, lengths, {"return": returns.reshape(size, *self._reward_shape),
-                                                  "discount": discounts})
+            self._insert_items(hi - lo, KA.nstep_lane_items, lane, lo, hi, f, bool(terminated), self.n,
+                               self._powers, self._rewards, store.capacity)
 
     def _step_columns(self, actions: Any, rewards: Any, extras: Any, t: int) -> dict[str, np.ndarray]:
         """The action columns (action, reward, extras) of ``t`` steps, checked; SpecError names what is wrong."""
-        layout = self._layout
-        cols: dict[str, np.ndarray] = {}
-        if "extras" not in layout and extras is not None:
-            raise SpecError("add_steps: extras given, but the store's spec has no 'extras'")
-        if "extras" in layout and extras is None:
-            raise SpecError(f"add_steps: the store has extras {list(self._extra_fields)}; pass extras=")
-        if (_fast_leaves(layout["action"], actions, t, cols) and _fast_leaves(layout["reward"], rewards, t, cols)
-                and ("extras" not in layout or _fast_leaves(layout["extras"], extras, t, cols))):
+        cols = self._fast_action_columns(actions, rewards, extras, t)
+        if cols is not None:
             return cols
+        if "extras" not in self._layout and extras is not None:
+            raise SpecError("add_steps: extras given, but the store's spec has no 'extras'")
+        if "extras" in self._layout and extras is None:
+            raise SpecError(f"add_steps: the store has extras {list(self._extra_fields)}; pass extras=")
         row = {"action": actions, "reward": rewards}
         fields = {**self._act_fields, **self._reward_fields}
         if extras is not None:
@@ -156,13 +145,16 @@ class NStepTransition(Adder):
                     terminated: np.ndarray, final_was_open: bool = False) -> None:
         # Lanes that go on complete the window that now reaches n steps ahead; ended lanes complete every
         # window that reaches their final row (see the module docstring).
-        size = self.n * code.size
+        self._insert_items(self.n * code.size, KA.nstep_items, code, final_rows, ended_starts, new_rows,
+                           self._episode_start, terminated, self.n, self._powers, self._rewards, self.store.capacity,
+                           final_was_open)
+
+    def _insert_items(self, size: int, kernel: Any, *args: Any) -> None:
+        """Run an item kernel (``args``, then outputs for up to ``size`` items) and insert what it wrote."""
         lanes, starts, lengths = np.empty((3, size), np.int64)
         returns = np.empty((size, self._reward_size), np.float32)
         discounts = np.empty(size, np.float32)
-        m = KA.nstep_items(code, final_rows, ended_starts, new_rows, self._episode_start, terminated, self.n,
-                           self._powers, self._rewards, self.store.capacity, final_was_open, lanes, starts, lengths,
-                           returns, discounts)
+        m = kernel(*args, lanes, starts, lengths, returns, discounts)
         if m:
             self._insert(lanes[:m], starts[:m], lengths[:m],
                          {"return": returns[:m].reshape(m, *self._reward_shape), "discount": discounts[:m]})

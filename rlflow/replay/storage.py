@@ -134,6 +134,14 @@ class StepStore:
         for listener in self._listeners:
             listener.on_overwrite(lanes, rows)
 
+    def _announce_range(self, lane: int, t: int) -> None:
+        """Tell every listener about the rows the next ``t`` rows of ``lane`` overwrite, if any."""
+        start = int(self.count[lane])
+        lo, hi = max(start - self.capacity, 0), start + t - self.capacity
+        if self._listeners and hi > lo:
+            for listener in self._listeners:
+                listener.on_overwrite_range(lane, lo, hi)
+
     # ------------------------------------------------------------------ writes
     def _check_lanes(self, lanes: Any) -> np.ndarray:
         if lanes is None:
@@ -264,12 +272,8 @@ class StepStore:
 
         ``first`` is a bool array of ``t``, or empty when no row starts an episode.
         """
+        self._announce_range(lane, t)
         start = int(self.count[lane])
-        lo = max(start - self.capacity, 0)
-        hi = start + t - self.capacity
-        if self._listeners and hi > lo:
-            for listener in self._listeners:
-                listener.on_overwrite_range(lane, lo, hi)
         base = lane * self.capacity
         p0 = start % self.capacity
         p1 = min(p0 + t, self.capacity)
