@@ -2,11 +2,60 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 import rlflow
+
+
+@dataclass
+class RunArgs:
+    """The flags every baseline takes for the run around its algorithm (its own ``Args`` add the rest)."""
+
+    seed: int = 1
+    eval_episodes: int = 10
+    checkpoint_every: int = 0  # env steps between run checkpoints under <logdir>/checkpoints (0: none)
+    resume: bool = False  # continue from the latest checkpoint under <logdir>/checkpoints
+    progress: bool = True
+
+
+class RandomStartPolicy(rlflow.Policy):
+    """A continuous-action policy: uniform random actions in the box for the first ``args.learning_starts``
+    steps, then :meth:`choose` (the subclass's), clipped to the box. Acts with the learner's actor itself
+    (one process: no copy, no lag); checkpoints its step count and RNG."""
+
+    def __init__(self, actor: Any, low: np.ndarray, high: np.ndarray, args: Any) -> None:
+        self.actor, self.low, self.high = actor, low, high
+        self.random_steps = args.learning_starts
+        self.steps = 0
+        self.rng = np.random.default_rng(args.seed)
+
+    def choose(self, observation: Any, evaluation: bool) -> np.ndarray:
+        """Actions ``[E, A]`` of the actor for the observations (before clipping)."""
+        raise NotImplementedError
+
+    def act(self, observation, state, *, evaluation=False):
+        n = len(observation)
+        if evaluation:
+            return np.clip(self.choose(observation, True), self.low, self.high).astype(np.float32), None, state
+        random = self.steps < self.random_steps
+        self.steps += n
+        if random:
+            return self.rng.uniform(self.low, self.high, (n, len(self.low))).astype(np.float32), None, state
+        return np.clip(self.choose(observation, False), self.low, self.high).astype(np.float32), None, state
+
+    def set_params(self, params):
+        self.actor = params
+
+    def state_dict(self):
+        return {"steps": self.steps, "rng": self.rng.bit_generator.state}
+
+    def load_state_dict(self, state):
+        self.steps = state["steps"]
+        self.rng.bit_generator.state = state["rng"]
 
 
 def continuous_replay(args: Any, capacity: int) -> tuple[Any, ...]:

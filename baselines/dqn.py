@@ -21,16 +21,15 @@ import tyro
 from torch import nn
 
 import rlflow
-from baselines import train
+from baselines import RunArgs, train
 from rlflow import adders, envs
 from rlflow.replay import Fifo, Prioritized, SampleToInsertRatio, StepStore, Table, Uniform
 from rlflow.replay.sample import map_structure
 
 
 @dataclass
-class Args:
+class Args(RunArgs):
     env_id: str = "CartPole-v1"
-    seed: int = 1
     total_steps: int = 50_000
     num_envs: int = 1
     learning_rate: float = 2.3e-3
@@ -51,11 +50,7 @@ class Args:
     hidden: tuple[int, ...] = (256, 256)
     max_grad_norm: float = 10.0
     eval_every: int = 10_000
-    eval_episodes: int = 10
     logdir: str = "runs/dqn"
-    checkpoint_every: int = 0  # env steps between run checkpoints under <logdir>/checkpoints (0: none)
-    resume: bool = False  # continue from the latest checkpoint under <logdir>/checkpoints
-    progress: bool = True
 
 
 class QNetwork(nn.Module):

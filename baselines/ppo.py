@@ -22,7 +22,7 @@ import tyro
 from torch import nn
 
 import rlflow
-from baselines import train
+from baselines import RunArgs, train
 from baselines.td3 import mlp
 from rlflow import adders, envs, specs
 from rlflow.minibatches import feedforward
@@ -31,9 +31,8 @@ from rlflow.returns import gae
 
 
 @dataclass
-class Args:
+class Args(RunArgs):
     env_id: str = "CartPole-v1"
-    seed: int = 1
     total_steps: int = 100_000
     num_envs: int = 8
     n_steps: int = 32  # actions per lane per rollout
@@ -48,11 +47,7 @@ class Args:
     max_grad_norm: float = 0.5
     hidden: tuple[int, ...] = (64, 64)
     eval_every: int = 20_000
-    eval_episodes: int = 10
     logdir: str = "runs/ppo"
-    checkpoint_every: int = 0
-    resume: bool = False
-    progress: bool = True
 
     @property
     def batch_size(self) -> int:  # rollouts per learner step: one per lane

@@ -22,7 +22,7 @@ import tyro
 from torch import nn
 
 import rlflow
-from baselines import continuous_replay, train
+from baselines import RandomStartPolicy, RunArgs, continuous_replay, train
 from baselines.td3 import Critic, mlp
 from rlflow.replay.sample import map_structure
 
@@ -30,9 +30,8 @@ LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
 
 
 @dataclass
-class Args:
+class Args(RunArgs):
     env_id: str = "Pendulum-v1"
-    seed: int = 1
     total_steps: int = 20_000
     learning_rate: float = 1e-3
     buffer_size: int = 1_000_000
@@ -43,11 +42,7 @@ class Args:
     samples_per_insert: float = 256.0  # batch_size * gradient steps per env step
     hidden: tuple[int, ...] = (256, 256)
     eval_every: int = 5_000
-    eval_episodes: int = 10
     logdir: str = "runs/sac"
-    checkpoint_every: int = 0
-    resume: bool = False
-    progress: bool = True
 
 
 class GaussianActor(nn.Module):
@@ -76,40 +71,16 @@ class GaussianActor(nn.Module):
         return self.centre + self.half_width * torch.tanh(self.mean(x))
 
 
-class StochasticPolicy(rlflow.Policy):
-    """Uniform random actions for the first ``learning_starts`` steps, then samples of the actor; its mean
-    action in evaluation."""
+class StochasticPolicy(RandomStartPolicy):
+    """After the random start, samples of the actor; its mean action in evaluation."""
 
-    def __init__(self, actor: GaussianActor, low: np.ndarray, high: np.ndarray, args: Args) -> None:
-        self.actor, self.low, self.high = actor, low, high
-        self.random_steps = args.learning_starts
-        self.steps = 0
-        self.rng = np.random.default_rng(args.seed)
-
-    def act(self, observation, state, *, evaluation=False):
-        n = len(observation)
-        if not evaluation and self.steps < self.random_steps:
-            self.steps += n
-            return self.rng.uniform(self.low, self.high, (n, len(self.low))).astype(np.float32), None, state
+    def choose(self, observation, evaluation):
         obs = torch.as_tensor(observation)
         with torch.inference_mode():
             if evaluation:
-                action = self.actor.greedy(obs)
-            else:
-                self.steps += n
-                noise = torch.as_tensor(self.rng.standard_normal((n, len(self.low))), dtype=torch.float32)
-                action, _ = self.actor(obs, noise)
-        return np.clip(action.numpy(), self.low, self.high).astype(np.float32), None, state
-
-    def set_params(self, params):
-        self.actor = params  # the learner's actor itself (one process: no copy, no lag)
-
-    def state_dict(self):
-        return {"steps": self.steps, "rng": self.rng.bit_generator.state}
-
-    def load_state_dict(self, state):
-        self.steps = state["steps"]
-        self.rng.bit_generator.state = state["rng"]
+                return self.actor.greedy(obs).numpy()
+            noise = torch.as_tensor(self.rng.standard_normal((len(obs), len(self.low))), dtype=torch.float32)
+            return self.actor(obs, noise)[0].numpy()
 
 
 def critic_loss(critics: tuple[Critic, Critic], targets: tuple[Critic, Critic], actor: GaussianActor, alpha: float,

@@ -20,14 +20,13 @@ import tyro
 from torch import nn
 
 import rlflow
-from baselines import continuous_replay, train
+from baselines import RandomStartPolicy, RunArgs, continuous_replay, train
 from rlflow.replay.sample import map_structure
 
 
 @dataclass
-class Args:
+class Args(RunArgs):
     env_id: str = "Pendulum-v1"
-    seed: int = 1
     total_steps: int = 20_000
     learning_rate: float = 1e-3
     buffer_size: int = 200_000
@@ -42,11 +41,7 @@ class Args:
     policy_delay: int = 2  # critic updates per actor update
     hidden: tuple[int, ...] = (400, 300)
     eval_every: int = 5_000
-    eval_episodes: int = 10
     logdir: str = "runs/td3"
-    checkpoint_every: int = 0
-    resume: bool = False
-    progress: bool = True
 
 
 def mlp(sizes: list[int], out_act: nn.Module | None = None) -> nn.Sequential:
@@ -84,37 +79,17 @@ class Critic(nn.Module):
         return self.net(torch.cat([obs.float(), act.float()], dim=1)).squeeze(1)
 
 
-class GaussianExploration(rlflow.Policy):
-    """Uniform random actions for the first ``learning_starts`` steps, then actor + Gaussian noise, clipped."""
+class GaussianExploration(RandomStartPolicy):
+    """After the random start, the actor's action plus Gaussian noise (none in evaluation)."""
 
     def __init__(self, actor: Actor, low: np.ndarray, high: np.ndarray, args: Args) -> None:
-        self.actor, self.low, self.high = actor, low, high
+        super().__init__(actor, low, high, args)
         self.sigma = args.exploration_noise * (high - low) / 2
-        self.random_steps = args.learning_starts
-        self.steps = 0
-        self.rng = np.random.default_rng(args.seed)
 
-    def act(self, observation, state, *, evaluation=False):
-        n = len(observation)
-        if not evaluation and self.steps < self.random_steps:
-            self.steps += n
-            return self.rng.uniform(self.low, self.high, (n, len(self.low))).astype(np.float32), None, state
+    def choose(self, observation, evaluation):
         with torch.inference_mode():
             action = self.actor(torch.as_tensor(observation)).numpy()
-        if not evaluation:
-            self.steps += n
-            action = action + self.rng.normal(0.0, self.sigma, action.shape)
-        return np.clip(action, self.low, self.high).astype(np.float32), None, state
-
-    def set_params(self, params):
-        self.actor = params  # the learner's actor itself (one process: no copy, no lag)
-
-    def state_dict(self):
-        return {"steps": self.steps, "rng": self.rng.bit_generator.state}
-
-    def load_state_dict(self, state):
-        self.steps = state["steps"]
-        self.rng.bit_generator.state = state["rng"]
+        return action if evaluation else action + self.rng.normal(0.0, self.sigma, action.shape)
 
 
 def critic_loss(critics: tuple[Critic, Critic], targets: tuple[Critic, Critic], actor_target: Actor,

@@ -15,7 +15,7 @@ import statistics
 import time
 
 import gymnasium as gym
-import numpy as np
+from loop import RandomPolicy  # benchmarks/loop.py, beside this file
 
 import rlflow
 from rlflow import adders, envs
@@ -36,14 +36,6 @@ class CostlyCartPole(gym.Wrapper):
         return self.env.step(action)
 
 
-class RandomPolicy(rlflow.Policy):
-    def __init__(self) -> None:
-        self.rng = np.random.default_rng(0)
-
-    def act(self, observation, state, *, evaluation=False):
-        return self.rng.integers(0, 2, len(observation)), None, state
-
-
 def throughput(workers: int, steps: int, cost_ms: float) -> float:
     """Env steps per second of rlflow.run over ``workers`` AsyncVectorEnv worker processes."""
     env = envs.GymEnvironment(gym.vector.AsyncVectorEnv(
@@ -52,7 +44,7 @@ def throughput(workers: int, steps: int, cost_ms: float) -> float:
     table = Table(store, sampler=Uniform(seed=0), remover=Fifo(), rate_limiter=MinSize(1))
     adder = adders.NStepTransition(store, [table], n=1)
     start = time.perf_counter()
-    result = rlflow.run(env, RandomPolicy(), None, adder, table, steps=steps, progress=False, seed=0)
+    result = rlflow.run(env, RandomPolicy(2), None, adder, table, steps=steps, progress=False, seed=0)
     seconds = time.perf_counter() - start
     env.close()
     return result.env_steps / seconds

@@ -86,6 +86,6 @@ def load_run(path: str | Path, store: Any, table: Any) -> dict[str, Any]:
     return state
 
 
-def as_arrays(state: dict[str, Any]) -> dict[str, Any]:
-    """Numpy arrays of a state dict (adder or statistics) as plain lists, for ``weights_only`` loading."""
+def to_lists(state: dict[str, Any]) -> dict[str, Any]:
+    """A state dict's numpy arrays as plain lists, which ``weights_only`` loading accepts."""
     return {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in state.items()}

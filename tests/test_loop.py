@@ -302,3 +302,29 @@ def test_a_corrupt_run_checkpoint_is_refused_and_changes_nothing(tmp_path):
         rlflow.run(env, SeededPolicy(), KeyLearner(), adder, table, steps=400, batch_size=8, checkpoint_every=100,
                    logdir=tmp_path, tensorboard=False, progress=False, resume=True)
     assert all(np.array_equal(before[k], v) for k, v in table.items().items())
+
+
+def test_a_crash_while_saving_leaves_the_previous_checkpoint_as_the_latest(tmp_path, monkeypatch):
+    from rlflow import run_checkpoint
+
+    env, table, adder = prioritized_setup()
+    rlflow.run(env, SeededPolicy(), KeyLearner(), adder, table, steps=200, batch_size=8, checkpoint_every=200,
+               logdir=tmp_path, tensorboard=False, progress=False, seed=1)
+    first = run_checkpoint.latest(tmp_path / "checkpoints")
+    assert first is not None and first.name == f"step-{200:012d}"
+
+    def crash(path, store, tables):  # dies after writing part of the new checkpoint's file
+        path.write_bytes(b"half a checkpoint")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(run_checkpoint.replay_checkpoint, "save", crash)
+    env, table, adder = prioritized_setup()
+    with pytest.raises(OSError, match="disk full"):
+        rlflow.run(env, SeededPolicy(), KeyLearner(), adder, table, steps=400, batch_size=8, checkpoint_every=200,
+                   logdir=tmp_path, tensorboard=False, progress=False, seed=1, resume=True)
+    monkeypatch.undo()
+    assert run_checkpoint.latest(tmp_path / "checkpoints") == first
+    env, table, adder = prioritized_setup()
+    result = rlflow.run(env, SeededPolicy(), KeyLearner(), adder, table, steps=200, batch_size=8,
+                        checkpoint_every=200, logdir=tmp_path, tensorboard=False, progress=False, seed=1, resume=True)
+    assert result.env_steps == 200  # resumed from the first checkpoint, already at its end
