@@ -17,15 +17,13 @@ from rlflow.specs import SpecError
 
 
 class RandomPolicy(rlflow.Policy):
-    """Uniform actions for a Discrete(n) space; records the parameter versions it acted with."""
+    """Uniform actions for a Discrete(n) space; keeps the last parameters it was given as `version`."""
 
     def __init__(self, n: int = 2, seed: int = 0) -> None:
         self.n, self.rng = n, np.random.default_rng(seed)
         self.version = None
-        self.acted_with: list[int | None] = []
 
     def act(self, observation, state, *, evaluation=False):
-        self.acted_with.append(self.version)
         return self.rng.integers(0, self.n, len(observation)), None, state
 
     def set_params(self, params):
@@ -38,7 +36,6 @@ class CountingLearner(rlflow.Learner):
     def __init__(self, batch_size: int) -> None:
         self.batch_size = batch_size
         self.steps = 0
-        self.inserts_seen: list[int] = []
 
     def step(self, sample):
         assert len(sample) == self.batch_size
@@ -57,16 +54,18 @@ def setup(num_envs=1, *, limiter, n=1, capacity=10_000):
     return env, table, adder
 
 
-@pytest.mark.parametrize(("spi", "batch", "min_size", "steps", "expected"), [
-    # Learner steps happen before each env step while the limiter admits a batch; with error_buffer equal
-    # to spi * min_size (min_diff = 0) that is floor(spi * I / batch) after the I-th insert, and the last
-    # insert (the final env step) buys none. With n = 1 each env step inserts exactly one item.
-    (2.0, 4, 10, 100, math.floor(2.0 * 99 / 4)),   # 49
-    (1.0, 8, 20, 200, math.floor(1.0 * 199 / 8)),  # 24
-    (8.0, 32, 50, 120, math.floor(8.0 * 119 / 32)),  # 29
+@pytest.mark.parametrize(("spi", "batch", "min_size", "error_buffer", "steps", "expected"), [
+    # Learner steps happen before each env step while the limiter admits a batch: after the I-th insert
+    # (I >= min_size) the learner has made floor((spi * I - min_diff) / batch) steps, min_diff =
+    # spi * min_size - error_buffer; the last insert (the final env step) buys none. With n = 1 each env
+    # step inserts exactly one item, so I = steps - 1 at the last learner step.
+    (2.0, 4, 10, 20.0, 100, math.floor((2.0 * 99 - 0) / 4)),   # min_diff 0: 49
+    (1.0, 8, 20, 20.0, 200, math.floor((1.0 * 199 - 0) / 8)),  # 24
+    (8.0, 32, 50, 400.0, 120, math.floor((8.0 * 119 - 0) / 32)),  # 29
+    (2.0, 4, 10, 12.0, 100, math.floor((2.0 * 99 - 8) / 4)),  # min_diff 20 - 12 = 8: 47
 ])
-def test_learner_steps_follow_the_samples_per_insert_ratio(spi, batch, min_size, steps, expected):
-    env, table, adder = setup(limiter=SampleToInsertRatio(spi, min_size, error_buffer=spi * min_size))
+def test_learner_steps_follow_the_samples_per_insert_ratio(spi, batch, min_size, error_buffer, steps, expected):
+    env, table, adder = setup(limiter=SampleToInsertRatio(spi, min_size, error_buffer=error_buffer))
     learner = CountingLearner(batch)
     result = rlflow.run(env, RandomPolicy(), learner, adder, table, steps=steps, batch_size=batch, progress=False)
     assert result.env_steps == steps and table.rate_limiter.inserts == steps
