@@ -17,8 +17,10 @@ from rlflow.types import TimeStep, step_spec
 G = 0.9
 
 
-def run_stream(adder_factory, *, lanes, capacity, steps, p_end, same_step, seed, cross_episodes=False):
-    store = StepStore(SPEC, capacity=capacity, lanes=lanes)
+def run_stream(adder_factory, *, lanes, capacity, steps, p_end, same_step, seed, cross_episodes=False,
+               directory=None):
+    store = StepStore(SPEC, capacity=capacity, lanes=lanes, **({} if directory is None else
+                                                               {"backend": "disk", "directory": directory}))
     table = Table(store, sampler=Uniform(seed=0), remover=Fifo(), max_size=10 * capacity * lanes,
                   cross_episodes=cross_episodes)
     adder = adder_factory(store, table)
@@ -192,6 +194,20 @@ def test_one_add_writes_at_most_max_items_per_step_per_lane(cfg, kind):
         new = np.setdiff1d(after["key"], before["key"])
         lanes = after["lane"][np.isin(after["key"], new)]
         assert np.bincount(lanes, minlength=cfg["lanes"]).max(initial=0) <= adder.max_items_per_step
+
+
+def test_a_disk_store_receives_the_same_rows_and_items(tmp_path):
+    """The compiled writes reach memmapped columns as they reach memory ones (a stream that wraps the ring)."""
+    cfg = {"lanes": 3, "capacity": 12, "steps": 60, "p_end": 0.2, "same_step": False, "seed": 7}
+    make = lambda s, t: adders.NStepTransition(s, [t], n=3, discount=G)  # noqa: E731
+    memory, t1, _ = run_stream(make, **cfg)
+    disk, t2, stream = run_stream(make, **cfg, directory=tmp_path / "store")
+    check_rows(disk, stream)
+    for k, v in memory.state_dict().items():
+        np.testing.assert_array_equal(np.asarray(v), np.asarray(disk.state_dict()[k]), err_msg=k)
+    i1, i2 = t1.items(), t2.items()
+    for k in i1:
+        np.testing.assert_array_equal(i1[k], i2[k], err_msg=k)
 
 
 # --------------------------------------------------------------------------- hand-computed cases
