@@ -179,6 +179,9 @@ class Adder:
         self._ones = np.ones(self.num_lanes, np.float64)  # priority 1 for new items (read only)
         # The compiled add's outputs: each lane's step kind, the rows it overwrites (lanes, rows), and per lane
         # the final row, its episode's first row and the new open row.
+        # Multi-agent rows (rlflow.envs.ParallelEnvironment): an agent not active at a row takes no action there.
+        active = fields.get("observation/active")
+        self._agent_active = store._flat["observation/active"] if active is not None and active.shape else None
         n = self.num_lanes
         self._scratch = (np.empty(n, np.int8), np.empty((2, 2 * n), np.int64), np.empty((3, n), np.int64))
 
@@ -257,6 +260,8 @@ class Adder:
         """
         ts = next_timestep
         n = self.num_lanes
+        if self._agent_active is not None:
+            actions = self._zero_inactive(actions)
         if self._add_compiled(actions, ts, extras):
             return
         first = _bool_lanes("first", ts.first, n)
@@ -306,6 +311,31 @@ class Adder:
                 ended=ended, final_rows=events_end[0], episode_starts=events_end[1], terminated=terminated[ended],
                 continued=continuing, continued_rows=new_rows[~starting],
                 continued_starts=self._episode_start[continuing], started=started, started_rows=new_rows[starting]))
+
+    def _zero_inactive(self, actions: Any, active: np.ndarray | None = None) -> Any:
+        """``actions`` with zeros for the agents not active (``active`` ``[B, A]``; default: at each lane's
+        open row), for multi-agent rows."""
+        if active is None:
+            rows = self._lanes * self.store.capacity + np.maximum(self._open, 0) % self.store.capacity
+            active = self._agent_active[rows]  # [E, A]
+        if active.all():
+            return actions
+
+        def zero(leaf: Any) -> Any:
+            arr = np.asarray(leaf)
+            if arr.shape[:2] != active.shape:
+                return leaf  # the shape is wrong: the checks that follow name it
+            return np.where(active.reshape(active.shape + (1,) * (arr.ndim - 2)), arr, np.zeros((), arr.dtype))
+
+        return self._zero_inactive_leaf(zero, actions)
+
+    @staticmethod
+    def _zero_inactive_leaf(zero: Callable[[Any], Any], value: Any) -> Any:
+        if isinstance(value, Mapping):
+            return {k: Adder._zero_inactive_leaf(zero, v) for k, v in value.items()}
+        if isinstance(value, tuple):
+            return tuple(Adder._zero_inactive_leaf(zero, v) for v in value)
+        return zero(value)
 
     def reset(self) -> None:
         """Abandon the episodes in progress: their open rows become final rows; no further items come from them."""

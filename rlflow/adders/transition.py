@@ -65,12 +65,16 @@ class NStepTransition(Adder):
         reward = store.fields.get("reward")
         item_spec = {"return": Field(reward.shape if reward is not None else (), np.float32),
                      "discount": Field((), np.float32)}
-        super().__init__(store, tables, view=TransitionView(), item_spec=item_spec, priority_fns=priority_fns,
+        super().__init__(store, tables, view=self._item_view(), item_spec=item_spec, priority_fns=priority_fns,
                          min_capacity=self.n + 2)
         self._powers = self.discount ** np.arange(self.n + 1)  # g^0 .. g^n, float64
         self._reward_shape = store.fields["reward"].shape
         self._reward_size = int(np.prod(self._reward_shape))
         self._rewards = store._flat["reward"].reshape(store.num_lanes * store.capacity, self._reward_size)
+
+    def _item_view(self) -> Any:
+        """How the tables shape a sample of these items."""
+        return TransitionView()
 
     def add_steps(self, lane: int, actions: Any, rewards: Any, next_observations: Any, *, terminated: bool = False,
                   truncated: bool = False, extras: Any = None) -> None:
@@ -88,10 +92,15 @@ class NStepTransition(Adder):
         t = int(shape[0]) if shape else -1
         if t < 1 or t > self.store.capacity - self.n - 2:
             raise ValueError(f"add_steps: expected 1 to {self.store.capacity - self.n - 2} steps, got {t}")
-        cols = self._step_columns(actions, rewards, extras, t)
         obs: dict[str, np.ndarray] = {}
         if not _fast_leaves(self._layout["observation"], next_observations, t, obs):
             obs = self._check(self._obs_fields, {"observation": next_observations}, t, "add_steps: next_observations")
+        if self._agent_active is not None:  # agents act only from rows where they are active
+            cap = self.store.capacity
+            active = np.concatenate([self._agent_active[lane * cap + self._open[lane] % cap][None],
+                                     obs["observation/active"][:-1]])
+            actions = self._zero_inactive(actions, active)
+        cols = self._step_columns(actions, rewards, extras, t)
         ended = bool(terminated) or bool(truncated)
         store = self.store
         with store.lock:

@@ -1,0 +1,170 @@
+"""Multi-agent n-step transitions: one item per joint step, sampled ``[B, A, ...]`` with each agent's own end.
+
+The rows are those of :class:`rlflow.envs.ParallelEnvironment` (one lane per env, an agent axis on
+every per-agent column, per-agent ``active``/``terminated``/``truncated`` in the observation). The
+items are the joint n-step windows of :class:`~rlflow.adders.NStepTransition` (one per joint action,
+each episode's rows stored once); what differs is how a sample is shaped. For the joint step at row
+``t`` with window ``t .. t + k`` and agent ``a``:
+
+- ``j_a`` is the first ``j`` in ``1 .. k`` whose row carries agent ``a``'s ``terminated`` or ``truncated``
+  flag (its own end), else ``k``;
+- ``reward[:, a] = r_t + g r_{t+1} + ... + g^(j_a - 1) r_{t+j_a-1}`` (an ended agent's later rewards are
+  zero, so this is the joint return over the window);
+- ``discount[:, a] = 0`` if the agent terminated at ``j_a`` or was not active at ``t``, else ``g^j_a``;
+- ``next_observation`` holds, per agent, row ``t + j_a``'s per-agent columns (the agent's true final
+  observation when it ended inside the window), and row ``t + k``'s ``state``.
+
+So every agent's target ``reward + discount * Q(next_observation)`` is its own n-step target, stopping
+at its own end, while the batch stays synchronised (the same joint step for every agent), which is what
+QMIX, VDN and MAPPO-style learners need. :func:`flatten_agents` turns such a batch into independent
+per-agent transitions, leaving inactive agents out.
+
+Worked example (``n = 3``, ``g = 0.5``): two agents from row ``t``, rewards ``(1, 10), (2, 20), (4, 0)``,
+agent 1 terminating on the second step (its reward on the third is zero), nothing else ending::
+
+    agent  j_a  reward                     discount   next observation row
+    0      3    1 + .5*2 + .25*4 = 3       .125       t + 3
+    1      2    10 + .5*20       = 20      0          t + 2 (its final observation)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from rlflow.adders.base import PriorityFn
+from rlflow.adders.transition import NStepTransition
+from rlflow.replay._item_kernels import LANE, LENGTH, START
+from rlflow.replay.storage import StepStore
+from rlflow.replay.table import Table
+from rlflow.replay.views import ItemView, Transition, _nest, _under
+from rlflow.specs import SpecError
+
+__all__ = ["MultiAgentTransition", "MultiAgentTransitionView", "flatten_agents"]
+
+_AGENT_FLAGS = ("observation/active", "observation/terminated", "observation/truncated")
+TEAM_KEYS = ("state",)
+
+
+@dataclass(frozen=True)
+class MultiAgentTransitionView(ItemView):
+    """Joint n-step windows as per-agent transitions ``[B, A, ...]`` (see :mod:`rlflow.adders.multiagent`)."""
+
+    n: int
+    discount: float
+    kind = "multiagent_transition"
+
+    def config(self) -> dict[str, Any]:
+        return {"kind": self.kind, "n": self.n, "discount": self.discount}
+
+    def gather(self, store: Any, meta: np.ndarray, fields: dict[str, np.ndarray]) -> tuple[Transition, None]:
+        cap = store.capacity
+        base = meta[:, LANE] * cap
+        start = meta[:, START]
+        k = meta[:, LENGTH] - 1  # rewards in each window
+        first = base + start % cap
+        flat = store._flat
+        active = flat["observation/active"][first]  # [B, A]
+        a = active.shape[1]
+        # Each agent's own end inside the window: the first row j in 1..k carrying its terminated/truncated flag.
+        j = np.arange(1, self.n + 1)
+        rows = base[:, None] + (start[:, None] + j) % cap  # [B, n]
+        inside = j[None, :] <= k[:, None]
+        term = flat["observation/terminated"][rows] & inside[:, :, None]  # [B, n, A]
+        ended = term | (flat["observation/truncated"][rows] & inside[:, :, None])
+        any_end = ended.any(axis=1)
+        offset = np.where(any_end, ended.argmax(axis=1) + 1, k[:, None])  # j_a, [B, A]
+        died = np.take_along_axis(term, (offset - 1)[:, None, :], axis=1)[:, 0] & any_end
+        discount = np.where(died | ~active, 0.0, self.discount ** offset).astype(np.float32)
+        agent_rows = base[:, None] + (start[:, None] + offset) % cap  # [B, A]
+        team_row = base + (start + k) % cap
+        agents = np.arange(a)
+        obs: dict[str, np.ndarray] = {}
+        nxt: dict[str, np.ndarray] = {}
+        cur: dict[str, np.ndarray] = {}
+        for name, col in flat.items():
+            if _under(name, "observation"):
+                obs[name] = col[first]
+                if any(_under(name, f"observation/{key}") for key in TEAM_KEYS):
+                    nxt[name] = col[team_row]
+                else:
+                    nxt[name] = col[agent_rows, agents[None, :]]
+            elif _under(name, "action") or _under(name, "extras"):
+                cur[name] = col[first]
+        batch = Transition(observation=_nest(store, obs, "observation"), action=_nest(store, cur, "action"),
+                           reward=fields["return"], discount=discount,
+                           next_observation=_nest(store, nxt, "observation"), extras=_nest(store, cur, "extras"))
+        return batch, None
+
+
+class MultiAgentTransition(NStepTransition):
+    """N-step transitions of a multi-agent store, sampled per agent (see :mod:`rlflow.adders.multiagent`).
+
+    Args:
+        store: rows of a :class:`rlflow.envs.ParallelEnvironment` (``StepStore(env.spec, ...)``, or
+            ``env.step_spec(extras)``), one lane per env.
+        tables: tables receiving every joint step.
+        n: rewards summed per transition (``n >= 1``), stopping early at each agent's own end.
+        discount: the per-step discount ``g``.
+        priority_fns: per table name, ``fn(transitions) -> priorities`` of the new items (default 1).
+    """
+
+    def __init__(self, store: StepStore, tables: Sequence[Table], *, n: int = 1, discount: float = 0.99,
+                 priority_fns: Mapping[str, PriorityFn] | None = None) -> None:
+        missing = [name for name in (*_AGENT_FLAGS, "observation/obs") if not any(
+            _under(f, name) for f in store.fields)]
+        if missing:
+            raise SpecError(f"a multi-agent adder needs the observation keys of rlflow.envs.ParallelEnvironment "
+                            f"(obs, active, terminated, truncated); the store lacks {missing}")
+        num_agents = store.fields["observation/active"].shape
+        if store.fields["reward"].shape != num_agents:
+            raise SpecError(f"a multi-agent store's reward: expected one per agent, shape {num_agents}, got "
+                            f"{store.fields['reward'].shape}")
+        super().__init__(store, tables, n=n, discount=discount, priority_fns=priority_fns)
+
+    def _item_view(self) -> MultiAgentTransitionView:
+        return MultiAgentTransitionView(self.n, self.discount)
+
+
+def flatten_agents(batch: Transition, *, team_keys: Sequence[str] = TEAM_KEYS) -> tuple[Transition, np.ndarray]:
+    """Independent per-agent transitions from a synchronised batch, leaving out agents not active at ``t``.
+
+    Returns the transitions (each leaf ``[N, ...]``, ``N`` = active (item, agent) pairs, in item-major
+    order) and their ``[N, 2]`` (item, agent) indices. Observation keys in ``team_keys`` (the global
+    state) are repeated for each agent of their item; extras leaves whose second axis has the agents'
+    size are taken per agent, others repeated.
+    """
+    active = np.asarray(batch.observation["active"])
+    a = active.shape[1]
+    idx = np.argwhere(active)  # row-major: item-major order
+    items, agents = idx[:, 0], idx[:, 1]
+
+    def per_agent(x: Any) -> Any:
+        return np.asarray(x)[items, agents]
+
+    def repeated(x: Any) -> Any:
+        return np.asarray(x)[items]
+
+    def obs_part(o: Mapping[str, Any]) -> dict[str, Any]:
+        return {key: _map(repeated if key in team_keys else per_agent, value) for key, value in o.items()}
+
+    def extra(x: Any) -> Any:
+        arr = np.asarray(x)
+        return per_agent(arr) if arr.ndim >= 2 and arr.shape[1] == a else repeated(arr)
+
+    out = Transition(observation=obs_part(batch.observation), action=_map(per_agent, batch.action),
+                     reward=per_agent(batch.reward), discount=per_agent(batch.discount),
+                     next_observation=obs_part(batch.next_observation),
+                     extras=None if batch.extras is None else _map(extra, batch.extras))
+    return out, idx
+
+
+def _map(fn: Any, tree: Any) -> Any:
+    if isinstance(tree, Mapping):
+        return {k: _map(fn, v) for k, v in tree.items()}
+    if isinstance(tree, tuple):
+        return tuple(_map(fn, v) for v in tree)
+    return fn(tree)

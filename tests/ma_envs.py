@@ -1,0 +1,125 @@
+"""Small deterministic PettingZoo parallel envs for the multi-agent tests."""
+
+from __future__ import annotations
+
+import functools
+from typing import ClassVar
+
+import numpy as np
+from gymnasium import spaces
+from pettingzoo import ParallelEnv
+
+
+class DyingAgents(ParallelEnv):
+    """Agents ``a0 .. a{A-1}``; agent ``i`` terminates on its ``deaths[i]``-th step (None: never); every agent
+    still alive is truncated on step ``max_steps``. Observation of agent ``i`` at time ``t``:
+    ``[i, t, episode, 0]``; reward of its step ``t`` (taken from time ``t``): ``10 * i + t + action``.
+    ``info[agent]["action_mask"]``: action ``t % 3`` is illegal. The global state is ``[t, episode]``.
+    """
+
+    metadata: ClassVar[dict] = {"name": "dying_agents_v0"}
+
+    def __init__(self, deaths=(2, None, 4), max_steps=6, mask_in_obs=False):
+        self.possible_agents = [f"a{i}" for i in range(len(deaths))]
+        self.deaths = list(deaths)
+        self.max_steps = max_steps
+        self.mask_in_obs = mask_in_obs
+        self.episode = -1
+        self.state_space = spaces.Box(-np.inf, np.inf, (2,), np.float32)
+
+    @functools.cache  # noqa: B019 (PettingZoo's own idiom)
+    def observation_space(self, agent):
+        box = spaces.Box(-np.inf, np.inf, (4,), np.float32)
+        if self.mask_in_obs:
+            return spaces.Dict({"observation": box, "action_mask": spaces.Box(0, 1, (3,), np.int8)})
+        return box
+
+    @functools.cache  # noqa: B019
+    def action_space(self, agent):
+        return spaces.Discrete(3)
+
+    def _obs(self, agent):
+        i = self.possible_agents.index(agent)
+        o = np.array([i, self.t, self.episode, 0], np.float32)
+        if self.mask_in_obs:
+            return {"observation": o, "action_mask": self._mask()}
+        return o
+
+    def _mask(self):
+        m = np.ones(3, np.int8)
+        m[self.t % 3] = 0
+        return m
+
+    def state(self):
+        return np.array([self.t, self.episode], np.float32)
+
+    def reset(self, seed=None, options=None):
+        self.episode += 1
+        self.t = 0
+        self.agents = list(self.possible_agents)
+        return {a: self._obs(a) for a in self.agents}, {a: {"action_mask": self._mask()} for a in self.agents}
+
+    def step(self, actions):
+        assert set(actions) == set(self.agents), (actions, self.agents)
+        rewards = {a: float(10 * self.possible_agents.index(a) + self.t + int(actions[a])) for a in self.agents}
+        self.t += 1
+        term = {a: self.deaths[self.possible_agents.index(a)] == self.t for a in self.agents}
+        trunc = {a: self.t >= self.max_steps and not term[a] for a in self.agents}
+        obs = {a: self._obs(a) for a in self.agents}
+        infos = {a: {"action_mask": self._mask()} for a in self.agents}
+        self.agents = [a for a in self.agents if not (term[a] or trunc[a])]
+        return obs, rewards, term, trunc, infos
+
+
+class RandomAgents(ParallelEnv):
+    """``A`` agents that end at random: each alive agent terminates with probability ``p_term`` or is cut
+    (truncated) with ``p_trunc`` per step; every agent still alive is truncated at ``max_steps``.
+
+    Observations ``[agent, t, episode, lane_id]`` identify each row. ``history`` logs every episode as a
+    list of steps ``(acting agents, actions, rewards, terminations, truncations, observations)``.
+    """
+
+    metadata: ClassVar[dict] = {"name": "random_agents_v0"}
+
+    def __init__(self, num_agents=3, p_term=0.1, p_trunc=0.05, max_steps=12, seed=0, lane_id=0):
+        self.possible_agents = [f"a{i}" for i in range(num_agents)]
+        self.p_term, self.p_trunc, self.max_steps = p_term, p_trunc, max_steps
+        self.rng = np.random.default_rng(seed)
+        self.lane_id = lane_id
+        self.episode = -1
+        self.history = []
+        self.state_space = spaces.Box(-np.inf, np.inf, (3,), np.float32)
+
+    @functools.cache  # noqa: B019
+    def observation_space(self, agent):
+        return spaces.Box(-np.inf, np.inf, (4,), np.float32)
+
+    @functools.cache  # noqa: B019
+    def action_space(self, agent):
+        return spaces.Discrete(4)
+
+    def _obs(self, agent):
+        return np.array([self.possible_agents.index(agent), self.t, self.episode, self.lane_id], np.float32)
+
+    def state(self):
+        return np.array([self.t, self.episode, len(self.agents)], np.float32)
+
+    def reset(self, seed=None, options=None):
+        self.episode += 1
+        self.t = 0
+        self.agents = list(self.possible_agents)
+        self.history.append([])
+        return {a: self._obs(a) for a in self.agents}, {a: {} for a in self.agents}
+
+    def step(self, actions):
+        acting = list(self.agents)
+        rewards = {a: float(self.rng.integers(-3, 4)) for a in acting}
+        self.t += 1
+        u = self.rng.random(len(acting))
+        term = {a: bool(u[i] < self.p_term) for i, a in enumerate(acting)}
+        trunc = {a: (not term[a]) and bool(u[i] > 1 - self.p_trunc or self.t >= self.max_steps)
+                 for i, a in enumerate(acting)}
+        obs = {a: self._obs(a) for a in acting}
+        self.history[-1].append((acting, {a: int(actions[a]) for a in acting}, rewards, term, trunc, obs))
+        self.agents = [a for a in acting if not (term[a] or trunc[a])]
+        return obs, rewards, term, trunc, {a: {} for a in acting}

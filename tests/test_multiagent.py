@@ -1,0 +1,271 @@
+"""Multi-agent: the PettingZoo parallel wrapper's rows, and per-agent n-step transitions against a reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from ma_envs import DyingAgents, RandomAgents
+
+from rlflow import adders
+from rlflow.envs import ParallelEnvironment
+from rlflow.replay import Fifo, MinSize, StepStore, Table, Uniform
+from rlflow.replay._item_kernels import LANE, LENGTH, START, VALID
+from rlflow.specs import SpecError
+
+
+def collect(env, adder, steps, seed=0):
+    rng = np.random.default_rng(seed)
+    ts = env.reset(seed=seed)
+    adder.add_first(ts)
+    out = [ts]
+    for _ in range(steps):
+        actions = rng.integers(0, env.single_agent_action_space.n, (env.num_envs, env.num_agents))
+        ts = env.step(actions)
+        adder.add(actions, ts)
+        out.append(ts)
+    return out
+
+
+def make(envs, n=1, discount=0.5, capacity=256, **kw):
+    env = ParallelEnvironment(envs, **kw)
+    store = StepStore(env.spec, capacity=capacity, lanes=env.num_envs)
+    table = Table(store, sampler=Uniform(seed=0), remover=Fifo(), rate_limiter=MinSize(1))
+    adder = adders.MultiAgentTransition(store, [table], n=n, discount=discount)
+    return env, store, table, adder
+
+
+def all_items(table):
+    items = table.items()
+    meta = np.zeros((items["key"].size, 6), np.int64)
+    meta[:, LANE], meta[:, START], meta[:, LENGTH], meta[:, VALID] = (
+        items["lane"], items["start"], items["length"], items["valid"])
+    fields = {"return": items["field/return"], "discount": items["field/discount"]}
+    return meta, table.view.gather(table.store, meta, fields)[0]
+
+
+# ---------------------------------------------------------------------------------------------- the wrapper
+def test_a_dying_agent_is_stored_active_at_its_death_step_then_inactive_and_zero():
+    env, store, _table, adder = make([DyingAgents(deaths=(2, None, None), max_steps=4)], action_mask="info")
+    collect(env, adder, 4)
+    rows = store.take(np.arange(5))  # lane 0: rows 0..4 are the episode (4 actions + the final row)
+    active = rows["observation/active"][:, 0]
+    assert active.tolist() == [True, True, False, False, False]  # acts at t = 0, 1 (its death step), then not
+    assert rows["observation/terminated"][:, 0].tolist() == [False, False, True, False, False]
+    np.testing.assert_array_equal(rows["observation/obs"][2, 0], [0, 2, 0, 0])  # its true final observation kept
+    np.testing.assert_array_equal(rows["observation/obs"][3:, 0], 0)  # then zero-filled
+    assert rows["reward"][:, 0].tolist() == [0 + 0 + rows["action"][0, 0], 1 + rows["action"][1, 0], 0, 0, 0]
+    np.testing.assert_array_equal(rows["action"][2:, 0], 0)
+    np.testing.assert_array_equal(rows["observation/action_mask"][2:, 0], False)  # no legal action: all False
+    # the others run to the time limit: truncated on the final row, which is the lane's last
+    assert rows["observation/truncated"][4].tolist() == [False, True, True]
+    assert rows["last"].tolist() == [False] * 4 + [True]
+    assert rows["truncated"][3] and not rows["terminated"][3]
+
+
+def test_the_last_step_keeps_every_reward_and_flag_although_env_agents_is_empty():
+    env = ParallelEnvironment([DyingAgents(deaths=(None, 3, None), max_steps=3)])
+    env.reset(seed=0)
+    env.step(np.zeros((1, 3), np.int64))
+    env.step(np.zeros((1, 3), np.int64))
+    ts = env.step(np.array([[1, 2, 0]]))
+    assert env.envs[0].agents == [] or ts.first[0]  # reset in the same call
+    assert ts.reward.tolist() == [[3.0, 14.0, 22.0]]
+    assert ts.last.tolist() == [True] and ts.truncated.tolist() == [True] and ts.terminated.tolist() == [False]
+    assert ts.final_observation["terminated"].tolist() == [[False, True, False]]
+    assert ts.final_observation["truncated"].tolist() == [[True, False, True]]
+    np.testing.assert_array_equal(ts.final_observation["obs"][0, :, 1], [3, 3, 3])
+    assert ts.observation["active"].all() and ts.observation["obs"][0, 0, 2] == 1  # the next episode
+    assert not ts.observation["terminated"].any()
+
+
+def test_one_env_ending_leaves_the_other_lanes_flags_untouched():
+    env = ParallelEnvironment([DyingAgents(deaths=(None, None, None), max_steps=5),
+                               DyingAgents(deaths=(1, 1, 1), max_steps=5)])
+    env.reset(seed=0)
+    ts = env.step(np.zeros((2, 3), np.int64))
+    assert ts.last.tolist() == [False, True] and ts.terminated.tolist() == [False, True]
+    assert not ts.observation["terminated"][0].any() and ts.observation["active"][0].all()
+    assert ts.final_observation["terminated"][1].all() and not ts.final_observation["terminated"][0].any()
+    assert ts.first.tolist() == [False, True]
+
+
+def test_action_masks_from_the_observation_dict_or_from_info():
+    obs_env = ParallelEnvironment([DyingAgents(mask_in_obs=True)])
+    info_env = ParallelEnvironment([DyingAgents()], action_mask="info")
+    for env in (obs_env, info_env):
+        ts = env.reset(seed=0)
+        assert ts.observation["action_mask"].tolist() == [[[False, True, True]] * 3]
+        ts = env.step(np.ones((1, 3), np.int64))
+        assert ts.observation["action_mask"][0, 1].tolist() == [True, False, True]
+        assert ts.observation["obs"].shape == (1, 3, 4)
+    assert "action_mask" not in ParallelEnvironment([DyingAgents()]).observation_spec
+
+
+def test_mpe_simple_spread_state_and_time_limit():
+    mpe = pytest.importorskip("mpe2.simple_spread_v3")
+    env = ParallelEnvironment([mpe.parallel_env(N=3, max_cycles=5) for _ in range(2)], seed=0)
+    assert env.observation_spec["obs"].shape == (3, 18) and env.observation_spec["state"].shape == (54,)
+    ts = env.reset()
+    for _ in range(5):
+        ts = env.step(np.zeros((2, 3), np.int64))
+    assert ts.last.all() and ts.truncated.all() and ts.final_observation["truncated"].all()
+    assert (ts.reward < 0).all()  # the final step's rewards are kept
+
+
+def test_bad_actions_and_spaces():
+    env = ParallelEnvironment([DyingAgents()])
+    with pytest.raises(RuntimeError, match="reset"):
+        env.step(np.zeros((1, 3), np.int64))
+    env.reset()
+    with pytest.raises(SpecError, match=r"expected shape \(1, 3\)"):
+        env.step(np.zeros((1, 2), np.int64))
+    with pytest.raises(ValueError, match="possible_agents"):
+        ParallelEnvironment([DyingAgents(), DyingAgents(deaths=(1, 2))])
+    with pytest.raises(ValueError, match="action_mask='observation'"):
+        ParallelEnvironment([DyingAgents()], action_mask="observation")
+
+
+# ---------------------------------------------------------------------------------------------- transitions
+def reference(env: RandomAgents, n: int, g: float, episode: int, t: int, num_agents: int):
+    """Per-agent n-step targets of the joint step ``t`` of ``episode``, from the env's own log."""
+    steps = env.history[episode]
+    k = min(n, len(steps) - t)
+    rewards, discounts, next_obs = [], [], []
+    for i in range(num_agents):
+        a = f"a{i}"
+        active = a in steps[t][0]
+        j = k
+        for jj in range(1, k + 1):
+            _, _, _, term, trunc, _ = steps[t + jj - 1]
+            if term.get(a) or trunc.get(a):
+                j = jj
+                break
+        ret = sum(g ** m * steps[t + m][2].get(a, 0.0) for m in range(j))
+        died = steps[t + j - 1][3].get(a, False)
+        rewards.append(ret)
+        discounts.append(0.0 if died or not active else g ** j)
+        next_obs.append(steps[t + j - 1][5].get(a, np.zeros(4, np.float32)))
+    return np.array(rewards), np.array(discounts), np.array(next_obs)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 3), st.integers(1, 4), st.integers(0, 60), st.integers(0, 2**16), st.sampled_from([8, 16, 512]))
+def test_per_agent_nstep_transitions_match_the_reference(lanes, n, steps, seed, capacity):
+    g = 0.9
+    raw = [RandomAgents(seed=seed + e, lane_id=e, p_term=0.15, p_trunc=0.05, max_steps=9) for e in range(lanes)]
+    env, _store, table, adder = make(raw, n=n, discount=g, capacity=capacity)
+    collect(env, adder, steps, seed=seed)
+    meta, batch = all_items(table)
+    seen = set()
+    for b in range(meta.shape[0]):
+        lane = int(meta[b, LANE])
+        t, episode = (int(x) for x in batch.observation["state"][b, :2])
+        assert (lane, episode, t) not in seen
+        seen.add((lane, episode, t))
+        rew, disc, nxt = reference(raw[lane], n, g, episode, t, 3)
+        np.testing.assert_allclose(batch.reward[b], rew, rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(batch.discount[b], disc, rtol=1e-6)
+        np.testing.assert_array_equal(batch.next_observation["obs"][b], nxt)
+        assert batch.observation["active"][b].tolist() == [f"a{i}" in raw[lane].history[episode][t][0]
+                                                           for i in range(3)]
+    if capacity == 512:  # nothing overwritten: one item per joint step whose window is complete
+        expected = sum(len(ep) if i < len(e.history) - 1 else max(0, len(ep) - n + 1)
+                       for e in raw for i, ep in enumerate(e.history))
+        assert len(seen) == expected
+
+
+def test_worked_example_of_the_module_docstring():
+    # two agents; agent 1 terminates on the second step; n = 3, g = 0.5
+    class Two(DyingAgents):
+        def step(self, actions):
+            obs, _, term, trunc, infos = super().step(actions)
+            rewards = {"a0": [1.0, 2.0, 4.0][self.t - 1]}
+            if "a1" in actions:
+                rewards["a1"] = [10.0, 20.0][self.t - 1]
+            return obs, rewards, term, trunc, infos
+
+    env, _store, table, adder = make([Two(deaths=(None, 2), max_steps=10)], n=3, discount=0.5)
+    collect(env, adder, 3)
+    meta, batch = all_items(table)
+    assert meta[:, START].tolist() == [0] and meta[:, LENGTH].tolist() == [4]
+    np.testing.assert_allclose(batch.reward[0], [3.0, 20.0])
+    np.testing.assert_allclose(batch.discount[0], [0.125, 0.0])
+    np.testing.assert_array_equal(batch.next_observation["obs"][0, :, 1], [3, 2])  # rows t+3 and t+2
+
+
+def test_flatten_agents_leaves_out_inactive_agents_and_repeats_the_state():
+    env, _store, table, adder = make([DyingAgents(deaths=(1, None, None), max_steps=3)])
+    collect(env, adder, 3)
+    _meta, batch = all_items(table)
+    flat, idx = adders.flatten_agents(batch)
+    assert len(idx) == int(batch.observation["active"].sum()) == 3 + 2 + 2
+    assert flat.observation["obs"].shape == (7, 4) and flat.observation["state"].shape == (7, 2)
+    for m, (b, a) in enumerate(idx):
+        assert flat.reward[m] == batch.reward[b, a] and flat.action[m] == batch.action[b, a]
+        np.testing.assert_array_equal(flat.observation["state"][m], batch.observation["state"][b])
+
+
+def test_episodes_sample_synchronised_across_agents():
+    env = ParallelEnvironment([DyingAgents(deaths=(2, None, None), max_steps=4)])
+    store = StepStore(env.spec, capacity=64, lanes=1)
+    table = Table(store, sampler=Uniform(seed=0), remover=Fifo(), rate_limiter=MinSize(1))
+    adder = adders.Episode(store, [table], max_length=10)
+    collect(env, adder, 8)
+    s = table.sample(2)
+    assert s.data["observation"]["obs"].shape == (2, 10, 3, 4) and s.mask.shape == (2, 10)
+    assert s.mask.sum(axis=1).tolist() == [5, 5]
+    assert s.data["observation"]["active"][0, :5, 0].tolist() == [True, True, False, False, False]
+
+
+def test_the_adder_needs_a_multi_agent_store():
+    from rlflow.specs import Field
+    from rlflow.types import step_spec
+    store = StepStore(step_spec(Field((4,), np.float32), Field((), np.int64)), capacity=16)
+    table = Table(store, sampler=Uniform(seed=0), remover=Fifo(), rate_limiter=MinSize(1))
+    with pytest.raises(SpecError, match="active"):
+        adders.MultiAgentTransition(store, [table])
+
+
+def test_add_steps_writes_what_add_writes_on_a_multi_agent_store():
+    def build():
+        env, store, table, adder = make([DyingAgents(deaths=(2, None, 3), max_steps=5)], n=2)
+        return env, store, table, adder
+
+    env, store, table, adder = build()
+    steps = collect(env, adder, 5, seed=3)
+    env2, store2, table2, adder2 = build()
+    adder2.add_first(env2.reset(seed=3))
+    rng = np.random.default_rng(3)
+    actions = rng.integers(0, 3, (5, 1, 3))[:, 0]
+    obs = {k: np.stack([s.observation[k][0] if not s.last[0] else s.final_observation[k][0] for s in steps[1:]])
+           for k in steps[1].observation}
+    adder2.add_steps(0, actions, np.stack([s.reward[0] for s in steps[1:]]), obs, truncated=True)
+    for key in store.fields:
+        np.testing.assert_array_equal(store.take(np.arange(6))[key], store2.take(np.arange(6))[key], err_msg=key)
+    assert table.items()["start"].tolist() == table2.items()["start"].tolist()
+
+
+def test_run_collects_from_a_parallel_env():
+    import rlflow
+
+    class Random(rlflow.Policy):
+        def act(self, observation, state, *, evaluation=False):
+            return np.ones(observation["active"].shape, np.int64), None, state
+
+    env, store, table, adder = make([DyingAgents(), DyingAgents(deaths=(1, 2, 3), max_steps=4)])
+    result = rlflow.run(env, Random(), None, adder, table, steps=40, progress=False)
+    assert result.env_steps == 40 and table.size == 40  # n = 1: one item per joint action
+    # rows: an episode of T actions is T + 1 rows; each lane is 2 actions into its next episode (3 rows)
+    assert store.count.tolist() == [3 * 7 + 3, 6 * 4 + 3]
+    # team returns, actions all 1. Lane 1: every agent dead after 3 steps: (1) + (11 + 12) + (21 + 22 + 23) = 90.
+    # Lane 0 runs to the limit of 6: agent 0 dies after 2 steps (1 + 2), agent 1 lives (11 + ... + 16 = 81),
+    # agent 2 dies after 4 (21 + ... + 24 = 90): 174.
+    assert sorted((length, ret) for _, ret, length in result.episodes) == [(3, 90.0)] * 6 + [(6, 174.0)] * 3
+    with pytest.raises(SpecError, match="action space"):
+        class Bad(Random):
+            def act(self, observation, state, *, evaluation=False):
+                return np.full(observation["active"].shape, 7, np.int64), None, state
+        env, _store, table, adder = make([DyingAgents()])
+        rlflow.run(env, Bad(), None, adder, table, steps=4, progress=False)
