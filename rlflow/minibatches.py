@@ -67,7 +67,7 @@ def feedforward(
         raise ValueError(f"expected exactly one of num_minibatches and minibatch_size, "
                          f"got num_minibatches={num_minibatches!r} and minibatch_size={minibatch_size!r}")
     if mask is None:
-        valid = np.arange(T * E)
+        valid = T * E  # permutation(n) shuffles arange(n): the same order as the masked path with all True
     else:
         m = _numpy(mask)
         if m.shape != (T, E):
@@ -82,7 +82,7 @@ def feedforward(
     else:
         size = _positive("minibatch_size", minibatch_size)
         batches = [order[i:i + size] for i in range(0, order.size, size)]
-    return iter([(b // E, b % E) for b in batches])
+    return iter([np.divmod(b, E) for b in batches])
 
 
 class Chunks(NamedTuple):
@@ -164,6 +164,8 @@ def take(tree: Any, index: Any) -> Any:
     index = tuple(index) if isinstance(index, tuple | list) else (index,)
     torch = sys.modules.get("torch")
     on_device: dict[Any, tuple[Any, ...]] = {}
+    np_index = tuple(_numpy(i) for i in index)
+    flat_index: dict[tuple[int, ...], Any] = {}  # per leading shape: the rows' flat positions
 
     def gather(node: Any) -> Any:
         if isinstance(node, dict):
@@ -173,7 +175,17 @@ def take(tree: Any, index: Any) -> Any:
         if isinstance(node, tuple | list):
             return type(node)(gather(v) for v in node)
         if isinstance(node, np.ndarray):
-            return node[tuple(_numpy(i) for i in index)]
+            k = len(np_index)
+            if 1 < k <= node.ndim and node.flags.c_contiguous:  # one gather of whole rows: the fast path
+                lead = node.shape[:k]
+                if lead not in flat_index:
+                    try:
+                        flat_index[lead] = np.ravel_multi_index(np_index, lead)
+                    except (TypeError, ValueError):  # negative or boolean indices: numpy's own indexing
+                        flat_index[lead] = None
+                if flat_index[lead] is not None:
+                    return np.take(node.reshape(-1, *node.shape[k:]), flat_index[lead], axis=0)
+            return node[np_index]
         if torch is not None and isinstance(node, torch.Tensor):
             if node.device not in on_device:
                 on_device[node.device] = tuple(torch.as_tensor(i, device=node.device) for i in index)

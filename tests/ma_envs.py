@@ -7,7 +7,7 @@ from typing import ClassVar
 
 import numpy as np
 from gymnasium import spaces
-from pettingzoo import ParallelEnv
+from pettingzoo import AECEnv, ParallelEnv
 
 
 class DyingAgents(ParallelEnv):
@@ -123,3 +123,74 @@ class RandomAgents(ParallelEnv):
         self.history[-1].append((acting, {a: int(actions[a]) for a in acting}, rewards, term, trunc, obs))
         self.agents = [a for a in acting if not (term[a] or trunc[a])]
         return obs, rewards, term, trunc, {a: {} for a in acting}
+
+
+class TurnGame(AECEnv):
+    """Agents ``a0 .. a{A-1}`` move in turn. Agent ``i``'s move ``x`` at game step ``s`` gives every agent
+    ``j`` still in the game the reward ``100 * i + 10 * x + j`` (so each agent collects rewards during the
+    others' turns). Agent ``quitter`` terminates on its ``quit_at``-th move; the game ends for every
+    remaining agent after ``length`` moves in total, as a termination (``ending="terminated"``) or a
+    truncation. ``log`` records ``(game, move number, acting agent, action, rewards dict)`` per move.
+    """
+
+    metadata: ClassVar[dict] = {"name": "turn_game_v0"}
+
+    def __init__(self, num_agents=3, length=7, quitter=1, quit_at=2, ending="terminated"):
+        super().__init__()
+        self.possible_agents = [f"a{i}" for i in range(num_agents)]
+        self.length, self.quitter, self.quit_at, self.ending = length, quitter, quit_at, ending
+        self.log = []
+        self.games = -1
+
+    def observation_space(self, agent):
+        return spaces.Dict({"observation": spaces.Box(-np.inf, np.inf, (3,), np.float32),
+                            "action_mask": spaces.Box(0, 1, (4,), np.int8)})
+
+    def action_space(self, agent):
+        return spaces.Discrete(4)
+
+    def observe(self, agent):
+        i = self.possible_agents.index(agent)
+        mask = np.ones(4, np.int8)
+        mask[self.moves % 4] = 0
+        return {"observation": np.array([i, self.moves, self.games], np.float32), "action_mask": mask}
+
+    def reset(self, seed=None, options=None):
+        self.games += 1
+        self.agents = list(self.possible_agents)
+        self.rewards = {a: 0.0 for a in self.agents}
+        self._cumulative_rewards = {a: 0.0 for a in self.agents}
+        self.terminations = {a: False for a in self.agents}
+        self.truncations = {a: False for a in self.agents}
+        self.infos = {a: {} for a in self.agents}
+        self.moves = 0
+        self.own_moves = {a: 0 for a in self.agents}
+        self._order = list(self.agents)
+        self.agent_selection = self._order[0]
+
+    def _next(self):
+        live = [a for a in self._order if a in self.agents]
+        i = live.index(self.agent_selection) if self.agent_selection in live else -1
+        return live[(i + 1) % len(live)]
+
+    def step(self, action):
+        agent = self.agent_selection
+        if self.terminations[agent] or self.truncations[agent]:
+            self._was_dead_step(action)
+            return
+        self._cumulative_rewards[agent] = 0.0
+        i = self.possible_agents.index(agent)
+        self.rewards = {a: float(100 * i + 10 * int(action) + self.possible_agents.index(a)) for a in self.agents}
+        self.log.append((self.games, self.moves, agent, int(action), dict(self.rewards)))
+        self.moves += 1
+        self.own_moves[agent] += 1
+        if agent == f"a{self.quitter}" and self.own_moves[agent] == self.quit_at:
+            self.terminations[agent] = True
+        if self.moves >= self.length:
+            for a in self.agents:
+                if not self.terminations[a]:
+                    (self.terminations if self.ending == "terminated" else self.truncations)[a] = True
+        self._accumulate_rewards()
+        nxt = self._next()
+        self.agent_selection = nxt
+        self._deads_step_first()

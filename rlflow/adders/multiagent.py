@@ -66,34 +66,43 @@ class MultiAgentTransitionView(ItemView):
         start = meta[:, START]
         k = meta[:, LENGTH] - 1  # rewards in each window
         first = base + start % cap
-        flat = store._flat
-        active = flat["observation/active"][first]  # [B, A]
-        a = active.shape[1]
-        # Each agent's own end inside the window: the first row j in 1..k carrying its terminated/truncated flag.
-        j = np.arange(1, self.n + 1)
-        rows = base[:, None] + (start[:, None] + j) % cap  # [B, n]
-        inside = j[None, :] <= k[:, None]
-        term = flat["observation/terminated"][rows] & inside[:, :, None]  # [B, n, A]
-        ended = term | (flat["observation/truncated"][rows] & inside[:, :, None])
-        any_end = ended.any(axis=1)
-        offset = np.where(any_end, ended.argmax(axis=1) + 1, k[:, None])  # j_a, [B, A]
-        died = np.take_along_axis(term, (offset - 1)[:, None, :], axis=1)[:, 0] & any_end
-        discount = np.where(died | ~active, 0.0, self.discount ** offset).astype(np.float32)
-        agent_rows = base[:, None] + (start[:, None] + offset) % cap  # [B, A]
         team_row = base + (start + k) % cap
-        agents = np.arange(a)
+        flat = store._flat
+        active = np.take(flat["observation/active"], first, axis=0)  # [B, A]
+        if self.n == 1:  # every window is one step: the agents' flags are those of the next row
+            died = np.take(flat["observation/terminated"], team_row, axis=0)
+            offset = None
+            powers = np.float32(self.discount)
+        else:
+            # Each agent's own end inside the window: the first row j in 1..k carrying its terminated/truncated flag.
+            j = np.arange(1, self.n + 1)
+            rows = base[:, None] + (start[:, None] + j) % cap  # [B, n]
+            inside = (j[None, :] <= k[:, None])[:, :, None]
+            term = np.take(flat["observation/terminated"], rows, axis=0) & inside  # [B, n, A]
+            ended = term | (np.take(flat["observation/truncated"], rows, axis=0) & inside)
+            any_end = ended.any(axis=1)
+            at = ended.argmax(axis=1)  # the first end's position (0 where none)
+            offset = np.where(any_end, at + 1, k[:, None])  # j_a, [B, A]
+            died = any_end & np.take_along_axis(term, at[:, None, :], axis=1)[:, 0]
+            powers = (self.discount ** offset).astype(np.float32)
+            if (offset == k[:, None]).all():
+                offset = None  # no agent ended early: every agent's next observation is the window's last row
+        discount = np.where(died | ~active, np.float32(0.0), powers).astype(np.float32)
+        if offset is not None:
+            agent_rows = base[:, None] + (start[:, None] + offset) % cap  # [B, A]
+            agents = np.arange(active.shape[1])[None, :]
         obs: dict[str, np.ndarray] = {}
         nxt: dict[str, np.ndarray] = {}
         cur: dict[str, np.ndarray] = {}
         for name, col in flat.items():
             if _under(name, "observation"):
-                obs[name] = col[first]
-                if any(_under(name, f"observation/{key}") for key in TEAM_KEYS):
-                    nxt[name] = col[team_row]
+                obs[name] = np.take(col, first, axis=0)
+                if offset is None or any(_under(name, f"observation/{key}") for key in TEAM_KEYS):
+                    nxt[name] = np.take(col, team_row, axis=0)
                 else:
-                    nxt[name] = col[agent_rows, agents[None, :]]
+                    nxt[name] = col[agent_rows, agents]
             elif _under(name, "action") or _under(name, "extras"):
-                cur[name] = col[first]
+                cur[name] = np.take(col, first, axis=0)
         batch = Transition(observation=_nest(store, obs, "observation"), action=_nest(store, cur, "action"),
                            reward=fields["return"], discount=discount,
                            next_observation=_nest(store, nxt, "observation"), extras=_nest(store, cur, "extras"))

@@ -1,10 +1,11 @@
 """Environment wrappers: gymnasium envs and vector envs, and PettingZoo parallel envs, as streams of batched
-TimeSteps (one lane per env).
+TimeSteps (one lane per env), and PettingZoo turn-based (AEC) envs as one lane per (env, agent).
 
 Importing this package imports gymnasium (PettingZoo is imported only by the PettingZoo wrappers' users).
 """
 
+from rlflow.envs.aec import AECEnvironment, Turn
 from rlflow.envs.gymnasium import GymEnvironment, make, to_autoreset_mode
 from rlflow.envs.pettingzoo import ParallelEnvironment
 
-__all__ = ["GymEnvironment", "ParallelEnvironment", "make", "to_autoreset_mode"]
+__all__ = ["AECEnvironment", "GymEnvironment", "ParallelEnvironment", "Turn", "make", "to_autoreset_mode"]

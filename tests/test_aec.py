@@ -1,0 +1,144 @@
+"""PettingZoo AEC envs: one lane per (env, agent), rewards accumulated across the other agents' turns."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from ma_envs import TurnGame
+
+from rlflow import adders
+from rlflow.envs import AECEnvironment
+from rlflow.replay import Fifo, MinSize, StepStore, Table, Uniform
+from rlflow.replay._item_kernels import LANE, LENGTH, START, VALID
+from rlflow.specs import SpecError
+
+G = 0.9
+
+
+def setup(envs, capacity=512, n=1):
+    probe = AECEnvironment(envs)
+    store = StepStore(probe.spec, capacity=capacity, lanes=probe.num_lanes)
+    table = Table(store, sampler=Uniform(seed=0), remover=Fifo(), rate_limiter=MinSize(1))
+    adder = adders.NStepTransition(store, [table], n=n, discount=G)
+    return AECEnvironment(envs, adder, seed=0), store, table
+
+
+def play(env, turns, seed=0):
+    """Random legal moves; returns every ended agent episode ``(env, agent, return)``."""
+    rng = np.random.default_rng(seed)
+    turn = env.reset()
+    ended = list(turn.episode_returns)
+    for _ in range(turns):
+        mask = turn.observation["action_mask"]
+        actions = np.array([rng.choice(np.flatnonzero(m)) for m in mask])
+        turn = env.step(actions)
+        ended += turn.episode_returns
+    return ended
+
+
+def items(table):
+    it = table.items()
+    meta = np.zeros((it["key"].size, 6), np.int64)
+    meta[:, LANE], meta[:, START], meta[:, LENGTH], meta[:, VALID] = it["lane"], it["start"], it["length"], it["valid"]
+    batch = table.view.gather(table.store, meta, {"return": it["field/return"], "discount": it["field/discount"]})[0]
+    return meta, batch
+
+
+def reference(game_log, agent, move):
+    """The reward agent ``agent`` accumulates from its move number ``move`` (0-based) until its next turn or
+    its end: every reward given to it by that move and the moves after it, up to its next own move."""
+    total = 0.0
+    for _, m, actor, _, rewards in game_log:
+        if m < move:
+            continue
+        if m > move and actor == agent:
+            break
+        total += rewards.get(agent, 0.0)
+    return total
+
+
+@pytest.mark.parametrize("ending", ["terminated", "truncated"])
+def test_every_transition_carries_the_rewards_of_the_other_agents_turns(ending):
+    raw = [TurnGame(length=7, quitter=1, quit_at=2, ending=ending), TurnGame(length=5, quitter=0, quit_at=1,
+                                                                             ending=ending)]
+    env, _store, table = setup(raw)
+    play(env, 40)
+    meta, batch = items(table)
+    assert len(meta) > 20
+    seen = set()
+    for b in range(len(meta)):
+        e, i = divmod(int(meta[b, LANE]), 3)
+        agent_id, move, game = (int(x) for x in batch.observation["observation"][b])
+        assert agent_id == i
+        key = (e, game, move)
+        assert key not in seen
+        seen.add(key)
+        log = [entry for entry in raw[e].log if entry[0] == game]
+        assert batch.reward[b] == pytest.approx(reference(log, f"a{i}", move))
+        # the agent's own end: the quitter terminates; at the game's end the others end as `ending` says
+        acted = [m for _, m, actor, _, _ in log if actor == f"a{i}"]
+        last_own = move == acted[-1] and len(log) == raw[e].length if game < raw[e].games else move == acted[-1]
+        quitter = i == raw[e].quitter and acted.index(move) + 1 == raw[e].quit_at
+        if quitter:
+            assert batch.discount[b] == 0.0
+        elif last_own and ending == "terminated" and game < raw[e].games:
+            assert batch.discount[b] == 0.0
+        elif not (last_own and game < raw[e].games):
+            assert batch.discount[b] == pytest.approx(G)
+    # every move of every finished game became exactly one transition
+    for e, r in enumerate(raw):
+        for game in range(r.games):
+            moves = {m for g, m, *_ in r.log if g == game}
+            assert {m for (ee, g, m) in seen if ee == e and g == game} == moves
+
+
+def test_the_final_turn_lands_the_losers_reward_whoever_ends_the_game():
+    ttt = pytest.importorskip("pettingzoo.classic.tictactoe_v3")
+    env, _store, table = setup([ttt.env() for _ in range(4)], capacity=2048)
+    ended = play(env, 400, seed=1)
+    assert ended
+    games: dict[int, list[float]] = {}
+    for e, _, ret in ended:
+        games.setdefault(e, []).append(ret)
+    _meta, batch = items(table)
+    terminal = batch.discount == 0
+    assert set(np.unique(batch.reward[terminal])) <= {-1.0, 0.0, 1.0}
+    assert (batch.reward[~terminal] == 0).all()  # tictactoe rewards only at the end
+    for rets in games.values():  # two agents per game: +1/-1 or 0/0, whichever player moved last
+        pairs = np.array(rets[: len(rets) // 2 * 2]).reshape(-1, 2)
+        assert (pairs.sum(axis=1) == 0).all()
+    # both players' last transitions of a won game are terminal: the winner's +1 and the loser's -1
+    assert (batch.reward[terminal] == 1).sum() == (batch.reward[terminal] == -1).sum()
+
+
+def test_the_acting_agent_alternates_and_bad_actions_raise():
+    env, store, table = setup([TurnGame(num_agents=2, length=6, quit_at=99)])
+    turn = env.reset()
+    assert turn.agents.tolist() == [0] and turn.lanes.tolist() == [0]
+    turn = env.step(np.array([1]))
+    assert turn.agents.tolist() == [1] and turn.lanes.tolist() == [1]
+    with pytest.raises(SpecError, match="action space"):
+        env.step(np.array([7]))
+    with pytest.raises(SpecError, match="one action per env"):
+        env.step(np.array([1, 1]))
+    with pytest.raises(ValueError, match="one per"):
+        AECEnvironment([TurnGame()], adders.NStepTransition(store, [table]))
+
+
+def test_nstep_returns_span_an_agents_own_turns():
+    env, _store, table = setup([TurnGame(num_agents=2, length=8, quitter=0, quit_at=99)], n=2)
+    raw = env.envs[0]
+    play(env, 8)  # one whole game of 8 moves, 4 per agent
+    meta, batch = items(table)
+    game = [entry for entry in raw.log if entry[0] == 0]
+    for b in range(len(meta)):
+        i = int(meta[b, LANE])
+        _, move, g = (int(x) for x in batch.observation["observation"][b])
+        if g:
+            continue
+        own = [m for _, m, actor, _, _ in game if actor == f"a{i}"]
+        k = own.index(move)
+        r = [reference(game, f"a{i}", m) for m in own]
+        expected = r[k] + (G * r[k + 1] if k + 1 < len(own) else 0.0)
+        assert batch.reward[b] == pytest.approx(expected)
+        assert batch.discount[b] == pytest.approx(0.0 if k + 2 >= len(own) else G * G)
