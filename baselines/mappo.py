@@ -1,0 +1,270 @@
+"""MAPPO and IPPO on rlflow: PPO for teams, per-agent GAE, a centralised or local critic.
+
+    python -m baselines.mappo                                # MPE simple_spread (N=3), 16 envs, 2M joint steps
+    python -m baselines.mappo --critic local                 # IPPO: each agent's critic sees its own observation
+    python -m baselines.mappo --no-shared                    # a separate actor and critic per agent
+
+rlflow does the data: PettingZoo parallel envs as lanes with an agent axis
+(:class:`rlflow.envs.ParallelEnvironment`), a ``Sequence`` adder writing each lane's rollout of
+``n_steps`` joint actions as one item of ``n_steps + 1`` rows (rollouts run on across episode ends,
+whose final rows they include), a FIFO queue table the learner empties ``num_envs`` rollouts at a time,
+and the loop. This file is the algorithm: the actor (one agent's observation and its one-hot id, masked
+logits when the env has action masks) and the critic (the global state and the agent's id for MAPPO,
+its own observation for IPPO), per-agent GAE (:func:`agent_targets`: each agent's own termination or
+truncation, steps where it is not active left out) with a value normaliser, and the clipped PPO
+epochs over the active (step, env, agent) samples. Hyperparameters follow the MAPPO paper's MPE
+settings (learning rate 7e-4, 10 epochs of one minibatch, gamma 0.99, lambda 0.95, clip 0.2, entropy
+0.01, hidden 64, value normalisation).
+
+Episode returns in the logs are team returns (the sum over agents); the per-agent return (MPE's
+usual figure) is that divided by the number of agents.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import tyro
+from torch import nn
+
+import rlflow
+from baselines import RunArgs, train
+from baselines.td3 import mlp
+from rlflow import adders, specs
+from rlflow.envs import ParallelEnvironment
+from rlflow.minibatches import feedforward
+from rlflow.replay import Fifo, Queue, StepStore, Table
+from rlflow.returns import ValueNormalizer, gae
+
+
+@dataclass
+class Args(RunArgs):
+    env_id: str = "simple_spread_v3"  # an mpe2 scenario
+    n_agents: int = 3
+    max_cycles: int = 25
+    total_steps: int = 2_000_000  # joint env steps, over all envs
+    num_envs: int = 16
+    n_steps: int = 25  # joint actions per lane per rollout
+    learning_rate: float = 7e-4
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    n_epochs: int = 10
+    num_minibatches: int = 1
+    clip_range: float = 0.2
+    ent_coef: float = 0.01
+    vf_coef: float = 1.0
+    max_grad_norm: float = 10.0
+    hidden: tuple[int, ...] = (64, 64)
+    critic: str = "centralised"  # "centralised" (MAPPO: global state) or "local" (IPPO: own observation)
+    shared: bool = True  # one actor and one critic for every agent (with its one-hot id), or one per agent
+    value_norm: bool = True
+    eval_every: int = 100_000
+    logdir: str = "runs/mappo"
+
+    @property
+    def batch_size(self) -> int:  # rollouts per learner step: one per lane
+        return self.num_envs
+
+
+def make_env(args: Args, num_envs: int, seed: int | None) -> ParallelEnvironment:
+    import importlib
+
+    scenario = importlib.import_module(f"mpe2.{args.env_id}")
+    kwargs = {"N": args.n_agents} if "spread" in args.env_id else {}
+    return ParallelEnvironment([scenario.parallel_env(max_cycles=args.max_cycles, **kwargs)
+                                for _ in range(num_envs)], seed=seed)
+
+
+class Heads(nn.Module):
+    """One MLP per agent, or one shared MLP fed the agent's one-hot id: ``[..., A, in] -> [..., A, out]``."""
+
+    def __init__(self, in_dim: int, out_dim: int, n_agents: int, hidden: tuple[int, ...], shared: bool) -> None:
+        super().__init__()
+        self.n_agents, self.shared = n_agents, shared
+        if shared:
+            self.net = mlp([in_dim + n_agents, *hidden, out_dim])
+        else:
+            self.nets = nn.ModuleList(mlp([in_dim, *hidden, out_dim]) for _ in range(n_agents))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.shared:
+            ids = torch.eye(self.n_agents, dtype=x.dtype).expand(*x.shape[:-1], self.n_agents)
+            return self.net(torch.cat([x, ids], dim=-1))
+        return torch.stack([net(x[..., i, :]) for i, net in enumerate(self.nets)], dim=-2)
+
+
+class MAPPONet(nn.Module):
+    """The actor (masked categorical logits per agent) and the critic (one value per agent)."""
+
+    def __init__(self, obs_dim: int, state_dim: int, n_actions: int, n_agents: int, args: Args) -> None:
+        super().__init__()
+        self.centralised = args.critic == "centralised"
+        self.actor = Heads(obs_dim, n_actions, n_agents, args.hidden, args.shared)
+        self.critic = Heads(state_dim if self.centralised else obs_dim, 1, n_agents, args.hidden, args.shared)
+        self.n_agents = n_agents
+
+    def policy(self, obs: dict) -> torch.distributions.Categorical:
+        logits = self.actor(torch.as_tensor(obs["obs"]).float())
+        if "action_mask" in obs:
+            mask = torch.as_tensor(obs["action_mask"])
+            logits = torch.where(mask | ~mask.any(-1, keepdim=True), logits, -1e9)  # all-False rows stay finite
+        return torch.distributions.Categorical(logits=logits)
+
+    def value(self, obs: dict) -> torch.Tensor:
+        """``[..., A]`` values (normalised when the learner normalises)."""
+        if self.centralised:
+            state = torch.as_tensor(obs["state"] if "state" in obs else obs["obs"].reshape(
+                *obs["obs"].shape[:-2], -1)).float()
+            x = state.unsqueeze(-2).expand(*state.shape[:-1], self.n_agents, state.shape[-1])
+        else:
+            x = torch.as_tensor(obs["obs"]).float()
+        return self.critic(x).squeeze(-1)
+
+
+class TeamPolicy(rlflow.Policy):
+    """Samples every agent's action; stores the log-probabilities as extras."""
+
+    def __init__(self, net: MAPPONet) -> None:
+        self.net = net
+
+    def act(self, observation, state, *, evaluation=False):
+        with torch.inference_mode():
+            dist = self.net.policy(observation)
+            action = dist.probs.argmax(-1) if evaluation else dist.sample()
+            extras = {"log_prob": dist.log_prob(action).numpy()}
+        return action.numpy(), extras, state
+
+    def set_params(self, params):
+        self.net = params  # the learner's network itself (one process: no copy, no lag)
+
+    def state_dict(self):
+        return {"torch_rng": torch.get_rng_state()}
+
+
+def agent_targets(values: torch.Tensor, rows: dict, mask: np.ndarray, gamma: float,
+                  lam: float) -> dict[str, torch.Tensor]:
+    """Per-agent GAE over ``E`` rollouts of ``T + 1`` rows, time-major ``[T, E, A]`` out.
+
+    Agent ``a`` acted at step ``t`` (``active``) when row ``t`` is an action row (not a final row, not
+    padding) and the agent was active there. Its reward is row ``t``'s, its next value ``V(row t + 1)``
+    (its true final observation when the step ended it), cut to 0 when row ``t + 1`` says it terminated;
+    steps where it did not act get reward 0 and cut the recursion. ``values``: ``[E, T + 1, A]``, in
+    return units.
+    """
+    obs = rows["observation"]
+    valid = ~rows["last"][:, :-1] & mask[:, :-1] & mask[:, 1:]
+    active = torch.as_tensor(obs["active"][:, :-1] & valid[..., None])
+    reward = torch.where(active, torch.as_tensor(rows["reward"][:, :-1]), 0.0)
+    terminated = torch.as_tensor(obs["terminated"][:, 1:]) & active
+    truncated = torch.as_tensor(obs["truncated"][:, 1:]) | ~active
+    tm = lambda x: x.transpose(0, 1)  # noqa: E731 - [E, T, A] -> [T, E, A]
+    adv, ret = gae(tm(reward), tm(values[:, :-1]), tm(values[:, 1:]), tm(terminated), tm(truncated), gamma, lam)
+    return {"active": tm(active), "advantages": adv, "returns": ret}
+
+
+def mappo_loss(net: MAPPONet, obs: dict, actions: torch.Tensor, old_log_prob: torch.Tensor, advantages: torch.Tensor,
+               returns: torch.Tensor, active: torch.Tensor, clip: float, ent_coef: float,
+               vf_coef: float) -> tuple[torch.Tensor, dict[str, float]]:
+    """PPO's clipped objective over the agents that acted: every tensor is ``[M, A]`` (``M`` (step, env)
+    rows, every agent of a row together, as the centralised critic wants), ``obs`` a dict of ``[M, A, ...]``
+    (and ``state [M, ...]``); means run over the ``active`` entries, the advantages normalised over them.
+
+    ``loss = -mean min(r A, clip(r, 1 - clip, 1 + clip) A) + vf_coef mean (V - R)^2 - ent_coef mean H``,
+    ``r = exp(log pi(a|o) - old log pi(a|o))``.
+    """
+    dist = net.policy(obs)
+    ratio = torch.exp(dist.log_prob(actions) - old_log_prob)[active]
+    adv = advantages[active]
+    adv = (adv - adv.mean()) / (adv.std() + 1e-8) if len(adv) > 1 else adv
+    policy_loss = -torch.min(ratio * adv, torch.clamp(ratio, 1 - clip, 1 + clip) * adv).mean()
+    value_loss = (net.value(obs)[active] - returns[active]).pow(2).mean()
+    entropy = dist.entropy()[active].mean()
+    loss = policy_loss + vf_coef * value_loss - ent_coef * entropy
+    return loss, {"policy_loss": policy_loss.item(), "value_loss": value_loss.item(), "entropy": entropy.item()}
+
+
+class MAPPOLearner(rlflow.Learner):
+    def __init__(self, net: MAPPONet, args: Args) -> None:
+        self.net, self.args = net, args
+        self.optimizer = torch.optim.Adam(net.parameters(), lr=args.learning_rate, eps=1e-5)
+        self.norm = ValueNormalizer() if args.value_norm else None
+        self.rng = np.random.default_rng(args.seed)
+
+    def step(self, sample):
+        rows, mask = sample.data, sample.mask
+        obs = rows["observation"]
+        with torch.no_grad():
+            values = self.net.value(obs)
+            if self.norm is not None:
+                values = self.norm.denormalize(values)
+        targets = agent_targets(values, rows, mask, self.args.gamma, self.args.gae_lambda)
+        active = targets["active"].numpy()
+        returns = targets["returns"].float()
+        if self.norm is not None:
+            self.norm.update(returns[targets["active"]])
+            returns = self.norm.normalize(returns)
+        tm = lambda x: np.ascontiguousarray(np.swapaxes(x[:, :-1], 0, 1))  # noqa: E731 - [E, T+1, ...] -> [T, E, ...]
+        steps = {k: torch.as_tensor(tm(v)) for k, v in obs.items()}
+        actions = torch.as_tensor(tm(rows["action"]))
+        old_log_prob = torch.as_tensor(tm(rows["extras"]["log_prob"]))
+        t, e, _ = active.shape
+        metrics: dict[str, float] = {}
+        for _ in range(self.args.n_epochs):
+            # minibatches of whole (step, env) rows: every agent of a step together (the centralised critic
+            # sees the team's state); the loss averages over the agents that acted
+            for ti, ei in feedforward(t, e, self.args.num_minibatches, rng=self.rng, mask=active.any(-1)):
+                loss, metrics = mappo_loss(self.net, {k: v[ti, ei] for k, v in steps.items()}, actions[ti, ei],
+                                           old_log_prob[ti, ei], targets["advantages"][ti, ei].float(),
+                                           returns[ti, ei], torch.as_tensor(active[ti, ei]), self.args.clip_range,
+                                           self.args.ent_coef, self.args.vf_coef)
+                self.optimizer.zero_grad()
+                loss.backward()
+                nn.utils.clip_grad_norm_(self.net.parameters(), self.args.max_grad_norm)
+                self.optimizer.step()
+        return {**metrics, "agent_steps": float(active.sum())}
+
+    def get_params(self):
+        return self.net
+
+    def state_dict(self):
+        return {"net": self.net.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "norm": self.norm.state_dict() if self.norm is not None else None, "rng": self.rng.bit_generator.state}
+
+    def load_state_dict(self, state):
+        self.net.load_state_dict(state["net"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.norm is not None:
+            self.norm.load_state_dict(state["norm"])
+        self.rng.bit_generator.state = state["rng"]
+
+
+def main(args: Args) -> rlflow.RunResult:
+    torch.manual_seed(args.seed)
+    torch.set_num_threads(1)
+    env = make_env(args, args.num_envs, args.seed)
+    eval_env = make_env(args, 1, None)
+    obs_spec = env.observation_spec
+    obs_dim = int(np.prod(obs_spec["obs"].shape[1:]))
+    state_dim = int(np.prod(obs_spec["state"].shape)) if "state" in obs_spec else args.n_agents * obs_dim
+    n_actions = int(env.single_agent_action_space.n)
+
+    # Rollouts: n_steps + 1 rows per lane every n_steps rows, in a queue the learner empties num_envs at a
+    # time (room for a batch plus one env step's items, which the loop checks).
+    extras = {"log_prob": specs.Field((env.num_agents,), np.float32)}
+    store = StepStore(env.step_spec(extras), capacity=4 * (args.n_steps + 1), lanes=args.num_envs)
+    adder_items = 3  # Sequence.max_items_per_step
+    table = Table(store, sampler=Fifo(), remover=Fifo(), max_times_sampled=1, cross_episodes=True,
+                  rate_limiter=Queue(args.num_envs * (1 + adder_items)))
+    adder = adders.Sequence(store, [table], length=args.n_steps + 1, period=args.n_steps, end_behavior="continue")
+
+    net = MAPPONet(obs_dim, state_dim, n_actions, env.num_agents, args)
+    result = train("MAPPO" if args.critic == "centralised" else "IPPO", args, env, eval_env, TeamPolicy(net),
+                   MAPPOLearner(net, args), adder, table)
+    print(f"per-agent return: {result.final_evaluation / env.num_agents:.2f}")
+    return result
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Args))
