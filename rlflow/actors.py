@@ -83,7 +83,11 @@ class Actor:
     def reset(self) -> None:
         self.state = self.policy.initial_state(self.num_lanes)
 
-    def select_action(self, observation: Any, *, evaluation: bool = False) -> tuple[Any, Any]:
+    def select_action(self, observation: Any, *, evaluation: bool = False, first: Any = None) -> tuple[Any, Any]:
+        """The policy's actions (checked) and extras; lanes marked in ``first`` (``[E]`` bool: their
+        observation starts an episode) get the policy's initial state first."""
+        if first is not None and self.state is not None and np.any(first):
+            self.state = _reset_rows(self.state, self.policy.initial_state(self.num_lanes), np.asarray(first))
         out = self.policy.act(observation, self.state, evaluation=evaluation)
         if not (isinstance(out, tuple) and len(out) == 3):
             raise TypeError(f"{type(self.policy).__name__}.act returned {type(out).__name__}: expected a tuple "
@@ -101,6 +105,22 @@ class Actor:
         return actions, extras
 
 
+def _reset_rows(state: Any, initial: Any, first: np.ndarray) -> Any:
+    """``state`` with the rows of the ``first`` lanes taken from ``initial`` (same nesting, leaves ``[E, ...]``)."""
+    if isinstance(state, dict):
+        return {k: _reset_rows(v, initial[k], first) for k, v in state.items()}
+    if isinstance(state, tuple | list):
+        return type(state)(_reset_rows(v, i, first) for v, i in zip(state, initial, strict=True))
+    if isinstance(state, np.ndarray):
+        out = state.copy()
+        out[first] = np.asarray(initial)[first]
+        return out
+    import torch  # a tensor: the mask on its device
+
+    mask = torch.as_tensor(first, device=state.device)
+    return torch.where(mask.reshape(-1, *([1] * (state.dim() - 1))), initial.to(state.device), state)
+
+
 def evaluate(env: Any, policy: Policy, episodes: int, *, seed: int | None = None) -> list[float]:
     """Returns of ``episodes`` whole episodes with ``policy.act(..., evaluation=True)`` (nothing stored).
 
@@ -111,7 +131,7 @@ def evaluate(env: Any, policy: Policy, episodes: int, *, seed: int | None = None
     ts = env.reset(seed=seed)
     done: list[float] = []
     while len(done) < episodes:
-        actions, _ = actor.select_action(ts.observation, evaluation=True)
+        actions, _ = actor.select_action(ts.observation, evaluation=True, first=ts.first)
         ts = env.step(actions)
         done.extend(r for r, _ in stats.update(ts))
     return done[:episodes]

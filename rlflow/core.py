@@ -42,6 +42,9 @@ class Policy(ABC):
       ``(actions, extras, state)``: ``actions`` matching the env's action space with a leading ``[E]``
       axis (numpy), ``extras`` matching the adder's extras spec (``None`` when it has none: e.g.
       log-probabilities and values for PPO), and the new state.
+    - Recurrent state: its leaves lead with the lane axis ``[E, ...]`` (numpy arrays or torch tensors).
+      rlflow's actor puts ``initial_state(E)``'s rows back on the lanes whose observation starts a new
+      episode (``first``) before calling :meth:`act`, so an episode never sees the previous one's state.
     - ``evaluation=True`` asks for the policy's evaluation behaviour (greedy, or the mean action);
       evaluation steps are never stored.
     - :meth:`set_params` receives what the learner's :meth:`Learner.get_params` returned, every

@@ -213,7 +213,7 @@ def run(env: Any, policy: Policy, learner: Learner | None, adder: Any, table: An
                     raise RuntimeError(f"table {table.name!r}: the rate limiter admits neither a sample of "
                                        f"{batch_size} nor an env step's items ({table.rate_limiter!r}, "
                                        f"size {table.size})")
-                actions, extras = actor.select_action(ts.observation)
+                actions, extras = actor.select_action(ts.observation, first=ts.first)
                 ts = env.step(actions)
                 adder.add(actions, ts, extras)
                 result.env_steps += lanes

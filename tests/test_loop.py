@@ -327,3 +327,32 @@ def test_a_crash_while_saving_leaves_the_previous_checkpoint_as_the_latest(tmp_p
     result = rlflow.run(env, SeededPolicy(), KeyLearner(), adder, table, steps=200, batch_size=8,
                         checkpoint_every=200, logdir=tmp_path, tensorboard=False, progress=False, seed=1, resume=True)
     assert result.env_steps == 200  # resumed from the first checkpoint, already at its end
+
+
+def test_a_recurrent_policys_state_restarts_with_each_episode():
+    """The actor hands the policy its initial state on lanes whose observation starts an episode."""
+    from rlflow.actors import Actor
+
+    class Counter(rlflow.Policy):  # state: steps seen in the current episode, per lane
+        def initial_state(self, batch_size):
+            return {"steps": np.zeros(batch_size, np.int64), "h": torch.zeros(batch_size, 2)}
+
+        def act(self, observation, state, *, evaluation=False):
+            seen.append(state["steps"].copy())
+            return np.zeros(len(observation), np.int64), None, {"steps": state["steps"] + 1, "h": state["h"] + 1}
+
+    import torch
+
+    seen: list[np.ndarray] = []
+    env = envs.make("CartPole-v1", num_envs=3, seed=0)
+    actor = Actor(Counter(), env.action_spec, 3, env.single_action_space)
+    ts = env.reset(seed=0)
+    lengths = np.zeros(3, np.int64)
+    for _ in range(60):
+        actions, _ = actor.select_action(ts.observation, first=ts.first)
+        lengths = np.where(ts.first, 0, lengths)
+        assert seen[-1].tolist() == lengths.tolist()  # the state counts this episode's steps only
+        assert actor.state["h"][:, 0].tolist() == (lengths + 1).tolist()
+        ts = env.step(actions)
+        lengths += 1
+    assert (lengths < 60).any()  # some episode restarted (always pushing left ends CartPole early)

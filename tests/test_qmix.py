@@ -1,0 +1,92 @@
+"""baselines/qmix.py: the TD loss by hand (termination, truncation from the final row, deaths), mixers, a run."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from rlflow.loggers import read_csv
+
+qmix = pytest.importorskip("baselines.qmix")
+pytest.importorskip("mpe2")
+
+
+def constant_agent(q=(1.0, 2.0), n_agents=2):
+    """An agent network whose Q is ``q`` for every observation (only the output bias is non-zero)."""
+    net = qmix.AgentNet(obs_dim=1, n_actions=len(q), n_agents=n_agents, hidden=4)
+    with torch.no_grad():
+        for p in net.parameters():
+            p.zero_()
+        net.out.bias.copy_(torch.tensor(q))
+    return net
+
+
+def episode(end, active_final=(False, False), died=None):
+    """One episode of two steps (rows 0, 1 and the final row 2), two agents, actions (0, 1) then (1, 1),
+    team rewards 3 then 1; the episode ends at step 1 by ``end``."""
+    f = np.zeros((1, 3, 2), bool)
+    obs = {"obs": np.zeros((1, 3, 2, 1), np.float32), "active": np.array([[[True, True], [True, True],
+                                                                          list(active_final)]]),
+           "terminated": f.copy(), "truncated": f.copy(), "state": np.zeros((1, 3, 4), np.float32)}
+    obs["terminated" if end == "terminated" else "truncated"][0, 2] = True
+    if died is not None:  # agent `died` terminated on step 0 instead: inactive at row 1 on
+        obs["terminated"][0, 1, died] = True
+        obs["active"][0, 1, died] = False
+        obs["terminated"][0, 2, died] = obs["truncated"][0, 2, died] = False
+    return {"observation": obs, "action": np.array([[[0, 1], [1, 1], [0, 0]]]),
+            "reward": np.float32([[[1, 2], [0.5, 0.5], [0, 0]]]),
+            "terminated": np.array([[False, end == "terminated", False]]),
+            "truncated": np.array([[False, end == "truncated", False]]), "last": np.array([[False, False, True]])}
+
+
+@pytest.mark.parametrize(("end", "died", "expected"), [
+    # Q = (1, 2) per agent, VDN, gamma .5. Step 0: Q_tot = 1 + 2 = 3, y = 3 + .5 * (2 + 2) = 5 (error -2).
+    # Terminated at step 1: Q_tot = 4, y = 1 (error 3): loss (4 + 9) / 2 = 6.5.
+    ("terminated", None, 6.5),
+    # Truncated: the agents were cut arriving at the final row: y = 1 + .5 * (2 + 2) = 3 (error 1): loss 2.5.
+    ("truncated", None, 2.5),
+    # Agent 0 died on step 0: step 0's target counts agent 1 only: y = 3 + .5 * 2 = 4, Q_tot = 3 (error -1);
+    # step 1: Q_tot = 0 + 2 = 2 (agent 0 inactive), y = 1 + .5 * 2 = 2 (error 0): loss .5.
+    ("truncated", 0, 0.5),
+])
+def test_td_loss_by_hand(end, died, expected):
+    agent, target = constant_agent(), constant_agent()
+    loss, _m = qmix.td_loss(agent, target, qmix.VDNMixer(), qmix.VDNMixer(), episode(end, died=died),
+                           np.ones((1, 3), bool), 0.5)
+    assert loss.item() == pytest.approx(expected)
+
+
+def test_padding_and_masks_are_left_out():
+    rows = episode("terminated")
+    mask = np.array([[True, True, False]])  # a padded row: the same as the final row here
+    loss, _ = qmix.td_loss(constant_agent(), constant_agent(), qmix.VDNMixer(), qmix.VDNMixer(), rows, mask, 0.5)
+    assert loss.item() == pytest.approx(4.0)  # only step 0 (error -2): step 1's next row is padding
+    # the best next action among the legal ones: only action 0 (Q = 1) legal at row 1 -> y0 = 3 + .5 * 2 = 4
+    rows["observation"]["action_mask"] = np.ones((1, 3, 2, 2), bool)
+    rows["observation"]["action_mask"][0, 1, :, 1] = False
+    loss, _ = qmix.td_loss(constant_agent(), constant_agent(), qmix.VDNMixer(), qmix.VDNMixer(), rows,
+                           np.ones((1, 3), bool), 0.5)
+    assert loss.item() == pytest.approx((1.0 + 9.0) / 2)
+
+
+def test_the_qmix_mixer_is_monotonic_and_masked_max_never_nan():
+    mixer = qmix.QMixer(n_agents=3, state_dim=4, embed=8, hypernet_embed=16)
+    q = torch.randn(64, 3, requires_grad=True)
+    mixer(q, torch.randn(64, 4)).sum().backward()
+    assert (q.grad >= 0).all()  # dQ_tot / dQ_a >= 0
+    best, arg = qmix.masked_max(torch.tensor([[1.0, 5.0], [3.0, 2.0]]), torch.tensor([[True, False], [False, False]]))
+    assert best.tolist() == [1.0, 0.0] and arg.tolist() == [0, 0]
+
+
+@pytest.mark.parametrize("mixer", ["qmix", "vdn"])
+def test_qmix_runs_and_logs(tmp_path, mixer):
+    args = qmix.Args(mixer=mixer, total_steps=400, num_envs=2, max_cycles=10, batch_size=4, learning_starts=4,
+                     samples_per_insert=4.0, hidden=8, mixing_embed=4, hypernet_embed=8, eval_every=200,
+                     eval_episodes=1, logdir=str(tmp_path), progress=False)
+    result = qmix.main(args)
+    assert result.env_steps == 400 and result.learner_steps > 10
+    rows = read_csv(tmp_path / "learner.csv")
+    assert rows and all(math.isfinite(float(r["loss"])) for r in rows)
