@@ -7,7 +7,7 @@ from rlflow.loggers import read_csv
 def test_lists_the_baselines(capsys):
     assert cli.main(["list"]) == 0
     out = capsys.readouterr().out
-    assert "dqn, mappo, ppo, qmix, sac, td3" in out
+    assert "dqn, mappo, ppo, qmix, sac, selfplay_dqn, td3" in out
 
 
 def test_unknown_baseline_is_refused(capsys):

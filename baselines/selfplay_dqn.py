@@ -1,0 +1,191 @@
+"""Self-play DQN on a PettingZoo turn-based game with action masks (tictactoe by default).
+
+    python -m baselines.selfplay_dqn                         # tictactoe, 8 games at once, 300k turns
+    python -m baselines.selfplay_dqn --game connect_four_v3 --total-turns 2000000
+
+Every player is an independent DQN learner on its own transitions, from its own point of view (the
+games' observations are relative to the player to move); the players share one Q-network, so the
+agent plays against itself. rlflow does the data: :class:`rlflow.envs.AECEnvironment` makes each
+(game, player) a lane whose transitions run from one of the player's turns to its next, with the
+reward of the opponent's reply (a loss) landing on it, and writes them through an n-step transition
+adder into a uniform table under a samples-per-insert ratio. This file is the algorithm: the
+Q-network, epsilon-greedy over the legal moves, the double-Q TD loss whose next-state maximum runs over
+the legal moves only (:func:`td_loss`, tested by hand), a short training loop over turns, and the
+evaluation against a uniformly random legal player with seats alternating (:func:`play_random`).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import tyro
+from torch import nn
+from tqdm.auto import tqdm
+
+import rlflow
+from baselines import RunArgs
+from baselines.dqn import QNetwork
+from baselines.qmix import masked_max
+from rlflow import adders
+from rlflow.envs import AECEnvironment
+from rlflow.loggers import make_logger
+from rlflow.replay import Fifo, SampleToInsertRatio, StepStore, Table, Uniform
+
+
+@dataclass
+class Args(RunArgs):
+    game: str = "tictactoe_v3"  # a pettingzoo.classic game with action masks
+    total_turns: int = 300_000  # moves made, over all games
+    num_envs: int = 8  # games played at once
+    learning_rate: float = 1e-3
+    buffer_size: int = 100_000
+    batch_size: int = 128
+    gamma: float = 0.99
+    n_step: int = 1
+    learning_starts: int = 2_000  # transitions stored before learning
+    samples_per_insert: float = 8.0
+    target_update_period: int = 500  # learner steps
+    epsilon_start: float = 1.0
+    epsilon_end: float = 0.05
+    exploration_fraction: float = 0.3  # share of total_turns over which epsilon falls
+    hidden: tuple[int, ...] = (256, 256)
+    max_grad_norm: float = 10.0
+    eval_every: int = 50_000
+    eval_games: int = 200  # against a uniformly random legal player, seats alternating
+    logdir: str = "runs/selfplay_dqn"
+
+
+def make_game(args: Args):
+    return importlib.import_module(f"pettingzoo.classic.{args.game}").env()
+
+
+def legal_greedy(q: torch.Tensor, mask: np.ndarray) -> np.ndarray:
+    """The best legal move of each row (move 0 where none is legal)."""
+    return masked_max(q, torch.as_tensor(mask))[1].numpy()
+
+
+def td_loss(q: QNetwork, target: QNetwork, batch: rlflow.replay.Transition) -> torch.Tensor:
+    """Mean squared error of ``Q(s, a)`` against ``R + discount * Q_target(s', a*)``, ``a*`` the online
+    network's best *legal* move in ``s'`` (double Q); ``discount`` is 0 after the game ended for the player."""
+    obs, nxt = batch.observation, batch.next_observation
+    q_sa = q(torch.as_tensor(obs["observation"])).gather(1, torch.as_tensor(batch.action).long()[:, None])[:, 0]
+    with torch.no_grad():
+        legal = torch.as_tensor(nxt["action_mask"])
+        legal = legal | ~legal.any(-1, keepdim=True)  # a finished game's row: no move counts (discount 0)
+        _, best = masked_max(q(torch.as_tensor(nxt["observation"])), legal)
+        q_next = target(torch.as_tensor(nxt["observation"])).gather(1, best[:, None])[:, 0]
+        y = torch.as_tensor(batch.reward).float() + torch.as_tensor(batch.discount).float() * q_next
+    return (q_sa - y).pow(2).mean()
+
+
+def play_random(q: QNetwork, args: Args, games: int, seed: int) -> dict[str, float]:
+    """Greedy legal play against a uniformly random legal player, the agent taking the first seat in even
+    games and the second in odd ones: the shares of wins, draws and losses."""
+    rng = np.random.default_rng(seed)
+    env = make_game(args)
+    wins = draws = losses = 0
+    for g in range(games):
+        env.reset(seed=seed + g)
+        me = env.possible_agents[g % 2]
+        outcome = 0.0
+        for agent in env.agent_iter():
+            obs, reward, terminated, truncated, _ = env.last()
+            if agent == me and (terminated or truncated):
+                outcome = reward
+            if terminated or truncated:
+                env.step(None)
+                continue
+            mask = np.asarray(obs["action_mask"]).astype(bool)
+            if agent == me:
+                with torch.inference_mode():
+                    move = int(legal_greedy(q(torch.as_tensor(obs["observation"])[None]), mask[None])[0])
+            else:
+                move = int(rng.choice(np.flatnonzero(mask)))
+            env.step(move)
+        wins += outcome > 0
+        draws += outcome == 0
+        losses += outcome < 0
+    env.close()
+    return {"win": wins / games, "draw": draws / games, "loss": losses / games}
+
+
+def main(args: Args) -> dict[str, float]:
+    torch.manual_seed(args.seed)
+    torch.set_num_threads(1)
+    probe = AECEnvironment([make_game(args)])
+    lanes = args.num_envs * probe.num_agents  # one per (game, player)
+    store = StepStore(probe.spec, capacity=max(64, args.buffer_size // lanes), lanes=lanes)
+    table = Table(store, sampler=Uniform(seed=args.seed), remover=Fifo(), rate_limiter=SampleToInsertRatio(
+        args.samples_per_insert, args.learning_starts, error_buffer=args.batch_size + args.samples_per_insert
+        * lanes * args.n_step))
+    adder = adders.NStepTransition(store, [table], n=args.n_step, discount=args.gamma)
+    games = AECEnvironment([make_game(args) for _ in range(args.num_envs)], adder, seed=args.seed)
+    obs_dim = int(np.prod(probe.observation_spec["observation"].shape))
+    n_actions = int(probe.single_action_space.n)
+    q = QNetwork(obs_dim, n_actions, args.hidden, dueling=False)
+    target = QNetwork(obs_dim, n_actions, args.hidden, dueling=False)
+    target.load_state_dict(q.state_dict())
+    optimizer = torch.optim.Adam(q.parameters(), lr=args.learning_rate)
+    rng = np.random.default_rng(args.seed)
+    logger = make_logger(args.logdir)
+    decay = max(1, int(args.exploration_fraction * args.total_turns))
+    turns = learner_steps = 0
+    next_eval = args.eval_every
+    result = rlflow.RunResult()
+    turn = games.reset()
+    bar = tqdm(total=args.total_turns, unit="turn", disable=not args.progress, dynamic_ncols=True)
+
+    def evaluate() -> None:
+        score = play_random(q, args, args.eval_games, seed=10_000 + len(result.evaluations) * args.eval_games)
+        result.evaluations.append((turns, score["win"] - score["loss"]))
+        logger.write("eval", turns, {"return": score["win"] - score["loss"], **score})
+        bar.write(f"eval at {turns} turns against a random player: win {score['win']:.1%}, "
+                  f"draw {score['draw']:.1%}, loss {score['loss']:.1%}")
+
+    while turns < args.total_turns:
+        while table.can_sample(args.batch_size):
+            loss = td_loss(q, target, table.sample(args.batch_size).data)
+            optimizer.zero_grad()
+            loss.backward()
+            nn.utils.clip_grad_norm_(q.parameters(), args.max_grad_norm)
+            optimizer.step()
+            learner_steps += 1
+            if learner_steps % args.target_update_period == 0:
+                target.load_state_dict(q.state_dict())
+            if learner_steps % 100 == 0:
+                logger.write("learner", turns, {"loss": loss.item()})
+        eps = args.epsilon_start + min(1.0, turns / decay) * (args.epsilon_end - args.epsilon_start)
+        mask = turn.observation["action_mask"]
+        with torch.inference_mode():
+            greedy = legal_greedy(q(torch.as_tensor(turn.observation["observation"])), mask)
+        random = (rng.random(mask.shape) * mask).argmax(-1)
+        actions = np.where(rng.random(len(greedy)) < eps, random, greedy)
+        turn = games.step(actions)
+        turns += args.num_envs
+        bar.update(args.num_envs)
+        for _, _, ret in turn.episode_returns:
+            result.episodes.append((turns, ret, 0))
+        if turns >= next_eval:
+            next_eval += args.eval_every
+            evaluate()
+    if not result.evaluations or result.evaluations[-1][0] != turns:
+        evaluate()
+    bar.close()
+    logger.close()
+    result.env_steps, result.learner_steps = turns, learner_steps
+    torch.save({"args": asdict(args), "q": q.state_dict()}, Path(args.logdir) / "q.pt")
+    plot = rlflow.plot_run(result, Path(args.logdir) / "learning_curve.png",
+                           title=f"self-play DQN on {args.game} (eval: wins - losses against random)")
+    final = play_random(q, args, args.eval_games, seed=99_999)
+    print(f"final evaluation against a random player over {args.eval_games} games: win {final['win']:.1%}, "
+          f"draw {final['draw']:.1%}, loss {final['loss']:.1%} ({turns} turns, {learner_steps} learner steps); "
+          f"plot: {plot}")
+    return final
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Args))
