@@ -6,6 +6,8 @@
   lanes, and shuffles whole chunks: each epoch yields :class:`Chunks` with ``(t, e)`` indices ``[M, L]``,
   each chunk's first step (to take its initial RNN state from the states stored during the rollout) and a
   mask ``[M, L]`` for the last, partial chunk of a lane when ``T`` is not a multiple of ``L``.
+- :func:`naive_recurrent` shuffles whole lanes: each epoch yields ``(t, e)`` indices ``[T, M]`` of ``M``
+  whole lanes per minibatch, every lane exactly once (HARL's naive recurrent generator).
 - :func:`take` gathers nested dicts (lists, tuples) of numpy arrays or torch tensors with those indices.
 
 An agent axis ``[T, E, A, ...]`` comes along as data (the gathered leaves are ``[M, A, ...]``, one
@@ -24,7 +26,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["Chunks", "chunk_resets", "feedforward", "recurrent_chunks", "take"]
+__all__ = ["Chunks", "chunk_resets", "feedforward", "naive_recurrent", "recurrent_chunks", "take"]
 
 
 def _positive(name: str, value: Any) -> int:
@@ -83,6 +85,25 @@ def feedforward(
         size = _positive("minibatch_size", minibatch_size)
         batches = [order[i:i + size] for i in range(0, order.size, size)]
     return iter([np.divmod(b, E) for b in batches])
+
+
+def naive_recurrent(T: int, E: int, num_minibatches: int, *, rng: np.random.Generator | int | None = None
+                    ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """One epoch of shuffled minibatches of whole lanes, for recurrent policies run over the full rollout.
+
+    The ``E`` lanes are shuffled and split into ``num_minibatches`` groups whose sizes differ by at most one;
+    each minibatch is ``(t, e)``, int64 ``[T, M]`` (time-major: column ``j`` is lane ``e[0, j]`` from step 0
+    to ``T - 1``), so ``take(rollout, (t, e))`` gives ``[T, M, ...]`` and the initial RNN states are
+    ``take(rnn_states, (t[0], e[0]))``.
+    """
+    T, E = _positive("T", T), _positive("E", E)
+    k = _positive("num_minibatches", num_minibatches)
+    if k > E:
+        raise ValueError(f"num_minibatches: expected at most the {E} lanes, got {k}")
+    order = np.random.default_rng(rng).permutation(E)
+    steps = np.arange(T)[:, None]
+    return iter([(np.broadcast_to(steps, (T, b.size)).copy(), np.broadcast_to(b, (T, b.size)).copy())
+                 for b in np.array_split(order, k)])
 
 
 class Chunks(NamedTuple):

@@ -165,3 +165,29 @@ def test_take_gathers_nested_numpy_and_torch():
     assert mb.take(tree, chunks.index)["obs"].shape == (4, 4, A, 2)
     with pytest.raises(TypeError, match=r"take: expected numpy arrays or torch tensors .*, got str"):
         mb.take({"a": "text"}, (t, e))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 12), st.integers(1, 6), st.integers(1, 4), st.integers(1, 5), st.integers(0, 2**16))
+def test_every_step_env_agent_row_appears_once_per_epoch_in_each_generator(T, E, A, L, seed):
+    """Agents as lanes (``[T, E * A]``): feed-forward, naive recurrent and chunked epochs each cover every
+    (t, env, agent) row exactly once; chunks and naive minibatches never cross a lane."""
+    lanes = E * A
+    rows = np.arange(T * lanes).reshape(T, lanes)  # row id of (t, env * A + agent)
+    k = min(3, lanes)
+    epochs = {
+        "feedforward": [mb.take(rows, idx) for idx in mb.feedforward(T, lanes, k, rng=seed)],
+        "naive": [mb.take(rows, idx) for idx in mb.naive_recurrent(T, lanes, k, rng=seed)],
+    }
+    chunked = []
+    for c in mb.recurrent_chunks(T, lanes, L, min(k, lanes * -(-T // L)), rng=seed):
+        got = mb.take(rows, c.index)
+        assert (c.index[1] == c.index[1][:, :1]).all()  # one lane per chunk
+        chunked.append(got[c.mask])
+    epochs["chunks"] = chunked
+    for name, parts in epochs.items():
+        seen = np.concatenate([p.ravel() for p in parts])
+        assert np.sort(seen).tolist() == list(range(T * lanes)), name
+    for idx in mb.naive_recurrent(T, lanes, k, rng=seed):  # whole lanes, time-major
+        t, e = idx
+        assert (t == np.arange(T)[:, None]).all() and (e == e[:1]).all()

@@ -269,3 +269,18 @@ def test_run_collects_from_a_parallel_env():
                 return np.full(observation["active"].shape, 7, np.int64), None, state
         env, _store, table, adder = make([DyingAgents()])
         rlflow.run(env, Bad(), None, adder, table, steps=4, progress=False)
+
+
+def test_squeeze_agents_drops_the_agent_axis_of_a_one_agent_store():
+    env, _store, table, adder = make([DyingAgents(deaths=(3,), max_steps=5)], n=2)
+    collect(env, adder, 6)
+    _, batch = all_items(table)
+    one = adders.squeeze_agents(batch)
+    assert one.observation["obs"].shape == (len(batch.reward), 4) and one.action.shape == (len(batch.reward),)
+    np.testing.assert_array_equal(one.reward, batch.reward[:, 0])
+    np.testing.assert_array_equal(one.discount, batch.discount[:, 0])
+    assert one.observation["state"].shape == batch.observation["state"].shape  # the team's state as it was
+    env2, _, table2, adder2 = make([DyingAgents()])
+    collect(env2, adder2, 3)
+    with pytest.raises(ValueError, match="one agent"):
+        adders.squeeze_agents(all_items(table2)[1])

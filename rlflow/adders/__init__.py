@@ -6,9 +6,9 @@ row of its lane; an episode's final observation is a row of its own; items are w
 
 from rlflow.adders.base import Adder, StepEvents
 from rlflow.adders.episode import Episode
-from rlflow.adders.multiagent import MultiAgentTransition, flatten_agents
+from rlflow.adders.multiagent import MultiAgentTransition, flatten_agents, squeeze_agents
 from rlflow.adders.sequence import EndBehavior, Sequence
 from rlflow.adders.transition import NStepTransition
 
 __all__ = ["Adder", "EndBehavior", "Episode", "MultiAgentTransition", "NStepTransition", "Sequence", "StepEvents",
-           "flatten_agents"]
+           "flatten_agents", "squeeze_agents"]

@@ -43,7 +43,7 @@ from rlflow.replay.table import Table
 from rlflow.replay.views import ItemView, Transition, _nest, _under
 from rlflow.specs import SpecError
 
-__all__ = ["MultiAgentTransition", "MultiAgentTransitionView", "flatten_agents"]
+__all__ = ["MultiAgentTransition", "MultiAgentTransitionView", "flatten_agents", "squeeze_agents"]
 
 _AGENT_FLAGS = ("observation/active", "observation/terminated", "observation/truncated")
 TEAM_KEYS = ("state",)
@@ -169,6 +169,29 @@ def flatten_agents(batch: Transition, *, team_keys: Sequence[str] = TEAM_KEYS) -
                      next_observation=obs_part(batch.next_observation),
                      extras=None if batch.extras is None else _map(extra, batch.extras))
     return out, idx
+
+
+def squeeze_agents(batch: Transition, *, team_keys: Sequence[str] = TEAM_KEYS) -> Transition:
+    """A one-agent batch without its agent axis: ``[B, 1, ...]`` leaves become ``[B, ...]`` (the ``state``
+    and extras without an agent axis stay as they are), for single-agent code on a multi-agent store."""
+    a = np.asarray(batch.observation["active"]).shape[1]
+    if a != 1:
+        raise ValueError(f"squeeze_agents: expected a batch of one agent, got {a} agents (use flatten_agents)")
+
+    def first(x: Any) -> Any:
+        return np.asarray(x)[:, 0]
+
+    def obs_part(o: Mapping[str, Any]) -> dict[str, Any]:
+        return {key: value if key in team_keys else _map(first, value) for key, value in o.items()}
+
+    def extra(x: Any) -> Any:
+        arr = np.asarray(x)
+        return arr[:, 0] if arr.ndim >= 2 and arr.shape[1] == 1 else arr
+
+    return Transition(observation=obs_part(batch.observation), action=_map(first, batch.action),
+                      reward=first(batch.reward), discount=first(batch.discount),
+                      next_observation=obs_part(batch.next_observation),
+                      extras=None if batch.extras is None else _map(extra, batch.extras))
 
 
 def _map(fn: Any, tree: Any) -> Any:
