@@ -12,9 +12,10 @@ and the loop. This file is the algorithm: the actor (one agent's observation and
 logits when the env has action masks) and the critic (the global state and the agent's id for MAPPO,
 its own observation for IPPO), per-agent GAE (:func:`agent_targets`: each agent's own termination or
 truncation, steps where it is not active left out) with a value normaliser, and the clipped PPO
-epochs over the active (step, env, agent) samples. Hyperparameters follow the MAPPO paper's MPE
-settings (learning rate 7e-4, 10 epochs of one minibatch, gamma 0.99, lambda 0.95, clip 0.2, entropy
-0.01, hidden 64, value normalisation).
+epochs over the active (step, env, agent) samples. Hyperparameters and network details follow the
+MAPPO paper's MPE settings (learning rate 7e-4, 10 epochs of one minibatch, gamma 0.99, lambda 0.95,
+clip 0.2, entropy 0.01, hidden 64, value normalisation, a LayerNorm on the inputs, orthogonal
+initialisation with a 0.01 gain on the policy's output).
 
 Episode returns in the logs are team returns (the sum over agents); the per-agent return (MPE's
 usual figure) is that divided by the number of agents.
@@ -77,16 +78,28 @@ def make_env(args: Args, num_envs: int, seed: int | None) -> ParallelEnvironment
                                 for _ in range(num_envs)], seed=seed)
 
 
+def _net(in_dim: int, hidden: tuple[int, ...], out_dim: int, out_gain: float) -> nn.Sequential:
+    """MAPPO's MLP: a LayerNorm on the input (feature normalisation), ReLU layers with orthogonal weights
+    (gain sqrt 2), an orthogonal output layer of gain ``out_gain`` (0.01 for the policy: near-uniform at first)."""
+    net = nn.Sequential(nn.LayerNorm(in_dim), mlp([in_dim, *hidden, out_dim]))
+    linears = [m for m in net.modules() if isinstance(m, nn.Linear)]
+    for i, layer in enumerate(linears):
+        nn.init.orthogonal_(layer.weight, gain=out_gain if i == len(linears) - 1 else 2 ** 0.5)
+        nn.init.zeros_(layer.bias)
+    return net
+
+
 class Heads(nn.Module):
     """One MLP per agent, or one shared MLP fed the agent's one-hot id: ``[..., A, in] -> [..., A, out]``."""
 
-    def __init__(self, in_dim: int, out_dim: int, n_agents: int, hidden: tuple[int, ...], shared: bool) -> None:
+    def __init__(self, in_dim: int, out_dim: int, n_agents: int, hidden: tuple[int, ...], shared: bool,
+                 out_gain: float = 1.0) -> None:
         super().__init__()
         self.n_agents, self.shared = n_agents, shared
         if shared:
-            self.net = mlp([in_dim + n_agents, *hidden, out_dim])
+            self.net = _net(in_dim + n_agents, hidden, out_dim, out_gain)
         else:
-            self.nets = nn.ModuleList(mlp([in_dim, *hidden, out_dim]) for _ in range(n_agents))
+            self.nets = nn.ModuleList(_net(in_dim, hidden, out_dim, out_gain) for _ in range(n_agents))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.shared:
@@ -101,7 +114,7 @@ class MAPPONet(nn.Module):
     def __init__(self, obs_dim: int, state_dim: int, n_actions: int, n_agents: int, args: Args) -> None:
         super().__init__()
         self.centralised = args.critic == "centralised"
-        self.actor = Heads(obs_dim, n_actions, n_agents, args.hidden, args.shared)
+        self.actor = Heads(obs_dim, n_actions, n_agents, args.hidden, args.shared, out_gain=0.01)
         self.critic = Heads(state_dim if self.centralised else obs_dim, 1, n_agents, args.hidden, args.shared)
         self.n_agents = n_agents
 
