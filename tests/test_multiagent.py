@@ -284,3 +284,30 @@ def test_squeeze_agents_drops_the_agent_axis_of_a_one_agent_store():
     collect(env2, adder2, 3)
     with pytest.raises(ValueError, match="one agent"):
         adders.squeeze_agents(all_items(table2)[1])
+
+
+def test_team_auxiliary_rewards_and_memory_weights_ride_as_extras_and_weight_episode_sampling():
+    """Extras hold what the env does not give (a team reward, a second reward such as human feedback per
+    agent, a memory weight); a prioritized episode table samples episodes in proportion to their weight."""
+    from rlflow.replay import Prioritized
+    from rlflow.specs import Field
+
+    env = ParallelEnvironment([DyingAgents(deaths=(None, None, None), max_steps=2)])
+    extras = {"team_reward": Field((), np.float32), "aux_reward": Field((3,), np.float32),
+              "memory_weight": Field((), np.float32)}
+    store = StepStore(env.step_spec(extras), capacity=64, lanes=1)
+    table = Table(store, sampler=Prioritized(alpha=1.0, beta=0.0, seed=0), remover=Fifo(), rate_limiter=MinSize(1))
+    adder = adders.Episode(store, [table], max_length=3, priority_fns={
+        table.name: lambda episodes: episodes["extras"]["memory_weight"][:, 0]})
+    ts = env.reset(seed=0)
+    adder.add_first(ts)
+    for episode, weight in enumerate([1.0, 3.0]):
+        for _ in range(2):
+            actions = np.zeros((1, 3), np.int64)
+            ts = env.step(actions)
+            adder.add(actions, ts, {"team_reward": ts.reward.sum(1), "aux_reward": np.full((1, 3), episode, np.float32),
+                                    "memory_weight": np.float32([weight])})
+    s = table.sample(4000)
+    first_aux = s.data["extras"]["aux_reward"][:, 0, 0]  # which episode each draw is
+    assert abs((first_aux == 1).mean() - 0.75) < 0.03  # weights 1 : 3
+    np.testing.assert_allclose(s.data["extras"]["team_reward"][:, :2], s.data["reward"][:, :2].sum(-1))
