@@ -21,3 +21,23 @@ def test_dqn_minimal_example_runs():
         capture_output=True, text=True, check=True, timeout=300,
     ).stdout
     assert "eval at 500 env steps" in out and "final evaluation:" in out and "after 1500 env steps" in out
+
+
+def run_example(name, *args):
+    return subprocess.run([sys.executable, str(ROOT / "examples" / name), *args], capture_output=True, text=True,
+                          check=True, timeout=300).stdout
+
+
+def test_per_learner_example_runs():
+    out = run_example("per_learner.py", "--steps", "1200")
+    assert "after 1200 env steps" in out and "priorities updated" in out and "mean_weight" in out
+
+
+def test_recurrent_policy_example_runs():
+    out = run_example("recurrent_policy.py", "--steps", "1200")
+    assert "after 1200 env steps" in out and "sequences of 10 rows" in out
+
+
+def test_replay_buffer_loop_example_runs():
+    out = run_example("replay_buffer_loop.py", "--steps", "1200")
+    assert "transitions stored" in out and "after 1200 env steps" in out
