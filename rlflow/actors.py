@@ -107,10 +107,17 @@ class Actor:
 
 def _reset_rows(state: Any, initial: Any, first: np.ndarray) -> Any:
     """``state`` with the rows of the ``first`` lanes taken from ``initial`` (same nesting, leaves ``[E, ...]``)."""
+    if state is None:
+        return None
     if isinstance(state, dict):
         return {k: _reset_rows(v, initial[k], first) for k, v in state.items()}
+    if isinstance(state, tuple) and hasattr(state, "_fields"):  # a NamedTuple
+        return type(state)(*(_reset_rows(v, i, first) for v, i in zip(state, initial, strict=True)))
     if isinstance(state, tuple | list):
         return type(state)(_reset_rows(v, i, first) for v, i in zip(state, initial, strict=True))
+    if tuple(state.shape[:1]) != first.shape:
+        raise ValueError(f"a recurrent state leaf of shape {tuple(state.shape)}: expected the lanes first, "
+                         f"[{first.shape[0]}, ...] (e.g. nn.GRU's [layers, E, H] moved to [E, layers, H])")
     if isinstance(state, np.ndarray):
         out = state.copy()
         out[first] = np.asarray(initial)[first]

@@ -135,11 +135,13 @@ class TurnGame(AECEnv):
 
     metadata: ClassVar[dict] = {"name": "turn_game_v0"}
 
-    def __init__(self, num_agents=3, length=7, quitter=1, quit_at=2, ending="terminated"):
+    def __init__(self, num_agents=3, length=7, quitter=1, quit_at=2, ending="terminated", vector_actions=False):
         super().__init__()
         self.possible_agents = [f"a{i}" for i in range(num_agents)]
         self.length, self.quitter, self.quit_at, self.ending = length, quitter, quit_at, ending
+        self.vector_actions = vector_actions
         self.log = []
+        self.seeds = []
         self.games = -1
 
     def observation_space(self, agent):
@@ -147,7 +149,7 @@ class TurnGame(AECEnv):
                             "action_mask": spaces.Box(0, 1, (4,), np.int8)})
 
     def action_space(self, agent):
-        return spaces.Discrete(4)
+        return spaces.MultiDiscrete([4, 4]) if self.vector_actions else spaces.Discrete(4)
 
     def observe(self, agent):
         i = self.possible_agents.index(agent)
@@ -157,6 +159,7 @@ class TurnGame(AECEnv):
 
     def reset(self, seed=None, options=None):
         self.games += 1
+        self.seeds.append(seed)
         self.agents = list(self.possible_agents)
         self.rewards = {a: 0.0 for a in self.agents}
         self._cumulative_rewards = {a: 0.0 for a in self.agents}
@@ -180,8 +183,9 @@ class TurnGame(AECEnv):
             return
         self._cumulative_rewards[agent] = 0.0
         i = self.possible_agents.index(agent)
-        self.rewards = {a: float(100 * i + 10 * int(action) + self.possible_agents.index(a)) for a in self.agents}
-        self.log.append((self.games, self.moves, agent, int(action), dict(self.rewards)))
+        x = int(np.sum(action))
+        self.rewards = {a: float(100 * i + 10 * x + self.possible_agents.index(a)) for a in self.agents}
+        self.log.append((self.games, self.moves, agent, np.array(action).tolist(), dict(self.rewards)))
         self.moves += 1
         self.own_moves[agent] += 1
         if agent == f"a{self.quitter}" and self.own_moves[agent] == self.quit_at:

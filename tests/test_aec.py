@@ -142,3 +142,28 @@ def test_nstep_returns_span_an_agents_own_turns():
         expected = r[k] + (G * r[k + 1] if k + 1 < len(own) else 0.0)
         assert batch.reward[b] == pytest.approx(expected)
         assert batch.discount[b] == pytest.approx(0.0 if k + 2 >= len(own) else G * G)
+
+
+def test_actions_are_copied_when_taken_and_seeds_follow_each_env_and_reset_twice_works():
+    raw = [TurnGame(num_agents=2, length=4, quit_at=99, vector_actions=True) for _ in range(2)]
+    env, store, table = setup(raw)
+    buf = np.zeros((2, 2), np.int64)  # a policy that reuses one action buffer
+    turn = env.reset(seed=100)
+    taken = []
+    for step in range(16):
+        buf[:] = [[step % 4, (step + 1) % 4], [(step + 2) % 4, step % 4]]
+        taken.append((turn.lanes.copy(), buf.copy()))
+        turn = env.step(buf)
+    _, batch = items(table)
+    it = table.items()
+    for b in range(len(it["lane"])):
+        lane, (_, move, game) = int(it["lane"][b]), (int(x) for x in batch.observation["observation"][b])
+        e = lane // 2
+        entry = next(x for x in raw[e].log if x[0] == game and x[1] == move)
+        assert batch.action[b].tolist() == entry[3]  # the action taken then, not the buffer's later content
+    assert raw[0].seeds[:4] == [100, 102, 104, 106] and raw[1].seeds[:4] == [101, 103, 105, 107]
+    env.reset(seed=0)
+    env.reset(seed=0)  # every lane's episode is abandoned, also those of agents still to act
+    with pytest.raises(TypeError, match="NStepTransition"):
+        AECEnvironment([TurnGame()], adders.Episode(store, [Table(store, sampler=Uniform(seed=0), remover=Fifo(),
+                                                                  rate_limiter=MinSize(1))], max_length=20))

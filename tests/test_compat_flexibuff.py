@@ -63,7 +63,7 @@ def test_the_same_steps_give_the_same_arrays_and_batches():
 def test_episodes_are_flexibuffs_before_wrap_around():
     ours, theirs = FlexibleBuffer(**KW), flexibuff.FlexibleBuffer(**KW)
     fill([ours, theirs], 45, seed=1)
-    assert ours.episode_inds == theirs.episode_inds[:-1] and ours.episode_lens == theirs.episode_lens
+    assert ours.episode_inds == theirs.episode_inds and ours.episode_lens == theirs.episode_lens
     got = ours.sample_episodes(max_batch_size=10_000)
     assert sorted(int(e.global_rewards.size) for e in got) == sorted(theirs.episode_lens)
     for e in got:  # each episode: consecutive steps, the last one terminated, no other
@@ -161,6 +161,11 @@ def test_missing_or_misshapen_values_raise_and_write_nothing():
                        ({"memory_weight": -1.0}, "memory_weight")]:
         with pytest.raises(ValueError, match=match):
             fb.save_transition(**{**s, **bad})
+    for bad_action in ([[1.5, 0], [0, 0]], [[2, 0], [0, 0]], [[0, 3], [0, 0]], [[-1, 0], [0, 0]]):
+        with pytest.raises(ValueError, match="cardinalit"):  # heads of 2 and 3 choices
+            fb.save_transition(**{**s, "discrete_actions": np.array(bad_action)})
+    with pytest.raises(ValueError, match="finite"):
+        fb.save_transition(**{**s, "discrete_log_probs": np.full((2, 2), -np.inf)})
     plain = FlexibleBuffer(num_steps=4, obs_size=1)
     with pytest.raises(ValueError, match="not built to store"):
         plain.save_transition(obs=[[0]], obs_=[[0]], global_reward=1.0)

@@ -356,3 +356,24 @@ def test_a_recurrent_policys_state_restarts_with_each_episode():
         ts = env.step(actions)
         lengths += 1
     assert (lengths < 60).any()  # some episode restarted (always pushing left ends CartPole early)
+
+
+def test_state_reset_keeps_namedtuples_none_and_refuses_states_without_the_lanes_first():
+    from typing import NamedTuple
+
+    import torch
+
+    from rlflow.actors import _reset_rows
+
+    class LSTMState(NamedTuple):
+        h: torch.Tensor
+        c: torch.Tensor
+        step: None = None
+
+    first = np.array([True, False])
+    state = LSTMState(torch.ones(2, 3), torch.full((2, 3), 2.0))
+    out = _reset_rows(state, LSTMState(torch.zeros(2, 3), torch.zeros(2, 3)), first)
+    assert isinstance(out, LSTMState) and out.step is None
+    assert out.h[:, 0].tolist() == [0.0, 1.0] and out.c[:, 0].tolist() == [0.0, 2.0]
+    with pytest.raises(ValueError, match="lanes first"):  # nn.GRU's [layers, E, H] layout
+        _reset_rows(torch.ones(1, 2, 4), torch.zeros(1, 2, 4), first)

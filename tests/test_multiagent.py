@@ -311,3 +311,62 @@ def test_team_auxiliary_rewards_and_memory_weights_ride_as_extras_and_weight_epi
     first_aux = s.data["extras"]["aux_reward"][:, 0, 0]  # which episode each draw is
     assert abs((first_aux == 1).mean() - 0.75) < 0.03  # weights 1 : 3
     np.testing.assert_allclose(s.data["extras"]["team_reward"][:, :2], s.data["reward"][:, :2].sum(-1))
+
+
+def test_rewards_paid_to_agents_that_did_not_act_are_not_stored():
+    class PaysEveryone(DyingAgents):  # a team reward paid to every possible agent, the dead included
+        def step(self, actions):
+            obs, _rewards, term, trunc, infos = super().step(actions)
+            return obs, {a: 1.0 for a in self.possible_agents}, term, trunc, infos
+
+    env, store, table, adder = make([PaysEveryone(deaths=(1, None, None), max_steps=4)], n=3, discount=0.5)
+    collect(env, adder, 4)
+    assert store.take(np.arange(4))["reward"][:, 0].tolist() == [1.0, 0.0, 0.0, 0.0]  # agent 0 acted once
+    _, batch = all_items(table)
+    first = batch.observation["state"][:, 0] == 0  # the item of t = 0
+    np.testing.assert_allclose(batch.reward[first][0], [1.0, 1.75, 1.75])  # agent 0's return stops at its end
+
+
+def test_an_agent_leaving_without_a_flag_is_an_error():
+    class Vanishing(DyingAgents):
+        def step(self, actions):
+            out = super().step(actions)
+            self.agents = self.agents[1:]  # drops an agent with no terminated/truncated flag
+            return out
+
+    env = ParallelEnvironment([Vanishing(deaths=(None, None, None))])
+    env.reset()
+    with pytest.raises(SpecError, match="without a terminated or truncated flag"):
+        env.step(np.zeros((1, 3), np.int64))
+
+
+def test_a_single_agent_observation_field_named_active_changes_no_action():
+    from rlflow.specs import Field
+    from rlflow.types import TimeStep, step_spec
+
+    spec = step_spec({"pos": Field((2,), np.float32), "active": Field((2,), np.bool_)}, Field((2,), np.float32))
+    store = StepStore(spec, capacity=8)
+    table = Table(store, sampler=Uniform(seed=0), remover=Fifo(), rate_limiter=MinSize(1))
+    adder = adders.NStepTransition(store, [table])
+    obs = {"pos": np.zeros((1, 2), np.float32), "active": np.array([[False, True]])}
+    f, t = np.zeros(1, bool), np.ones(1, bool)
+    adder.add_first(TimeStep(obs, np.zeros(1, np.float32), f, f, t, f))
+    adder.add(np.float32([[0.3, -0.4]]), TimeStep(obs, np.ones(1, np.float32), f, f, f, f))
+    np.testing.assert_allclose(store.take(np.array([0]))["action"], [[0.3, -0.4]])
+
+
+def test_masks_from_info_per_discrete_head_are_joined():
+    from gymnasium import spaces
+
+    class TwoHeads(DyingAgents):
+        def action_space(self, agent):
+            return spaces.MultiDiscrete([2, 3])
+
+        def reset(self, seed=None, options=None):
+            obs, _ = super().reset(seed, options)
+            return obs, {a: {"action_mask": (np.array([1, 0], np.int8), np.array([0, 1, 1], np.int8))}
+                         for a in self.agents}
+
+    env = ParallelEnvironment([TwoHeads()], action_mask="info")
+    ts = env.reset()
+    assert ts.observation["action_mask"][0, 0].tolist() == [True, False, False, True, True]

@@ -180,8 +180,10 @@ class Adder:
         # The compiled add's outputs: each lane's step kind, the rows it overwrites (lanes, rows), and per lane
         # the final row, its episode's first row and the new open row.
         # Multi-agent rows (rlflow.envs.ParallelEnvironment): an agent not active at a row takes no action there.
-        active = fields.get("observation/active")
-        self._agent_active = store._flat["observation/active"] if active is not None and active.shape else None
+        active, flags = fields.get("observation/active"), fields.get("observation/terminated")
+        multi_agent = (active is not None and flags is not None and active.dtype == np.bool_ and len(active.shape) == 1
+                       and flags.shape == active.shape and fields["reward"].shape == active.shape)
+        self._agent_active = store._flat["observation/active"] if multi_agent else None
         n = self.num_lanes
         self._scratch = (np.empty(n, np.int8), np.empty((2, 2 * n), np.int64), np.empty((3, n), np.int64))
 

@@ -216,9 +216,12 @@ class FlexibleBuffer:
 
     @property
     def episode_inds(self) -> list[int] | None:
-        """The first index of each stored ended episode (flexibuff's attribute), oldest first."""
+        """flexibuff's attribute: the first index of each stored ended episode, oldest first, then that of the
+        episode in progress (one more entry than :attr:`episode_lens`); None before an episode ended."""
         self._drop_overwritten()
-        return [s % self.mem_size for s, _ in self._episodes] if self._episodes else None
+        if not self._episodes:
+            return None
+        return [s % self.mem_size for s, _ in self._episodes] + [self._episode_start % self.mem_size]
 
     @property
     def episode_lens(self) -> list[int] | None:
@@ -251,6 +254,14 @@ class FlexibleBuffer:
             arg = _ARGUMENT[name]
             expected = ((a,) if per_agent else ()) + shape
             values[name] = self._checked(arg, given[arg], expected, dtype)
+        if "discrete_actions" in values:  # whole numbers below each head's cardinality
+            raw = np.asarray(discrete_actions)
+            cards = np.asarray(self.discrete_action_cardinalities)
+            d = values["discrete_actions"]
+            fractional = raw.dtype.kind == "f" and not np.array_equal(raw, np.round(raw))
+            if fractional or (d < 0).any() or (d >= cards).any():
+                raise ValueError(f"save_transition: discrete_actions: expected whole numbers in [0, cardinality) per "
+                                 f"head, cardinalities {cards.tolist()}, got {raw.tolist()}")
         extra = [k for k, v in given.items() if v is not None and all(_ARGUMENT[n] != k for n in self._layout)]
         if extra:
             raise ValueError(f"save_transition: {extra} given, but this buffer was not built to store them")

@@ -97,13 +97,16 @@ class AECEnvironment:
         self._action_spec = _specs.from_space(act_space)
         self.single_action_space = act_space
         self._obs_flat = _specs.flatten_spec({"observation": self._observation_spec})
+        if adder is not None and not (hasattr(adder, "add_steps") and hasattr(adder, "add_first")):
+            raise TypeError(f"adder: expected an NStepTransition (it writes one agent's transition at a time with "
+                            f"add_steps), got {type(adder).__name__}")
         if adder is not None and adder.num_lanes != self.num_lanes:
             raise ValueError(f"the adder's store has {adder.num_lanes} lanes: expected one per (env, agent), "
                              f"{self.num_envs} x {self.num_agents} = {self.num_lanes}")
         self.adder = adder
         self._seed = seed
         self._base_seed: int | None = None
-        self._games = 0
+        self._games = np.zeros(len(self._envs), np.int64)  # games started per env
         n = self.num_lanes
         self._open = np.zeros(n, np.bool_)  # the lane's agent acted and waits for the outcome (its next turn)
         self._action: list[Any] = [None] * n  # that turn's action
@@ -142,15 +145,15 @@ class AECEnvironment:
         """Start a game in every env; the episodes in progress are abandoned (``adder.reset()``)."""
         if seed is None:
             seed, self._seed = self._seed, None
-        if self.adder is not None and self._open.any():
-            self.adder.reset()
+        if self.adder is not None:
+            self.adder.reset()  # abandon every lane's episode, also those of agents still to act
         self._open[:] = False
         self._return[:] = 0.0
         ended: list[tuple[int, int, float]] = []
         for e, env in enumerate(self._envs):
             env.reset(seed=None if seed is None else seed + e)
         self._base_seed = seed
-        self._games = 1
+        self._games[:] = 1
         self._current = self._turn([self._advance(e, ended) for e in range(self.num_envs)], ended)
         return self._current
 
@@ -171,7 +174,7 @@ class AECEnvironment:
         for e, env in enumerate(self._envs):
             lane = int(self._current.lanes[e])
             action = arr[e].item() if arr[e].ndim == 0 else arr[e]
-            self._action[lane] = arr[e]
+            self._action[lane] = np.array(arr[e], copy=True)  # written at the agent's next turn
             self._open[lane] = True
             env.step(action)
             agents.append(self._advance(e, ended))
@@ -185,8 +188,9 @@ class AECEnvironment:
         a = self.num_agents
         while True:
             if not env.agents:
-                self._games += 1
-                seed = None if self._base_seed is None else self._base_seed + e + self.num_envs * (self._games - 1)
+                game = int(self._games[e])
+                self._games[e] += 1
+                seed = None if self._base_seed is None else self._base_seed + e + self.num_envs * game
                 env.reset(seed=seed)
             agent = env.agent_selection
             i = self.possible_agents.index(agent)

@@ -29,7 +29,9 @@ step is an ordinary stored step (active, its action and reward), the next row ho
 observation with ``terminated`` (or ``truncated``) set and ``active`` False, and from then on the
 agent is inactive, its observation, action and reward zero. Rewards are read from what ``step``
 returns, not from ``env.agents``, so the last step of an episode (after which ``env.agents`` is
-empty) keeps every reward and flag.
+empty) keeps every reward and flag; a reward the env gives an agent that did not act in that step
+belongs to no action of it and is not stored. An agent that leaves ``env.agents`` without a
+terminated or truncated flag is an error (PettingZoo's API has every agent leave through one).
 
 A lane's episode ends (``last``) when no agent remains: ``env.agents`` is empty or every agent that
 acted is done. It ends ``terminated`` when none of those agents was truncated (nothing to bootstrap),
@@ -222,9 +224,13 @@ class ParallelEnvironment:
             acting = list(env.agents)
             act = {agent: self._agent_action(flat_actions, e, self.possible_agents.index(agent)) for agent in acting}
             o, r, term, trunc, info = env.step(act)
-            for agent, value in r.items():
-                reward[e, self._index(agent)] = value
+            for agent in acting:  # rewards of agents that did not act belong to no action of theirs
+                reward[e, self._index(agent)] = r.get(agent, 0.0)
             done = {agent for agent in acting if term.get(agent, False) or trunc.get(agent, False)}
+            gone = [agent for agent in acting if agent not in env.agents and agent not in done]
+            if gone:
+                raise SpecError(f"env {e}: agents {gone} left env.agents without a terminated or truncated flag; "
+                                "expected every agent to leave through one (PettingZoo's parallel API)")
             ended = not env.agents or all(agent in done for agent in acting)
             if ended:
                 if final is None:
@@ -281,6 +287,8 @@ class ParallelEnvironment:
                 out[name][e] = v
 
     def _put_mask(self, out: dict[str, np.ndarray], e: int, i: int, mask: Any, active: bool) -> None:
+        if isinstance(mask, tuple | list) and mask and np.ndim(mask[0]) == 1:  # one mask per head (gymnasium's form)
+            mask = np.concatenate([np.asarray(m) for m in mask])
         mask = np.asarray(mask)
         if mask.shape != self._mask_shape:
             raise SpecError(f"action mask of agent {self.possible_agents[i]!r}: expected shape {self._mask_shape}, "
