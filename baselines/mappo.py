@@ -3,6 +3,7 @@
     python -m baselines.mappo                                # MPE simple_spread (N=3), 16 envs, 2M joint steps
     python -m baselines.mappo --critic local                 # IPPO: each agent's critic sees its own observation
     python -m baselines.mappo --no-shared                    # a separate actor and critic per agent
+    python -m baselines.mappo --recurrent                    # rMAPPO: GRU actor and critic, chunks of 10 steps
 
 rlflow does the data: PettingZoo parallel envs as lanes with an agent axis
 (:class:`rlflow.envs.ParallelEnvironment`), a ``Sequence`` adder writing each lane's rollout of
@@ -12,7 +13,11 @@ and the loop. This file is the algorithm: the actor (one agent's observation and
 logits when the env has action masks) and the critic (the global state and the agent's id for MAPPO,
 its own observation for IPPO), per-agent GAE (:func:`agent_targets`: each agent's own termination or
 truncation, steps where it is not active left out) with a value normaliser, and the clipped PPO
-epochs over the active (step, env, agent) samples. Hyperparameters and network details follow the
+epochs over the active (step, env, agent) samples. ``--recurrent`` puts a GRU in the actor and the critic:
+the policy keeps their hidden states (rlflow's actor restarts them at episode starts) and stores the
+states each step started from, the learner unrolls the critic over whole rollouts for GAE and trains on
+chunks of ``chunk_length`` steps (``rlflow.minibatches.recurrent_chunks``) started from the stored
+states and restarted at episode starts. Hyperparameters and network details follow the
 MAPPO paper's MPE settings (learning rate 7e-4, 10 epochs of one minibatch, gamma 0.99, lambda 0.95,
 clip 0.2, entropy 0.01, hidden 64, value normalisation, a LayerNorm on the inputs, orthogonal
 initialisation with a 0.01 gain on the policy's output).
@@ -24,6 +29,7 @@ usual figure) is that divided by the number of agents.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -35,7 +41,7 @@ from baselines import RunArgs, train
 from baselines.td3 import mlp
 from rlflow import adders, specs
 from rlflow.envs import ParallelEnvironment
-from rlflow.minibatches import feedforward
+from rlflow.minibatches import chunk_resets, feedforward, recurrent_chunks, take
 from rlflow.replay import Fifo, Queue, StepStore, Table
 from rlflow.returns import ValueNormalizer, gae
 
@@ -61,6 +67,8 @@ class Args(RunArgs):
     critic: str = "centralised"  # "centralised" (MAPPO: global state) or "local" (IPPO: own observation)
     shared: bool = True  # one actor and one critic for every agent (with its one-hot id), or one per agent
     value_norm: bool = True
+    recurrent: bool = False  # rMAPPO: a GRU after each network's MLP, trained on chunks of chunk_length steps
+    chunk_length: int = 10
     eval_every: int = 100_000
     logdir: str = "runs/mappo"
 
@@ -90,63 +98,121 @@ def _net(in_dim: int, hidden: tuple[int, ...], out_dim: int, out_gain: float) ->
 
 
 class Heads(nn.Module):
-    """One MLP per agent, or one shared MLP fed the agent's one-hot id: ``[..., A, in] -> [..., A, out]``."""
+    """One network per agent, or one shared network fed the agent's one-hot id: ``[..., A, in] -> [..., A, out]``.
+
+    Recurrent: the MLP's output goes through a GRU cell before the output layer; ``forward(x, h)`` takes and
+    returns the hidden state ``[..., A, H]``.
+    """
 
     def __init__(self, in_dim: int, out_dim: int, n_agents: int, hidden: tuple[int, ...], shared: bool,
-                 out_gain: float = 1.0) -> None:
+                 out_gain: float = 1.0, recurrent: bool = False) -> None:
         super().__init__()
-        self.n_agents, self.shared = n_agents, shared
-        if shared:
-            self.net = _net(in_dim + n_agents, hidden, out_dim, out_gain)
+        self.n_agents, self.shared, self.recurrent = n_agents, shared, recurrent
+        self.hidden = hidden[-1] if hidden else in_dim + (n_agents if shared else 0)
+        width = in_dim + (n_agents if shared else 0)
+        copies = 1 if shared else n_agents
+        if recurrent:
+            self.bodies = nn.ModuleList(_net(width, hidden[:-1], self.hidden, 2 ** 0.5) for _ in range(copies))
+            self.grus = nn.ModuleList(nn.GRUCell(self.hidden, self.hidden) for _ in range(copies))
+            self.outs = nn.ModuleList(nn.Linear(self.hidden, out_dim) for _ in range(copies))
+            for out in self.outs:
+                nn.init.orthogonal_(out.weight, gain=out_gain)
+                nn.init.zeros_(out.bias)
         else:
-            self.nets = nn.ModuleList(_net(in_dim, hidden, out_dim, out_gain) for _ in range(n_agents))
+            self.bodies = nn.ModuleList(_net(width, hidden, out_dim, out_gain) for _ in range(copies))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def _one(self, j: int, x: torch.Tensor, h: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        y = self.bodies[j](x)
+        if not self.recurrent:
+            return y, None
+        lead = y.shape[:-1]
+        h = self.grus[j](torch.relu(y).reshape(-1, self.hidden), h.reshape(-1, self.hidden)).reshape(*lead, -1)
+        return self.outs[j](h), h
+
+    def forward(self, x: torch.Tensor, h: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         if self.shared:
             ids = torch.eye(self.n_agents, dtype=x.dtype).expand(*x.shape[:-1], self.n_agents)
-            return self.net(torch.cat([x, ids], dim=-1))
-        return torch.stack([net(x[..., i, :]) for i, net in enumerate(self.nets)], dim=-2)
+            return self._one(0, torch.cat([x, ids], dim=-1), h)
+        outs = [self._one(i, x[..., i, :], None if h is None else h[..., i, :]) for i in range(self.n_agents)]
+        y = torch.stack([o for o, _ in outs], dim=-2)
+        return y, (None if h is None else torch.stack([hh for _, hh in outs], dim=-2))
 
 
 class MAPPONet(nn.Module):
-    """The actor (masked categorical logits per agent) and the critic (one value per agent)."""
+    """The actor (masked categorical logits per agent) and the critic (one value per agent); recurrent ones
+    take and return their hidden states ``[..., A, H]``."""
 
     def __init__(self, obs_dim: int, state_dim: int, n_actions: int, n_agents: int, args: Args) -> None:
         super().__init__()
         self.centralised = args.critic == "centralised"
-        self.actor = Heads(obs_dim, n_actions, n_agents, args.hidden, args.shared, out_gain=0.01)
-        self.critic = Heads(state_dim if self.centralised else obs_dim, 1, n_agents, args.hidden, args.shared)
+        self.recurrent = args.recurrent
+        self.actor = Heads(obs_dim, n_actions, n_agents, args.hidden, args.shared, out_gain=0.01,
+                           recurrent=args.recurrent)
+        self.critic = Heads(state_dim if self.centralised else obs_dim, 1, n_agents, args.hidden, args.shared,
+                            recurrent=args.recurrent)
         self.n_agents = n_agents
 
-    def policy(self, obs: dict) -> torch.distributions.Categorical:
-        logits = self.actor(torch.as_tensor(obs["obs"]).float())
+    def policy(self, obs: dict, h: torch.Tensor | None = None) -> Any:
+        """The action distribution (and, recurrent, the actor's next hidden state)."""
+        logits, h = self.actor(torch.as_tensor(obs["obs"]).float(), h)
         if "action_mask" in obs:
             mask = torch.as_tensor(obs["action_mask"])
             logits = torch.where(mask | ~mask.any(-1, keepdim=True), logits, -1e9)  # all-False rows stay finite
-        return torch.distributions.Categorical(logits=logits)
+        dist = torch.distributions.Categorical(logits=logits)
+        return (dist, h) if self.recurrent else dist
 
-    def value(self, obs: dict) -> torch.Tensor:
-        """``[..., A]`` values (normalised when the learner normalises)."""
+    def value(self, obs: dict, h: torch.Tensor | None = None) -> Any:
+        """``[..., A]`` values (normalised when the learner normalises); recurrent: and the next hidden state."""
         if self.centralised:
             state = torch.as_tensor(obs["state"] if "state" in obs else obs["obs"].reshape(
                 *obs["obs"].shape[:-2], -1)).float()
             x = state.unsqueeze(-2).expand(*state.shape[:-1], self.n_agents, state.shape[-1])
         else:
             x = torch.as_tensor(obs["obs"]).float()
-        return self.critic(x).squeeze(-1)
+        v, h = self.critic(x, h)
+        return (v.squeeze(-1), h) if self.recurrent else v.squeeze(-1)
+
+    def unroll(self, obs: dict, h_actor: torch.Tensor, h_critic: torch.Tensor, resets: torch.Tensor
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Recurrent: logits ``[B, L, A, n]`` and values ``[B, L, A]`` over sequences ``obs`` (leaves
+        ``[B, L, ...]``) from the hidden states ``[B, A, H]``, which restart at zero where ``resets [B, L]``."""
+        logits, values = [], []
+        for t in range(resets.shape[1]):
+            keep = (~resets[:, t]).float()[:, None, None]
+            h_actor, h_critic = h_actor * keep, h_critic * keep
+            step = {k: v[:, t] for k, v in obs.items()}
+            dist, h_actor = self.policy(step, h_actor)
+            v, h_critic = self.value(step, h_critic)
+            logits.append(dist.logits)
+            values.append(v)
+        return torch.stack(logits, 1), torch.stack(values, 1)
 
 
 class TeamPolicy(rlflow.Policy):
-    """Samples every agent's action; stores the log-probabilities as extras."""
+    """Samples every agent's action; stores the log-probabilities (and, recurrent, the hidden states the
+    step started from, where the learner's chunks start) as extras."""
 
     def __init__(self, net: MAPPONet) -> None:
         self.net = net
 
+    def initial_state(self, batch_size):
+        if not self.net.recurrent:
+            return None
+        zeros = torch.zeros(batch_size, self.net.n_agents, self.net.actor.hidden)
+        return {"actor": zeros, "critic": torch.zeros(batch_size, self.net.n_agents, self.net.critic.hidden)}
+
     def act(self, observation, state, *, evaluation=False):
         with torch.inference_mode():
-            dist = self.net.policy(observation)
+            if self.net.recurrent:
+                dist, h_actor = self.net.policy(observation, state["actor"])
+                _, h_critic = self.net.value(observation, state["critic"])
+            else:
+                dist = self.net.policy(observation)
             action = dist.probs.argmax(-1) if evaluation else dist.sample()
             extras = {"log_prob": dist.log_prob(action).numpy()}
+        if self.net.recurrent:
+            extras.update(h_actor=state["actor"].numpy(), h_critic=state["critic"].numpy())
+            state = {"actor": h_actor, "critic": h_critic}
         return action.numpy(), extras, state
 
     def set_params(self, params):
@@ -177,25 +243,30 @@ def agent_targets(values: torch.Tensor, rows: dict, mask: np.ndarray, gamma: flo
     return {"active": tm(active), "advantages": adv, "returns": ret}
 
 
-def mappo_loss(net: MAPPONet, obs: dict, actions: torch.Tensor, old_log_prob: torch.Tensor, advantages: torch.Tensor,
-               returns: torch.Tensor, active: torch.Tensor, clip: float, ent_coef: float,
-               vf_coef: float) -> tuple[torch.Tensor, dict[str, float]]:
-    """PPO's clipped objective over the agents that acted: every tensor is ``[M, A]`` (``M`` (step, env)
-    rows, every agent of a row together, as the centralised critic wants), ``obs`` a dict of ``[M, A, ...]``
-    (and ``state [M, ...]``); means run over the ``active`` entries, the advantages normalised over them.
-
-    ``loss = -mean min(r A, clip(r, 1 - clip, 1 + clip) A) + vf_coef mean (V - R)^2 - ent_coef mean H``,
-    ``r = exp(log pi(a|o) - old log pi(a|o))``.
-    """
-    dist = net.policy(obs)
+def ppo_terms(dist: torch.distributions.Categorical, values: torch.Tensor, actions: torch.Tensor,
+              old_log_prob: torch.Tensor, advantages: torch.Tensor, returns: torch.Tensor, active: torch.Tensor,
+              clip: float, ent_coef: float, vf_coef: float) -> tuple[torch.Tensor, dict[str, float]]:
+    """PPO's clipped objective over the ``active`` entries (any leading shape; the advantages normalised
+    over those entries): ``-mean min(r A, clip(r, 1 - clip, 1 + clip) A) + vf_coef mean (V - R)^2 -
+    ent_coef mean H``, ``r = exp(log pi(a|o) - old log pi(a|o))``."""
     ratio = torch.exp(dist.log_prob(actions) - old_log_prob)[active]
     adv = advantages[active]
     adv = (adv - adv.mean()) / (adv.std() + 1e-8) if len(adv) > 1 else adv
     policy_loss = -torch.min(ratio * adv, torch.clamp(ratio, 1 - clip, 1 + clip) * adv).mean()
-    value_loss = (net.value(obs)[active] - returns[active]).pow(2).mean()
+    value_loss = (values[active] - returns[active]).pow(2).mean()
     entropy = dist.entropy()[active].mean()
     loss = policy_loss + vf_coef * value_loss - ent_coef * entropy
     return loss, {"policy_loss": policy_loss.item(), "value_loss": value_loss.item(), "entropy": entropy.item()}
+
+
+def mappo_loss(net: MAPPONet, obs: dict, actions: torch.Tensor, old_log_prob: torch.Tensor, advantages: torch.Tensor,
+               returns: torch.Tensor, active: torch.Tensor, clip: float, ent_coef: float,
+               vf_coef: float) -> tuple[torch.Tensor, dict[str, float]]:
+    """:func:`ppo_terms` of a feed-forward network over ``[M, A]`` samples: ``M`` (step, env) rows, every
+    agent of a row together (as the centralised critic wants), ``obs`` a dict of ``[M, A, ...]`` (and
+    ``state [M, ...]``); means run over the agents that acted (``active``)."""
+    return ppo_terms(net.policy(obs), net.value(obs), actions, old_log_prob, advantages, returns, active, clip,
+                     ent_coef, vf_coef)
 
 
 class MAPPOLearner(rlflow.Learner):
@@ -208,8 +279,13 @@ class MAPPOLearner(rlflow.Learner):
     def step(self, sample):
         rows, mask = sample.data, sample.mask
         obs = rows["observation"]
+        resets = torch.as_tensor(rows["first"])  # [E, T + 1]: recurrent states restart there
         with torch.no_grad():
-            values = self.net.value(obs)
+            if self.net.recurrent:
+                _, values = self.net.unroll(obs, torch.as_tensor(rows["extras"]["h_actor"][:, 0]),
+                                            torch.as_tensor(rows["extras"]["h_critic"][:, 0]), resets)
+            else:
+                values = self.net.value(obs)
             if self.norm is not None:
                 values = self.norm.denormalize(values)
         targets = agent_targets(values, rows, mask, self.args.gamma, self.args.gae_lambda)
@@ -222,21 +298,39 @@ class MAPPOLearner(rlflow.Learner):
         steps = {k: torch.as_tensor(tm(v)) for k, v in obs.items()}
         actions = torch.as_tensor(tm(rows["action"]))
         old_log_prob = torch.as_tensor(tm(rows["extras"]["log_prob"]))
+        advantages = targets["advantages"].float()
         t, e, _ = active.shape
         metrics: dict[str, float] = {}
         for _ in range(self.args.n_epochs):
+            if self.net.recurrent:  # chunks of chunk_length steps, never across a lane, from the stored states
+                h = {k: torch.as_tensor(tm(rows["extras"][k])) for k in ("h_actor", "h_critic")}
+                first = torch.as_tensor(tm(rows["first"]))
+                for c in recurrent_chunks(t, e, self.args.chunk_length, self.args.num_minibatches, rng=self.rng):
+                    seq = {k: take(v, c.index) for k, v in steps.items()}
+                    logits, values = self.net.unroll(seq, take(h["h_actor"], c.start), take(h["h_critic"], c.start),
+                                                     chunk_resets(first, c))
+                    acted = torch.as_tensor(take(active, c.index) & c.mask[..., None])  # padding past the end: out
+                    loss, metrics = ppo_terms(torch.distributions.Categorical(logits=logits), values,
+                                              take(actions, c.index), take(old_log_prob, c.index),
+                                              take(advantages, c.index), take(returns, c.index), acted,
+                                              self.args.clip_range, self.args.ent_coef, self.args.vf_coef)
+                    self._apply(loss)
+                continue
             # minibatches of whole (step, env) rows: every agent of a step together (the centralised critic
             # sees the team's state); the loss averages over the agents that acted
             for ti, ei in feedforward(t, e, self.args.num_minibatches, rng=self.rng, mask=active.any(-1)):
                 loss, metrics = mappo_loss(self.net, {k: v[ti, ei] for k, v in steps.items()}, actions[ti, ei],
-                                           old_log_prob[ti, ei], targets["advantages"][ti, ei].float(),
-                                           returns[ti, ei], torch.as_tensor(active[ti, ei]), self.args.clip_range,
+                                           old_log_prob[ti, ei], advantages[ti, ei], returns[ti, ei],
+                                           torch.as_tensor(active[ti, ei]), self.args.clip_range,
                                            self.args.ent_coef, self.args.vf_coef)
-                self.optimizer.zero_grad()
-                loss.backward()
-                nn.utils.clip_grad_norm_(self.net.parameters(), self.args.max_grad_norm)
-                self.optimizer.step()
+                self._apply(loss)
         return {**metrics, "agent_steps": float(active.sum())}
+
+    def _apply(self, loss: torch.Tensor) -> None:
+        self.optimizer.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(self.net.parameters(), self.args.max_grad_norm)
+        self.optimizer.step()
 
     def get_params(self):
         return self.net
@@ -266,6 +360,9 @@ def main(args: Args) -> rlflow.RunResult:
     # Rollouts: n_steps + 1 rows per lane every n_steps rows, in a queue the learner empties num_envs at a
     # time (room for a batch plus one env step's items, which the loop checks).
     extras = {"log_prob": specs.Field((env.num_agents,), np.float32)}
+    if args.recurrent:  # the hidden states each step started from: where the learner's chunks start
+        extras.update(h_actor=specs.Field((env.num_agents, args.hidden[-1]), np.float32),
+                      h_critic=specs.Field((env.num_agents, args.hidden[-1]), np.float32))
     store = StepStore(env.step_spec(extras), capacity=4 * (args.n_steps + 1), lanes=args.num_envs)
     adder_items = 3  # Sequence.max_items_per_step
     table = Table(store, sampler=Fifo(), remover=Fifo(), max_times_sampled=1, cross_episodes=True,

@@ -80,3 +80,30 @@ def test_mappo_runs_and_logs(tmp_path, options):
     rows = read_csv(tmp_path / "learner.csv")
     assert rows and all(math.isfinite(float(r["policy_loss"])) for r in rows)
     assert (tmp_path / "learning_curve.png").exists()
+
+
+def test_recurrent_unroll_restarts_where_told():
+    args = mappo.Args(hidden=(8,), recurrent=True)
+    net = mappo.MAPPONet(obs_dim=3, state_dim=4, n_actions=2, n_agents=2, args=args)
+    gen = torch.Generator().manual_seed(0)
+    obs = {"obs": torch.randn(1, 5, 2, 3, generator=gen), "state": torch.randn(1, 5, 4, generator=gen)}
+    h = torch.randn(1, 2, 8, generator=gen)
+    with torch.no_grad():
+        logits, values = net.unroll(obs, h, h, torch.tensor([[False, False, False, True, False]]))
+        fresh_logits, fresh_values = net.unroll({k: v[:, 3:] for k, v in obs.items()}, torch.zeros(1, 2, 8),
+                                                torch.zeros(1, 2, 8), torch.zeros(1, 2, dtype=torch.bool))
+        carried, _ = net.unroll(obs, h, h, torch.zeros(1, 5, dtype=torch.bool))
+    torch.testing.assert_close(logits[:, 3:], fresh_logits)  # the restart forgets everything before it
+    torch.testing.assert_close(values[:, 3:], fresh_values)
+    torch.testing.assert_close(logits[:, :3], carried[:, :3])  # and changes nothing before it
+    assert not torch.allclose(logits[:, 3:], carried[:, 3:])
+
+
+def test_recurrent_mappo_runs(tmp_path):
+    args = mappo.Args(total_steps=200, num_envs=2, n_steps=10, n_epochs=2, hidden=(16,), eval_every=100,
+                      eval_episodes=1, max_cycles=10, recurrent=True, chunk_length=4, num_minibatches=2,
+                      logdir=str(tmp_path), progress=False)
+    result = mappo.main(args)
+    assert result.env_steps == 200 and result.learner_steps >= 9
+    rows = read_csv(tmp_path / "learner.csv")
+    assert rows and all(math.isfinite(float(r["policy_loss"])) for r in rows)
