@@ -1,6 +1,7 @@
 """PPO on rlflow (discrete actions): clipped surrogate, GAE with terminated and truncated kept apart.
 
     python -m baselines.ppo                                  # CartPole-v1, 8 envs, 100k env steps
+    python -m baselines.ppo --lstm 64 --value-norm           # an LSTM actor and critic, normalised values
 
 rlflow does the data: a vector env, a ``Sequence`` adder writing each lane's rollout of ``n_steps``
 actions as one item of ``n_steps + 1`` rows (the last row is the bootstrap observation and the next
@@ -15,6 +16,7 @@ lambda 0.8, 20 epochs of one 256-step minibatch, learning rate and clip range fa
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -25,9 +27,9 @@ import rlflow
 from baselines import RunArgs, train
 from baselines.td3 import mlp
 from rlflow import adders, envs, specs
-from rlflow.minibatches import feedforward
+from rlflow.minibatches import chunk_resets, feedforward, recurrent_chunks, take
 from rlflow.replay import Fifo, Queue, StepStore, Table
-from rlflow.returns import gae
+from rlflow.returns import ValueNormalizer, gae
 
 
 @dataclass
@@ -46,6 +48,9 @@ class Args(RunArgs):
     vf_coef: float = 0.5
     max_grad_norm: float = 0.5
     hidden: tuple[int, ...] = (64, 64)
+    value_norm: bool = False  # train the critic on normalised returns (rlflow.returns.ValueNormalizer)
+    lstm: int = 0  # > 0: an LSTM of this size in front of the policy head and one in front of the value head
+    chunk_length: int = 8  # steps per recurrent training chunk (with --lstm)
     eval_every: int = 20_000
     logdir: str = "runs/ppo"
 
@@ -55,29 +60,63 @@ class Args(RunArgs):
 
 
 class ActorCritic(nn.Module):
-    """Separate policy (logits) and value MLPs, as SB3's default for PPO."""
+    """Separate policy (logits) and value MLPs, as SB3's default for PPO; with ``lstm > 0`` an LSTM cell in
+    front of each (SB3's RecurrentPPO layout: one LSTM for the actor, one for the critic)."""
 
-    def __init__(self, obs_dim: int, n_actions: int, hidden: tuple[int, ...]) -> None:
+    def __init__(self, obs_dim: int, n_actions: int, hidden: tuple[int, ...], lstm: int = 0) -> None:
         super().__init__()
-        self.pi = mlp([obs_dim, *hidden, n_actions])
-        self.v = mlp([obs_dim, *hidden, 1])
+        self.lstm = lstm
+        if lstm:
+            self.pi_lstm, self.v_lstm = nn.LSTMCell(obs_dim, lstm), nn.LSTMCell(obs_dim, lstm)
+        width = lstm or obs_dim
+        self.pi = mlp([width, *hidden, n_actions])
+        self.v = mlp([width, *hidden, 1])
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.distributions.Categorical, torch.Tensor]:
         obs = obs.flatten(1).float()
         return torch.distributions.Categorical(logits=self.pi(obs)), self.v(obs).squeeze(-1)
 
+    def step(self, obs: torch.Tensor, state: tuple[torch.Tensor, ...]) -> tuple[Any, torch.Tensor, tuple]:
+        """One recurrent step: ``state = (h_pi, c_pi, h_v, c_v)``, each ``[N, lstm]``."""
+        x = obs.flatten(1).float()
+        h_pi, c_pi = self.pi_lstm(x, (state[0], state[1]))
+        h_v, c_v = self.v_lstm(x, (state[2], state[3]))
+        return torch.distributions.Categorical(logits=self.pi(h_pi)), self.v(h_v).squeeze(-1), (h_pi, c_pi, h_v, c_v)
+
+    def unroll(self, obs: torch.Tensor, state: tuple[torch.Tensor, ...], resets: torch.Tensor
+               ) -> tuple[torch.distributions.Categorical, torch.Tensor]:
+        """Sequences ``obs [B, L, ...]`` from ``state``, restarting at zero where ``resets [B, L]``:
+        the action distributions ``[B, L]`` and values ``[B, L]``."""
+        logits, values = [], []
+        for t in range(resets.shape[1]):
+            keep = (~resets[:, t]).float()[:, None]
+            dist, v, state = self.step(obs[:, t], tuple(x * keep for x in state))
+            logits.append(dist.logits)
+            values.append(v)
+        return torch.distributions.Categorical(logits=torch.stack(logits, 1)), torch.stack(values, 1)
+
 
 class SamplingPolicy(rlflow.Policy):
-    """Samples from the policy head and stores each action's log-probability and value as extras."""
+    """Samples from the policy head and stores each action's log-probability and value as extras (and, with
+    an LSTM, the state the step started from, where the learner's chunks start)."""
 
     def __init__(self, net: ActorCritic) -> None:
         self.net = net
 
+    def initial_state(self, batch_size):
+        return tuple(torch.zeros(batch_size, self.net.lstm) for _ in range(4)) if self.net.lstm else None
+
     def act(self, observation, state, *, evaluation=False):
         with torch.inference_mode():
-            dist, value = self.net(torch.as_tensor(observation))
+            if self.net.lstm:
+                dist, value, new_state = self.net.step(torch.as_tensor(observation), state)
+            else:
+                dist, value = self.net(torch.as_tensor(observation))
             action = dist.probs.argmax(dim=1) if evaluation else dist.sample()
             extras = {"log_prob": dist.log_prob(action).numpy(), "value": value.numpy()}
+        if self.net.lstm:
+            extras["lstm"] = torch.stack(state, 1).numpy()  # [E, 4, lstm]
+            state = new_state
         return action.numpy(), extras, state
 
     def set_params(self, params):
@@ -87,20 +126,16 @@ class SamplingPolicy(rlflow.Policy):
         return {"torch_rng": torch.get_rng_state()}
 
 
-def rollout_targets(net: ActorCritic, rows: dict, mask: np.ndarray, gamma: float,
+def rollout_targets(values: torch.Tensor, rows: dict, mask: np.ndarray, gamma: float,
                     lam: float) -> dict[str, torch.Tensor]:
     """Per step of ``E`` rollouts of ``T + 1`` rows: which steps are actions, their advantages and returns.
 
-    Step ``t`` (rows ``0 .. T - 1``) is an action unless row ``t`` is a final-observation row (``last``)
-    or padding. Its next value is ``V(row t + 1)``: within an episode that row is the next observation,
-    and after a truncation it is the true final observation; after a termination GAE uses 0. Steps that
-    are not actions get reward 0 and cut the recursion. Returns time-major ``[T, E]`` tensors.
+    ``values [E, T + 1]`` is ``V`` of every row. Step ``t`` (rows ``0 .. T - 1``) is an action unless row
+    ``t`` is a final-observation row (``last``) or padding. Its next value is ``V(row t + 1)``: within an
+    episode that row is the next observation, and after a truncation it is the true final observation;
+    after a termination GAE uses 0. Steps that are not actions get reward 0 and cut the recursion.
+    Returns time-major ``[T, E]`` tensors.
     """
-    obs = torch.as_tensor(rows["observation"])
-    e, t1 = mask.shape
-    with torch.no_grad():
-        _, values = net(obs.reshape(e * t1, *obs.shape[2:]))
-    values = values.reshape(e, t1)
     valid = torch.as_tensor(~rows["last"][:, :-1] & mask[:, :-1] & mask[:, 1:])
     reward = torch.where(valid, torch.as_tensor(rows["reward"][:, :-1]), 0.0)
     terminated = torch.as_tensor(rows["terminated"][:, :-1]) & valid
@@ -109,19 +144,30 @@ def rollout_targets(net: ActorCritic, rows: dict, mask: np.ndarray, gamma: float
     return {"valid": valid.T, "advantages": adv, "returns": ret}
 
 
+def ppo_terms(dist: torch.distributions.Categorical, value: torch.Tensor, actions: torch.Tensor,
+              old_log_prob: torch.Tensor, advantages: torch.Tensor, returns: torch.Tensor, clip: float,
+              ent_coef: float, vf_coef: float, mask: torch.Tensor | None = None
+              ) -> tuple[torch.Tensor, dict[str, float]]:
+    """``-mean min(r A, clip(r, 1 - clip, 1 + clip) A) + vf_coef mean (V - R)^2 - ent_coef mean H`` over the
+    entries of ``mask`` (all by default), ``r = exp(log pi(a|s) - old log pi(a|s))``; the advantages are
+    normalised over those entries first."""
+    keep = torch.ones_like(advantages, dtype=torch.bool) if mask is None else mask
+    ratio = torch.exp(dist.log_prob(actions) - old_log_prob)[keep]
+    adv = advantages[keep]
+    adv = (adv - adv.mean()) / (adv.std() + 1e-8) if len(adv) > 1 else adv
+    policy_loss = -torch.min(ratio * adv, torch.clamp(ratio, 1 - clip, 1 + clip) * adv).mean()
+    value_loss = (value[keep] - returns[keep]).pow(2).mean()
+    entropy = dist.entropy()[keep].mean()
+    loss = policy_loss + vf_coef * value_loss - ent_coef * entropy
+    return loss, {"policy_loss": policy_loss.item(), "value_loss": value_loss.item(), "entropy": entropy.item()}
+
+
 def ppo_loss(net: ActorCritic, obs: torch.Tensor, actions: torch.Tensor, old_log_prob: torch.Tensor,
              advantages: torch.Tensor, returns: torch.Tensor, clip: float, ent_coef: float,
              vf_coef: float) -> tuple[torch.Tensor, dict[str, float]]:
-    """``-mean min(r A, clip(r, 1 - clip, 1 + clip) A) + vf_coef mean (V - R)^2 - ent_coef mean H``,
-    ``r = exp(log pi(a|s) - old log pi(a|s))``; the advantages are normalised over the minibatch first."""
+    """:func:`ppo_terms` of the feed-forward network on a minibatch of steps."""
     dist, value = net(obs)
-    ratio = torch.exp(dist.log_prob(actions) - old_log_prob)
-    adv = (advantages - advantages.mean()) / (advantages.std() + 1e-8) if len(advantages) > 1 else advantages
-    policy_loss = -torch.min(ratio * adv, torch.clamp(ratio, 1 - clip, 1 + clip) * adv).mean()
-    value_loss = (value - returns).pow(2).mean()
-    entropy = dist.entropy().mean()
-    loss = policy_loss + vf_coef * value_loss - ent_coef * entropy
-    return loss, {"policy_loss": policy_loss.item(), "value_loss": value_loss.item(), "entropy": entropy.item()}
+    return ppo_terms(dist, value, actions, old_log_prob, advantages, returns, clip, ent_coef, vf_coef)
 
 
 class PPOLearner(rlflow.Learner):
@@ -131,45 +177,78 @@ class PPOLearner(rlflow.Learner):
         self.updates = 0
         self.total_updates = max(1, args.total_steps // (args.num_envs * args.n_steps))
         self.rng = np.random.default_rng(args.seed)
+        self.norm = ValueNormalizer() if args.value_norm else None
 
     def step(self, sample):
         rows, mask = sample.data, sample.mask
-        targets = rollout_targets(self.net, rows, mask, self.args.gamma, self.args.gae_lambda)
+        obs = torch.as_tensor(rows["observation"])
+        e, t1 = mask.shape
+        with torch.no_grad():
+            if self.net.lstm:  # V of every row, the LSTM run from the state stored at the rollout's first row
+                state0 = tuple(torch.as_tensor(rows["extras"]["lstm"][:, 0, i]) for i in range(4))
+                _, values = self.net.unroll(obs, state0, torch.as_tensor(rows["first"]))
+            else:
+                values = self.net(obs.reshape(e * t1, *obs.shape[2:]))[1].reshape(e, t1)
+            if self.norm is not None:
+                values = self.norm.denormalize(values)
+        targets = rollout_targets(values, rows, mask, self.args.gamma, self.args.gae_lambda)
+        returns = targets["returns"].float()
+        if self.norm is not None:
+            self.norm.update(returns[targets["valid"]])
+            returns = self.norm.normalize(returns)
         left = max(0.0, 1.0 - self.updates / self.total_updates)  # linear schedules, as the zoo's
         for group in self.optimizer.param_groups:
             group["lr"] = self.args.learning_rate * left
         clip = self.args.clip_range * left
-        steps_t = {k: torch.as_tensor(np.ascontiguousarray(np.swapaxes(v[:, :-1], 0, 1)))
-                   for k, v in (("obs", rows["observation"]), ("actions", rows["action"]),
-                                ("old_log_prob", rows["extras"]["log_prob"]))}
+        tm = lambda x: torch.as_tensor(np.ascontiguousarray(np.swapaxes(x[:, :-1], 0, 1)))  # noqa: E731
+        steps_t = {k: tm(v) for k, v in (("obs", rows["observation"]), ("actions", rows["action"]),
+                                         ("old_log_prob", rows["extras"]["log_prob"]))}
+        advantages = targets["advantages"].float()
         t, e = targets["valid"].shape
         metrics: dict[str, float] = {}
         for _ in range(self.args.n_epochs):
+            if self.net.lstm:  # chunks of chunk_length steps of one lane, from the stored states
+                stored, first = tm(rows["extras"]["lstm"]), tm(rows["first"])
+                k = max(1, min(e * -(-t // self.args.chunk_length), t * e // self.args.minibatch_size))
+                for c in recurrent_chunks(t, e, self.args.chunk_length, k, rng=self.rng):
+                    start = take(stored, c.start)  # [M, 4, lstm]
+                    dist, value = self.net.unroll(take(steps_t["obs"], c.index),
+                                                  tuple(start[:, i] for i in range(4)), chunk_resets(first, c))
+                    loss, metrics = ppo_terms(dist, value, take(steps_t["actions"], c.index),
+                                              take(steps_t["old_log_prob"], c.index), take(advantages, c.index),
+                                              take(returns, c.index), clip, self.args.ent_coef, self.args.vf_coef,
+                                              mask=take(targets["valid"], c.index) & torch.as_tensor(c.mask))
+                    self._apply(loss)
+                continue
             for ti, ei in feedforward(t, e, minibatch_size=self.args.minibatch_size, rng=self.rng,
                                       mask=targets["valid"].numpy()):
                 loss, metrics = ppo_loss(self.net, steps_t["obs"][ti, ei], steps_t["actions"][ti, ei],
-                                         steps_t["old_log_prob"][ti, ei], targets["advantages"][ti, ei].float(),
-                                         targets["returns"][ti, ei].float(), clip, self.args.ent_coef,
-                                         self.args.vf_coef)
-                self.optimizer.zero_grad()
-                loss.backward()
-                nn.utils.clip_grad_norm_(self.net.parameters(), self.args.max_grad_norm)
-                self.optimizer.step()
+                                         steps_t["old_log_prob"][ti, ei], advantages[ti, ei], returns[ti, ei], clip,
+                                         self.args.ent_coef, self.args.vf_coef)
+                self._apply(loss)
         self.updates += 1
         return {**metrics, "steps": float(targets["valid"].sum())}
+
+    def _apply(self, loss: torch.Tensor) -> None:
+        self.optimizer.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(self.net.parameters(), self.args.max_grad_norm)
+        self.optimizer.step()
 
     def get_params(self):
         return self.net
 
     def state_dict(self):
         return {"net": self.net.state_dict(), "optimizer": self.optimizer.state_dict(), "updates": self.updates,
-                "rng": self.rng.bit_generator.state}
+                "rng": self.rng.bit_generator.state, "norm": self.norm.state_dict() if self.norm is not None else None}
 
     def load_state_dict(self, state):
         self.net.load_state_dict(state["net"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.updates = state["updates"]
         self.rng.bit_generator.state = state["rng"]
+        if self.norm is not None:
+            self.norm.load_state_dict(state["norm"])
 
 
 def main(args: Args) -> rlflow.RunResult:
@@ -182,13 +261,15 @@ def main(args: Args) -> rlflow.RunResult:
     # Rollouts: n_steps + 1 rows per lane every n_steps rows, in a queue the learner empties num_envs at a
     # time (room for a batch plus one env step's items, which the loop checks).
     extras = {"log_prob": specs.Field((), np.float32), "value": specs.Field((), np.float32)}
+    if args.lstm:  # the LSTM states (h, c of the actor's and the critic's) each step started from
+        extras["lstm"] = specs.Field((4, args.lstm), np.float32)
     store = StepStore(env.step_spec(extras), capacity=4 * (args.n_steps + 1), lanes=args.num_envs)
     adder_items = 3  # Sequence.max_items_per_step
     table = Table(store, sampler=Fifo(), remover=Fifo(), max_times_sampled=1, cross_episodes=True,
                   rate_limiter=Queue(args.num_envs * (1 + adder_items)))
     adder = adders.Sequence(store, [table], length=args.n_steps + 1, period=args.n_steps, end_behavior="continue")
 
-    net = ActorCritic(obs_dim, n_actions, args.hidden)
+    net = ActorCritic(obs_dim, n_actions, args.hidden, args.lstm)
     return train("PPO", args, env, eval_env, SamplingPolicy(net), PPOLearner(net, args), adder, table)
 
 

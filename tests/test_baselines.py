@@ -181,14 +181,14 @@ def test_ppo_loss_by_hand():
     ("truncated", [1.125, 0.5], [2.125, 2.5]),
 ])
 def test_ppo_rollout_targets_by_hand(end, advantages, returns):
-    ppo, net = constant_actor_critic(1, hidden=())
-    with torch.no_grad():
-        net.v[-1].weight.fill_(1.0)  # V(s) = s
+    from baselines import ppo
+
+    values = torch.tensor([[1.0, 2.0, 3.0, 4.0]])  # V(s) = s
     rows = {"observation": np.float32([[[1], [2], [3], [4]]]), "reward": np.float32([[1, 1, 0, 0]]),
             "terminated": np.array([[False, end == "terminated", False, False]]),
             "truncated": np.array([[False, end == "truncated", False, False]]),
             "last": np.array([[False, False, True, False]])}
-    out = ppo.rollout_targets(net, rows, np.ones((1, 4), bool), 0.5, 0.5)
+    out = ppo.rollout_targets(values, rows, np.ones((1, 4), bool), 0.5, 0.5)
     assert out["valid"][:, 0].tolist() == [True, True, False]  # the final-observation row is no action
     np.testing.assert_allclose(out["advantages"][:2, 0].numpy(), advantages, rtol=1e-6)
     np.testing.assert_allclose(out["returns"][:2, 0].numpy(), returns, rtol=1e-6)
@@ -203,3 +203,35 @@ def test_ppo_runs_and_logs(tmp_path):
     assert result.env_steps == 640 and result.learner_steps >= 8
     rows = read_csv(tmp_path / "learner.csv")
     assert rows and all(math.isfinite(float(r["policy_loss"])) for r in rows)
+
+
+def test_ppo_lstm_unroll_restarts_where_told():
+    from baselines import ppo
+
+    torch.manual_seed(0)
+    net = ppo.ActorCritic(obs_dim=3, n_actions=2, hidden=(8,), lstm=6)
+    obs = torch.randn(2, 5, 3)
+    state = tuple(torch.randn(2, 6) for _ in range(4))
+    resets = torch.zeros(2, 5, dtype=torch.bool)
+    resets[0, 2] = True
+    with torch.no_grad():
+        dist, values = net.unroll(obs, state, resets)
+        fresh_dist, fresh_values = net.unroll(obs[:1, 2:], tuple(torch.zeros(1, 6) for _ in range(4)),
+                                              torch.zeros(1, 3, dtype=torch.bool))
+        _carried_dist, carried_values = net.unroll(obs, state, torch.zeros(2, 5, dtype=torch.bool))
+    torch.testing.assert_close(values[:1, 2:], fresh_values)  # lane 0 restarts at step 2
+    torch.testing.assert_close(dist.logits[:1, 2:], fresh_dist.logits)
+    torch.testing.assert_close(values[1], carried_values[1])  # lane 1 never restarts
+    assert not torch.allclose(values[0, 2:], carried_values[0, 2:])
+
+
+@pytest.mark.parametrize("options", [{"lstm": 16, "chunk_length": 4}, {"value_norm": True}])
+def test_ppo_lstm_and_value_norm_run(tmp_path, options):
+    from baselines import ppo
+
+    args = ppo.Args(total_steps=640, num_envs=4, n_steps=16, n_epochs=2, minibatch_size=32, hidden=(16,),
+                    eval_every=320, eval_episodes=1, logdir=str(tmp_path), progress=False, **options)
+    result = ppo.main(args)
+    assert result.env_steps == 640 and result.learner_steps >= 8
+    rows = read_csv(tmp_path / "learner.csv")
+    assert rows and all(math.isfinite(float(r["value_loss"])) for r in rows)
