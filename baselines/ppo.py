@@ -38,12 +38,13 @@ class Args(RunArgs):
     total_steps: int = 100_000
     num_envs: int = 8
     n_steps: int = 32  # actions per lane per rollout
-    learning_rate: float = 1e-3  # falls linearly to 0 over the run
+    learning_rate: float = 1e-3  # falls linearly to 0 over the run (unless --no-anneal)
     gamma: float = 0.98
     gae_lambda: float = 0.8
     n_epochs: int = 20
     minibatch_size: int = 256
-    clip_range: float = 0.2  # falls linearly to 0 over the run
+    clip_range: float = 0.2  # falls linearly to 0 over the run (unless --no-anneal)
+    anneal: bool = True
     ent_coef: float = 0.0
     vf_coef: float = 0.5
     max_grad_norm: float = 0.5
@@ -196,7 +197,8 @@ class PPOLearner(rlflow.Learner):
         if self.norm is not None:
             self.norm.update(returns[targets["valid"]])
             returns = self.norm.normalize(returns)
-        left = max(0.0, 1.0 - self.updates / self.total_updates)  # linear schedules, as the zoo's
+        # linear schedules, as the zoo's for CartPole (constant with --no-anneal)
+        left = max(0.0, 1.0 - self.updates / self.total_updates) if self.args.anneal else 1.0
         for group in self.optimizer.param_groups:
             group["lr"] = self.args.learning_rate * left
         clip = self.args.clip_range * left

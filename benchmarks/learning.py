@@ -65,6 +65,15 @@ CONFIGS = {
         sb3={"learning_rate": 6.3e-4, "batch_size": 128, "buffer_size": 50_000, "learning_starts": 0,
              "gamma": 0.99, "target_update_interval": 250, "train_freq": 4, "gradient_steps": -1,
              "exploration_fraction": 0.12, "exploration_final_eps": 0.1, "policy_kwargs": {"net_arch": [256, 256]}}),
+    # Zoo's DQN on LunarLander: the Acrobot settings (box2d: the bench extra installs gymnasium[box2d]).
+    "dqn-lunarlander": Config(
+        "dqn", "LunarLander-v3", 100_000, 150.0,
+        rlflow={"learning_rate": 6.3e-4, "batch_size": 128, "buffer_size": 50_000, "learning_starts": 128,
+                "samples_per_insert": 128.0, "target_update_period": 250, "exploration_fraction": 0.12,
+                "exploration_final_eps": 0.1, "hidden": (256, 256)},
+        sb3={"learning_rate": 6.3e-4, "batch_size": 128, "buffer_size": 50_000, "learning_starts": 0,
+             "gamma": 0.99, "target_update_interval": 250, "train_freq": 4, "gradient_steps": -1,
+             "exploration_fraction": 0.12, "exploration_final_eps": 0.1, "policy_kwargs": {"net_arch": [256, 256]}}),
     # Zoo's TD3 on Pendulum: one gradient step of 256 per env step after 10,000 steps; Gaussian noise of
     # std 0.1 in action units (rlflow's exploration_noise is in units of the action half-width, 2 here).
     "td3-pendulum": Config(
@@ -80,6 +89,14 @@ CONFIGS = {
         "ppo", "CartPole-v1", 100_000, 475.0, rlflow={},
         sb3={"n_envs": 8, "n_steps": 32, "batch_size": 256, "gae_lambda": 0.8, "gamma": 0.98, "n_epochs": 20,
              "ent_coef": 0.0, "learning_rate": ("linear", 1e-3), "clip_range": ("linear", 0.2)}),
+    # Zoo's PPO on LunarLander: 16 envs of 1,024 steps, minibatches of 64, 4 epochs, gamma .999, lambda .98,
+    # entropy .01, constant learning rate 3e-4 and clip range .2 (SB3's defaults).
+    "ppo-lunarlander": Config(
+        "ppo", "LunarLander-v3", 1_000_000, 200.0,
+        rlflow={"num_envs": 16, "n_steps": 1024, "minibatch_size": 64, "gae_lambda": 0.98, "gamma": 0.999,
+                "n_epochs": 4, "ent_coef": 0.01, "learning_rate": 3e-4, "clip_range": 0.2, "anneal": False},
+        sb3={"n_envs": 16, "n_steps": 1024, "batch_size": 64, "gae_lambda": 0.98, "gamma": 0.999, "n_epochs": 4,
+             "ent_coef": 0.01}),
     # Zoo's SAC on Pendulum: learning rate 1e-3, SB3's SAC defaults otherwise (batch 256, one gradient step
     # per env step after 100 steps, automatic entropy weight).
     "sac-pendulum": Config(
