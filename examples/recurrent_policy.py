@@ -30,7 +30,7 @@ SEEN = [0, 2]  # cart position, pole angle
 env = envs.make("CartPole-v1", num_envs=4, seed=0)
 store = StepStore(env.step_spec({"h": specs.Field((H,), np.float32)}), capacity=10_000, lanes=env.num_envs)
 table = Table(store, sampler=Uniform(seed=0), remover=Fifo(),
-              rate_limiter=SampleToInsertRatio(samples_per_insert=8, min_size_to_sample=100, error_buffer=100))
+              rate_limiter=SampleToInsertRatio(samples_per_insert=40, min_size_to_sample=100, error_buffer=500))
 adder = adders.Sequence(store, [table], length=LENGTH, period=5, end_behavior="zero_pad")
 
 

@@ -69,6 +69,16 @@ def _check_limiter(table: Any, batch_size: int, items_per_step: int) -> None:
             f"{limiter.max_diff - limiter.min_diff:g} cannot hold one sample of {batch_size} plus one env step's "
             f"{items_per_step} items at {limiter.samples_per_insert:g} samples each ({need:g}); the loop would "
             f"deadlock. Give SampleToInsertRatio an error_buffer of at least {math.ceil(need / 2)}")
+    # Before the table holds min_size_to_sample items nothing samples, so an env step's items must still fit
+    # when one item is missing: (m - 1 + items_per_step) * spi <= max_diff.
+    m, spi = limiter.min_size_to_sample, limiter.samples_per_insert
+    if (m - 1 + items_per_step) * spi > limiter.max_diff:
+        extra = (m - 1 + items_per_step) * spi - m * spi
+        raise ValueError(
+            f"table {table.name!r}: with {m - 1} of the min_size_to_sample={m} items stored, one env step's "
+            f"{items_per_step} items would need a diff of {(m - 1 + items_per_step) * spi:g}, above max_diff="
+            f"{limiter.max_diff:g} ({limiter!r}): nothing could sample or insert, the loop would deadlock. Give "
+            f"SampleToInsertRatio an error_buffer of at least {math.ceil(extra)}")
 
 
 class _Stop:

@@ -377,3 +377,28 @@ def test_state_reset_keeps_namedtuples_none_and_refuses_states_without_the_lanes
     assert out.h[:, 0].tolist() == [0.0, 1.0] and out.c[:, 0].tolist() == [0.0, 2.0]
     with pytest.raises(ValueError, match="lanes first"):  # nn.GRU's [layers, E, H] layout
         _reset_rows(torch.ones(1, 2, 4), torch.zeros(1, 2, 4), first)
+
+
+def test_run_refuses_a_limiter_that_deadlocks_just_below_min_size():
+    """(m - 1 + items) * spi > max_diff: with m - 1 items stored an env step's items cannot enter, and no sample
+    can run before m items: run() refuses it up front (4 lanes x 3-step windows = 12 items a step)."""
+    env = envs.make("CartPole-v1", num_envs=4, seed=0)
+    store = StepStore(env.spec, capacity=256, lanes=4)
+    limiter = SampleToInsertRatio(samples_per_insert=40, min_size_to_sample=100, error_buffer=300)
+    table = Table(store, sampler=Uniform(seed=0), remover=Fifo(), rate_limiter=limiter)
+    adder = adders.NStepTransition(store, [table], n=3)
+
+    class Learner(rlflow.Learner):
+        def step(self, sample):
+            return {}
+
+        def get_params(self):
+            return None
+
+    class Zero(rlflow.Policy):
+        def act(self, observation, state, *, evaluation=False):
+            return np.zeros(len(observation), np.int64), None, state
+
+    # the window (600) holds a sample plus a step's items (32 + 480), but (99 + 12) * 40 = 4440 > 4300
+    with pytest.raises(ValueError, match="error_buffer of at least 440"):
+        rlflow.run(env, Zero(), Learner(), adder, table, steps=100, progress=False)
