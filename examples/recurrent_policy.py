@@ -1,11 +1,11 @@
-"""A recurrent policy with the sequence adder: DRQN on CartPole with the velocities hidden.
+"""A recurrent policy with the sequence adder: DRQN (a GRU Q-network) on CartPole.
 
-The agent sees the cart's and the pole's positions only, so it needs memory. The policy is a GRU whose
-state rlflow's actor restarts at every episode start; each step stores the state the action was taken
-from (an extra), so the learner can start every sampled sequence from it. A ``Sequence`` adder writes
-overlapping windows of 10 rows (period 5) that never cross an episode's end; the learner unrolls the GRU
-over each window and regresses Q on ``r + gamma * max Q_target(next row)`` (0 after termination; after a
-time limit the next row is the stored final observation) on the masked steps.
+The policy is a GRU whose state rlflow's actor restarts at every episode start; each step stores the
+state the action was taken from (an extra), so the learner can start every sampled sequence from it.
+A ``Sequence`` adder writes overlapping windows of 10 rows (period 5) that never cross an episode's end;
+the learner unrolls the GRU over each window and regresses Q on ``r + gamma * max Q_target(next row)``
+(0 after termination; after a time limit the next row is the stored final observation) on the masked
+steps.
 
     python examples/recurrent_policy.py        # 40,000 env steps
 """
@@ -25,7 +25,6 @@ parser.add_argument("--steps", type=int, default=40_000)
 steps = parser.parse_args().steps
 torch.manual_seed(0)
 H, LENGTH = 64, 10
-SEEN = [0, 2]  # cart position, pole angle
 
 env = envs.make("CartPole-v1", num_envs=4, seed=0)
 store = StepStore(env.step_spec({"h": specs.Field((H,), np.float32)}), capacity=10_000, lanes=env.num_envs)
@@ -37,10 +36,10 @@ adder = adders.Sequence(store, [table], length=LENGTH, period=5, end_behavior="z
 class DRQN(nn.Module):
     def __init__(self):
         super().__init__()
-        self.inp, self.gru, self.out = nn.Linear(len(SEEN), H), nn.GRUCell(H, H), nn.Linear(H, 2)
+        self.inp, self.gru, self.out = nn.Linear(4, H), nn.GRUCell(H, H), nn.Linear(H, 2)
 
     def forward(self, obs, h):  # one step: obs [N, 4], h [N, H] -> Q [N, 2], h'
-        h = self.gru(torch.relu(self.inp(torch.as_tensor(obs)[:, SEEN])), h)
+        h = self.gru(torch.relu(self.inp(torch.as_tensor(obs))), h)
         return self.out(h), h
 
     def unroll(self, obs, h):  # obs [B, L, 4] from the state h [B, H] -> Q [B, L, 2]
@@ -97,5 +96,5 @@ class DRQNLearner(rlflow.Learner):
 learner = DRQNLearner()
 result = rlflow.run(env, RecurrentEpsilonGreedy(learner.q), learner, adder, table, steps=steps, batch_size=32,
                     eval_env=envs.make("CartPole-v1", num_envs=None), eval_every=steps // 4, seed=0)
-print(f"final evaluation: {result.final_evaluation:.1f} after {result.env_steps} env steps (positions only, "
-      f"a GRU policy), {result.learner_steps} learner steps on sequences of {LENGTH} rows")
+print(f"final evaluation: {result.final_evaluation:.1f} after {result.env_steps} env steps (a GRU policy), "
+      f"{result.learner_steps} learner steps on sequences of {LENGTH} rows")
