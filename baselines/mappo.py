@@ -38,6 +38,7 @@ from torch import nn
 
 import rlflow
 from baselines import RunArgs, train
+from baselines.ppo import ppo_terms
 from baselines.td3 import mlp
 from rlflow import adders, specs
 from rlflow.envs import ParallelEnvironment
@@ -243,30 +244,14 @@ def agent_targets(values: torch.Tensor, rows: dict, mask: np.ndarray, gamma: flo
     return {"active": tm(active), "advantages": adv, "returns": ret}
 
 
-def ppo_terms(dist: torch.distributions.Categorical, values: torch.Tensor, actions: torch.Tensor,
-              old_log_prob: torch.Tensor, advantages: torch.Tensor, returns: torch.Tensor, active: torch.Tensor,
-              clip: float, ent_coef: float, vf_coef: float) -> tuple[torch.Tensor, dict[str, float]]:
-    """PPO's clipped objective over the ``active`` entries (any leading shape; the advantages normalised
-    over those entries): ``-mean min(r A, clip(r, 1 - clip, 1 + clip) A) + vf_coef mean (V - R)^2 -
-    ent_coef mean H``, ``r = exp(log pi(a|o) - old log pi(a|o))``."""
-    ratio = torch.exp(dist.log_prob(actions) - old_log_prob)[active]
-    adv = advantages[active]
-    adv = (adv - adv.mean()) / (adv.std() + 1e-8) if len(adv) > 1 else adv
-    policy_loss = -torch.min(ratio * adv, torch.clamp(ratio, 1 - clip, 1 + clip) * adv).mean()
-    value_loss = (values[active] - returns[active]).pow(2).mean()
-    entropy = dist.entropy()[active].mean()
-    loss = policy_loss + vf_coef * value_loss - ent_coef * entropy
-    return loss, {"policy_loss": policy_loss.item(), "value_loss": value_loss.item(), "entropy": entropy.item()}
-
-
 def mappo_loss(net: MAPPONet, obs: dict, actions: torch.Tensor, old_log_prob: torch.Tensor, advantages: torch.Tensor,
                returns: torch.Tensor, active: torch.Tensor, clip: float, ent_coef: float,
                vf_coef: float) -> tuple[torch.Tensor, dict[str, float]]:
-    """:func:`ppo_terms` of a feed-forward network over ``[M, A]`` samples: ``M`` (step, env) rows, every
-    agent of a row together (as the centralised critic wants), ``obs`` a dict of ``[M, A, ...]`` (and
-    ``state [M, ...]``); means run over the agents that acted (``active``)."""
-    return ppo_terms(net.policy(obs), net.value(obs), actions, old_log_prob, advantages, returns, active, clip,
-                     ent_coef, vf_coef)
+    """PPO's objective (:func:`baselines.ppo.ppo_terms`) of a feed-forward network over ``[M, A]`` samples:
+    ``M`` (step, env) rows, every agent of a row together (as the centralised critic wants), ``obs`` a dict
+    of ``[M, A, ...]`` (and ``state [M, ...]``); means run over the agents that acted (``active``)."""
+    return ppo_terms(net.policy(obs), net.value(obs), actions, old_log_prob, advantages, returns, clip, ent_coef,
+                     vf_coef, mask=active)
 
 
 class MAPPOLearner(rlflow.Learner):
@@ -312,8 +297,8 @@ class MAPPOLearner(rlflow.Learner):
                     acted = torch.as_tensor(take(active, c.index) & c.mask[..., None])  # padding past the end: out
                     loss, metrics = ppo_terms(torch.distributions.Categorical(logits=logits), values,
                                               take(actions, c.index), take(old_log_prob, c.index),
-                                              take(advantages, c.index), take(returns, c.index), acted,
-                                              self.args.clip_range, self.args.ent_coef, self.args.vf_coef)
+                                              take(advantages, c.index), take(returns, c.index),
+                                              self.args.clip_range, self.args.ent_coef, self.args.vf_coef, mask=acted)
                     self._apply(loss)
                 continue
             # minibatches of whole (step, env) rows: every agent of a step together (the centralised critic

@@ -47,7 +47,15 @@ class Config:
 # RL Baselines3 Zoo's DQN hyperparameters. SB3 trains in bursts (gradient_steps every train_freq env
 # steps); rlflow spreads the same number of samples evenly (samples_per_insert = batch * gradient_steps
 # / train_freq). SB3 counts target_update_interval in env steps (during a burst the target does not
-# move); rlflow's target_update_period counts learner steps.
+# move); rlflow's target_update_period counts learner steps. Acrobot and LunarLander share one setting
+# (LunarLander needs box2d, which the bench extra installs with gymnasium[box2d]).
+DQN_ZOO_RLFLOW = {"learning_rate": 6.3e-4, "batch_size": 128, "buffer_size": 50_000, "learning_starts": 128,
+                  "samples_per_insert": 128.0, "target_update_period": 250, "exploration_fraction": 0.12,
+                  "exploration_final_eps": 0.1, "hidden": (256, 256)}
+DQN_ZOO_SB3 = {"learning_rate": 6.3e-4, "batch_size": 128, "buffer_size": 50_000, "learning_starts": 0, "gamma": 0.99,
+               "target_update_interval": 250, "train_freq": 4, "gradient_steps": -1, "exploration_fraction": 0.12,
+               "exploration_final_eps": 0.1, "policy_kwargs": {"net_arch": [256, 256]}}
+
 CONFIGS = {
     "dqn-cartpole": Config(
         "dqn", "CartPole-v1", 50_000, 475.0,
@@ -57,23 +65,8 @@ CONFIGS = {
         sb3={"learning_rate": 2.3e-3, "batch_size": 64, "buffer_size": 100_000, "learning_starts": 1_000,
              "gamma": 0.99, "target_update_interval": 10, "train_freq": 256, "gradient_steps": 128,
              "exploration_fraction": 0.16, "exploration_final_eps": 0.04, "policy_kwargs": {"net_arch": [256, 256]}}),
-    "dqn-acrobot": Config(
-        "dqn", "Acrobot-v1", 100_000, -100.0,
-        rlflow={"learning_rate": 6.3e-4, "batch_size": 128, "buffer_size": 50_000, "learning_starts": 128,
-                "samples_per_insert": 128.0, "target_update_period": 250, "exploration_fraction": 0.12,
-                "exploration_final_eps": 0.1, "hidden": (256, 256)},
-        sb3={"learning_rate": 6.3e-4, "batch_size": 128, "buffer_size": 50_000, "learning_starts": 0,
-             "gamma": 0.99, "target_update_interval": 250, "train_freq": 4, "gradient_steps": -1,
-             "exploration_fraction": 0.12, "exploration_final_eps": 0.1, "policy_kwargs": {"net_arch": [256, 256]}}),
-    # Zoo's DQN on LunarLander: the Acrobot settings (box2d: the bench extra installs gymnasium[box2d]).
-    "dqn-lunarlander": Config(
-        "dqn", "LunarLander-v3", 100_000, 150.0,
-        rlflow={"learning_rate": 6.3e-4, "batch_size": 128, "buffer_size": 50_000, "learning_starts": 128,
-                "samples_per_insert": 128.0, "target_update_period": 250, "exploration_fraction": 0.12,
-                "exploration_final_eps": 0.1, "hidden": (256, 256)},
-        sb3={"learning_rate": 6.3e-4, "batch_size": 128, "buffer_size": 50_000, "learning_starts": 0,
-             "gamma": 0.99, "target_update_interval": 250, "train_freq": 4, "gradient_steps": -1,
-             "exploration_fraction": 0.12, "exploration_final_eps": 0.1, "policy_kwargs": {"net_arch": [256, 256]}}),
+    "dqn-acrobot": Config("dqn", "Acrobot-v1", 100_000, -100.0, rlflow=DQN_ZOO_RLFLOW, sb3=DQN_ZOO_SB3),
+    "dqn-lunarlander": Config("dqn", "LunarLander-v3", 100_000, 150.0, rlflow=DQN_ZOO_RLFLOW, sb3=DQN_ZOO_SB3),
     # Zoo's TD3 on Pendulum: one gradient step of 256 per env step after 10,000 steps; Gaussian noise of
     # std 0.1 in action units (rlflow's exploration_noise is in units of the action half-width, 2 here).
     "td3-pendulum": Config(
