@@ -82,6 +82,22 @@ def continuous_replay(args: Any, capacity: int) -> tuple[Any, ...]:
     return env, eval_env, low, high, obs_dim, act_dim, adder, table
 
 
+def rollout_queue(step_spec: Any, num_envs: int, n_steps: int) -> tuple[Any, Any, Any]:
+    """The on-policy set-up of PPO and MAPPO: a ``Sequence`` adder writing each lane's rollout of
+    ``n_steps`` actions as one item of ``n_steps + 1`` rows every ``n_steps`` rows (rollouts run on across
+    episode ends), into a FIFO queue the learner empties ``num_envs`` rollouts at a time (room for a batch
+    plus one env step's items, which the loop checks). Returns ``(store, table, adder)``."""
+    from rlflow import adders
+    from rlflow.replay import Fifo, Queue, StepStore, Table
+
+    store = StepStore(step_spec, capacity=4 * (n_steps + 1), lanes=num_envs)
+    adder_items = 3  # Sequence.max_items_per_step
+    table = Table(store, sampler=Fifo(), remover=Fifo(), max_times_sampled=1, cross_episodes=True,
+                  rate_limiter=Queue(num_envs * (1 + adder_items)))
+    adder = adders.Sequence(store, [table], length=n_steps + 1, period=n_steps, end_behavior="continue")
+    return store, table, adder
+
+
 def train(name: str, args: Any, env: Any, eval_env: Any, policy: Any, learner: Any, adder: Any,
           table: Any) -> rlflow.RunResult:
     """Run ``rlflow.run`` with the baseline's common flags, then save the learner, plot and report."""

@@ -37,13 +37,12 @@ import tyro
 from torch import nn
 
 import rlflow
-from baselines import RunArgs, train
+from baselines import RunArgs, rollout_queue, train
 from baselines.ppo import ppo_terms
 from baselines.td3 import mlp
-from rlflow import adders, specs
+from rlflow import specs
 from rlflow.envs import ParallelEnvironment
 from rlflow.minibatches import chunk_resets, feedforward, recurrent_chunks, take
-from rlflow.replay import Fifo, Queue, StepStore, Table
 from rlflow.returns import ValueNormalizer, gae
 
 
@@ -85,6 +84,15 @@ def make_env(args: Args, num_envs: int, seed: int | None) -> ParallelEnvironment
     kwargs = {"N": args.n_agents} if "spread" in args.env_id else {}
     return ParallelEnvironment([scenario.parallel_env(max_cycles=args.max_cycles, **kwargs)
                                 for _ in range(num_envs)], seed=seed)
+
+
+def team_dims(env: ParallelEnvironment) -> tuple[int, int, int]:
+    """``(obs_dim, state_dim, n_actions)`` of one agent: its flat observation, the global state (every
+    agent's observation together when the env has no state), its discrete actions."""
+    spec = env.observation_spec
+    obs_dim = int(np.prod(spec["obs"].shape[1:]))
+    state_dim = int(np.prod(spec["state"].shape)) if "state" in spec else env.num_agents * obs_dim
+    return obs_dim, state_dim, int(env.single_agent_action_space.n)
 
 
 def _net(in_dim: int, hidden: tuple[int, ...], out_dim: int, out_gain: float) -> nn.Sequential:
@@ -337,22 +345,14 @@ def main(args: Args) -> rlflow.RunResult:
     torch.set_num_threads(1)
     env = make_env(args, args.num_envs, args.seed)
     eval_env = make_env(args, 1, None)
-    obs_spec = env.observation_spec
-    obs_dim = int(np.prod(obs_spec["obs"].shape[1:]))
-    state_dim = int(np.prod(obs_spec["state"].shape)) if "state" in obs_spec else args.n_agents * obs_dim
-    n_actions = int(env.single_agent_action_space.n)
+    obs_dim, state_dim, n_actions = team_dims(env)
 
-    # Rollouts: n_steps + 1 rows per lane every n_steps rows, in a queue the learner empties num_envs at a
-    # time (room for a batch plus one env step's items, which the loop checks).
+    # Rollouts of n_steps + 1 rows per lane in a queue the learner empties num_envs at a time.
     extras = {"log_prob": specs.Field((env.num_agents,), np.float32)}
     if args.recurrent:  # the hidden states each step started from: where the learner's chunks start
         extras.update(h_actor=specs.Field((env.num_agents, args.hidden[-1]), np.float32),
                       h_critic=specs.Field((env.num_agents, args.hidden[-1]), np.float32))
-    store = StepStore(env.step_spec(extras), capacity=4 * (args.n_steps + 1), lanes=args.num_envs)
-    adder_items = 3  # Sequence.max_items_per_step
-    table = Table(store, sampler=Fifo(), remover=Fifo(), max_times_sampled=1, cross_episodes=True,
-                  rate_limiter=Queue(args.num_envs * (1 + adder_items)))
-    adder = adders.Sequence(store, [table], length=args.n_steps + 1, period=args.n_steps, end_behavior="continue")
+    _, table, adder = rollout_queue(env.step_spec(extras), args.num_envs, args.n_steps)
 
     net = MAPPONet(obs_dim, state_dim, n_actions, env.num_agents, args)
     result = train("MAPPO" if args.critic == "centralised" else "IPPO", args, env, eval_env, TeamPolicy(net),

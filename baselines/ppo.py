@@ -24,11 +24,10 @@ import tyro
 from torch import nn
 
 import rlflow
-from baselines import RunArgs, train
+from baselines import RunArgs, rollout_queue, train
 from baselines.td3 import mlp
-from rlflow import adders, envs, specs
+from rlflow import envs, specs
 from rlflow.minibatches import chunk_resets, feedforward, recurrent_chunks, take
-from rlflow.replay import Fifo, Queue, StepStore, Table
 from rlflow.returns import ValueNormalizer, gae
 
 
@@ -260,16 +259,11 @@ def main(args: Args) -> rlflow.RunResult:
     eval_env = envs.make(args.env_id, num_envs=None)
     obs_dim, n_actions = int(np.prod(env.single_observation_space.shape)), int(env.single_action_space.n)
 
-    # Rollouts: n_steps + 1 rows per lane every n_steps rows, in a queue the learner empties num_envs at a
-    # time (room for a batch plus one env step's items, which the loop checks).
+    # Rollouts of n_steps + 1 rows per lane in a queue the learner empties num_envs at a time.
     extras = {"log_prob": specs.Field((), np.float32), "value": specs.Field((), np.float32)}
     if args.lstm:  # the LSTM states (h, c of the actor's and the critic's) each step started from
         extras["lstm"] = specs.Field((4, args.lstm), np.float32)
-    store = StepStore(env.step_spec(extras), capacity=4 * (args.n_steps + 1), lanes=args.num_envs)
-    adder_items = 3  # Sequence.max_items_per_step
-    table = Table(store, sampler=Fifo(), remover=Fifo(), max_times_sampled=1, cross_episodes=True,
-                  rate_limiter=Queue(args.num_envs * (1 + adder_items)))
-    adder = adders.Sequence(store, [table], length=args.n_steps + 1, period=args.n_steps, end_behavior="continue")
+    _, table, adder = rollout_queue(env.step_spec(extras), args.num_envs, args.n_steps)
 
     net = ActorCritic(obs_dim, n_actions, args.hidden, args.lstm)
     return train("PPO", args, env, eval_env, SamplingPolicy(net), PPOLearner(net, args), adder, table)

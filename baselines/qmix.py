@@ -30,7 +30,7 @@ from torch import nn
 
 import rlflow
 from baselines import RunArgs, train
-from baselines.mappo import make_env
+from baselines.mappo import make_env, team_dims
 from rlflow import adders
 from rlflow.replay import Fifo, SampleToInsertRatio, StepStore, Table, Uniform
 
@@ -264,10 +264,7 @@ def main(args: Args) -> rlflow.RunResult:
     torch.set_num_threads(1)
     env = make_env(args, args.num_envs, args.seed)
     eval_env = make_env(args, 1, None)
-    spec = env.observation_spec
-    obs_dim = int(np.prod(spec["obs"].shape[1:]))
-    state_dim = int(np.prod(spec["state"].shape)) if "state" in spec else args.n_agents * obs_dim
-    n_actions = int(env.single_agent_action_space.n)
+    obs_dim, state_dim, n_actions = team_dims(env)
 
     # Episodes of max_cycles + 1 rows; the store keeps about buffer_episodes of them over the lanes.
     rows = args.max_cycles + 1

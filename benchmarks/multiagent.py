@@ -85,8 +85,7 @@ def fill_rlflow(adder_factory: Callable[[StepStore, Table], Any], steps: int, po
     lanes = np.arange(LANES)
 
     def first_step(js: np.ndarray) -> TimeStep:
-        obs = {k: v for k, v in pool.observation(0, 0).items()}
-        obs = {k: np.stack([pool.observation(int(j), 0)[k] for j in js]) for k in obs}
+        obs = {k: np.stack([pool.observation(int(j), 0)[k] for j in js]) for k in pool.observation(0, 0)}
         n = len(js)
         return TimeStep(obs, np.zeros((n, A), f32), np.zeros(n, bool), np.zeros(n, bool), np.ones(n, bool),
                         np.zeros(n, bool))
