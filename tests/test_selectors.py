@@ -4,7 +4,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlflow.replay.selectors import Fifo, Lifo, MaxHeap, MinHeap, Prioritized, Uniform
-from rlflow.replay.sum_tree import SumTree
+from rlflow.replay.sum_tree import BRANCH, SumTree
 
 CAP = 13  # not a power of two on purpose
 
@@ -221,3 +221,18 @@ def test_bad_parameters_and_double_bind():
     s.bind(3)
     with pytest.raises(ValueError, match="already bound"):
         s.bind(3)
+
+
+@pytest.mark.parametrize("capacity", [1, 9, 5000, 1_000_000])
+def test_sum_tree_levels_share_cache_lines(capacity):
+    """Each node's BRANCH children sit in one 64-byte line: aligned arrays, levels on multiples of BRANCH."""
+    tree = SumTree(capacity)
+    assert tree.sums.ctypes.data % 64 == 0 and tree.mins.ctypes.data % 64 == 0
+    assert all(int(o) % BRANCH == 0 for o in tree.offsets)
+
+
+def test_kernels_prefetch_on_this_platform():
+    """The batched kernels get the real prefetch intrinsic here (a fallback would cost speed silently)."""
+    from rlflow.replay import _prefetch
+
+    assert _prefetch.prefetch is _prefetch._llvm_prefetch

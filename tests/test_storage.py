@@ -187,3 +187,20 @@ def test_wrap_equals_modulo(x, capacity):
 
     for v in (x, x + capacity - 1, capacity * (x % 1000), capacity * (x % 1000) - 1 if x % 1000 else 0):
         assert wrap(v, capacity) == v % capacity
+
+
+@settings(max_examples=60, deadline=None)
+@given(shape=st.sampled_from([(), (1,), (3,), (17,), (2, 3), (130,), (4, 84)]),
+       dtype=st.sampled_from([np.float32, np.float64, np.int64, np.uint8, np.bool_]),
+       index_shape=st.sampled_from([(0,), (1,), (7,), (2, 5), (3, 4, 2)]), seed=st.integers(0, 2**16))
+def test_take_column_equals_numpy_take(shape, dtype, index_shape, seed):
+    """The compiled gather (small rows) and np.take (large rows, scalars) give numpy's answer, any index shape."""
+    rng = np.random.default_rng(seed)
+    store = StepStore({"x": Field(shape, dtype)}, capacity=6, lanes=3)
+    store.columns["x"][:] = (rng.random(store.columns["x"].shape) * 200).astype(dtype)
+    idx = rng.integers(0, 18, index_shape)
+    ref = store.columns["x"].reshape(18, *shape)[idx]
+    got = store.take_column("x", idx)
+    assert got.dtype == ref.dtype and got.shape == ref.shape
+    np.testing.assert_array_equal(got, ref)
+    assert ("x" in store._small_rows) == (len(shape) > 0 and np.dtype(dtype).itemsize * int(np.prod(shape)) <= 512)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from rlflow.replay._prefetch import prefetch
+
 _OPTS = {"cache": True, "nogil": True}
 
 KEY, LANE, START, LENGTH, VALID, TIMES = range(6)
@@ -225,6 +227,10 @@ def set_priorities(meta: np.ndarray, priority: np.ndarray, keys: np.ndarray, val
     Writes the live keys' slots and values, in order, to the outputs; returns how many there are.
     """
     max_size = meta.shape[0]
+    for i in range(keys.shape[0]):
+        if keys[i] >= 0:
+            prefetch(meta, (keys[i] % max_size) * meta.shape[1])
+            prefetch(priority, keys[i] % max_size)
     m = 0
     for i in range(keys.shape[0]):
         k = keys[i]
@@ -298,3 +304,33 @@ def window_index(meta: np.ndarray, lane_col: int, start_col: int, length_col: in
                 mask[b, i] = False
                 full = False
     return idx, mask, full
+
+
+@njit(**_OPTS)
+def window_ends(meta: np.ndarray, lane_col: int, start_col: int, length_col: int, capacity: int) -> np.ndarray:
+    """Flat store indices ``[2, B]`` of each item window's first and last row."""
+    b_count = meta.shape[0]
+    ends = np.empty((2, b_count), np.int64)
+    for b in range(b_count):
+        base = meta[b, lane_col] * capacity
+        start = meta[b, start_col]
+        ends[0, b] = base + wrap(start, capacity)
+        ends[1, b] = base + wrap(start + meta[b, length_col] - 1, capacity)
+    return ends
+
+
+@njit(**_OPTS)
+def take_rows(col: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """``col[idx]`` for a C-ordered ``[rows, width]`` column: every row's cache lines are prefetched
+    before any is copied, so the misses of a batch of random rows overlap."""
+    n = idx.shape[0]
+    width = col.shape[1]
+    out = np.empty((n, width), col.dtype)
+    for i in range(n):
+        prefetch(col, idx[i] * width)
+        prefetch(col, idx[i] * width + width - 1)
+    for i in range(n):
+        r = idx[i]
+        for k in range(width):
+            out[i, k] = col[r, k]
+    return out

@@ -17,6 +17,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from rlflow.replay._prefetch import prefetch
+
 _OPTS = {"cache": True, "nogil": True}
 
 
@@ -183,10 +185,31 @@ def draw_rows(meta: np.ndarray, slots: np.ndarray, times_col: int) -> np.ndarray
     """Count one sample for each drawn slot, in order; return a copy of each draw's row as of that draw."""
     out = np.empty((slots.shape[0], meta.shape[1]), np.int64)
     for j in range(slots.shape[0]):
+        prefetch(meta, slots[j] * meta.shape[1])
+    for j in range(slots.shape[0]):
         s = slots[j]
         meta[s, times_col] += 1
         out[j] = meta[s]
     return out
+
+
+@njit(**_OPTS)
+def uniform_pick(uniforms: np.ndarray, live: np.ndarray, items: np.ndarray, count: int) -> np.ndarray:
+    """``n = len(uniforms) // 2`` slots, each uniform over the ``count`` live ones.
+
+    Draw ``j`` takes slot ``floor(u_j * capacity)`` when it is live (reading a one-byte flag), and
+    otherwise the packed live slot ``items[floor(u_{n+j} * count)]``: a live slot is then chosen with
+    probability ``1 / capacity + (1 - count / capacity) / count = 1 / count``.
+    """
+    capacity = live.shape[0]
+    n = uniforms.shape[0] // 2
+    slots = np.empty(n, np.int64)
+    for j in range(n):
+        s = min(int(uniforms[j] * capacity), capacity - 1)
+        if not live[s]:
+            s = items[min(int(uniforms[n + j] * count), count - 1)]
+        slots[j] = s
+    return slots
 
 
 @njit(**_OPTS)

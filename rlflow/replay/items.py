@@ -27,17 +27,27 @@ META_WIDTH = 8  # int64 columns per slot: the six of the item kernels, then 16 b
 _INLINE = slice(48, 64)  # bytes of a meta row that hold inline item fields
 
 
-def _field_columns(meta: np.ndarray, fields: dict[str, Field]) -> dict[str, np.ndarray]:
-    """One array per item field: views into the spare bytes of ``meta`` rows when all fields fit there
-    (each aligned to its item size), otherwise arrays of their own."""
+def _inline(fields: dict[str, Field]) -> dict[str, int] | None:
+    """The byte offset in a meta row of each field, when all fit in its spare bytes (else None)."""
     offsets, off = {}, _INLINE.start
     for name, f in fields.items():
         size = f.dtype.itemsize
         off = -(-off // size) * size
         offsets[name] = off
         off += f.nbytes
-    n = meta.shape[0]
     if not fields or off > _INLINE.stop or any(f.dtype.hasobject for f in fields.values()):
+        return None
+    return offsets
+
+
+def _field_columns(meta: np.ndarray, fields: dict[str, Field],
+                   offsets: dict[str, int] | None = None) -> dict[str, np.ndarray]:
+    """One array per item field: views into the spare bytes of ``meta`` rows when all fields fit there
+    (each aligned to its item size; ``offsets``: their :func:`_inline` offsets), otherwise arrays of
+    their own."""
+    offsets = offsets or _inline(fields)
+    n = meta.shape[0]
+    if offsets is None:
         return {k: np.zeros((n, *f.shape), f.dtype) for k, f in fields.items()}
     raw = meta.view(np.uint8).reshape(n, meta.shape[1] * 8)
     return {k: raw[:, offsets[k]: offsets[k] + f.nbytes].view(f.dtype).reshape(n, *f.shape)
@@ -54,7 +64,13 @@ class Items:
         self.meta = np.zeros((max_size, META_WIDTH), np.int64)
         self.meta[:, KEY] = -1
         self.priority = np.zeros(max_size, np.float64)
+        self.fields = fields
         self.columns = _field_columns(self.meta, fields)
+        self.inline = _inline(fields)
+        # Where each inline field sits in a meta row viewed as its dtype: (dtype, lo, hi, shape or None).
+        self._inline_at = {n: (f.dtype, off // f.dtype.itemsize, (off + f.nbytes) // f.dtype.itemsize,
+                               None if not f.shape else (-1, *f.shape))
+                           for n, f in fields.items() for off in [(self.inline or {}).get(n, 0)]}
         self.free = np.arange(max_size - 1, -1, -1, dtype=np.int64)  # a stack; the top is at num_free - 1
         self.num_free = max_size
         self.next_seq = 0
@@ -74,6 +90,18 @@ class Items:
     @property
     def times(self) -> np.ndarray:
         return self.meta[:, TIMES]
+
+    def drawn_fields(self, slots: np.ndarray, drawn: np.ndarray) -> dict[str, np.ndarray]:
+        """The item fields of ``slots``, whose meta rows were copied to ``drawn`` when they were drawn."""
+        if self.inline is None:
+            return {n: c[slots] for n, c in self.columns.items()}
+        out, views = {}, {}
+        for name, (dtype, lo, hi, shape) in self._inline_at.items():
+            v = views.get(dtype)
+            if v is None:
+                v = views[dtype] = drawn.view(dtype)
+            out[name] = v[:, lo] if shape is None else v[:, lo:hi].reshape(shape)
+        return out
 
     def slots_of(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Slots of ``keys`` and whether each key is still live."""

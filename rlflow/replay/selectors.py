@@ -118,9 +118,10 @@ class Selector(ABC):
 class Uniform(Selector):
     """Every item equally likely: ``P(i) = 1 / N``, draws with replacement.
 
-    While at least half the slots are live, a draw picks a slot uniformly and redraws the empty ones
-    (rejection: exactly uniform over the live items), which reads only a one-byte flag per draw;
-    below half, it picks from a packed array of the live slots.
+    While at least half the slots are live, a draw picks a slot uniformly, which reads only a one-byte
+    flag per draw, and a draw that hits an empty slot is made again from a packed array of the live
+    slots (each draw is then exactly uniform over the live items); below half, every draw picks from
+    the packed array.
     """
 
     def _allocate(self) -> None:
@@ -143,12 +144,7 @@ class Uniform(Selector):
 
     def sample(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         if 2 * self.size >= self.capacity:
-            slots = self._below(self.capacity, n)
-            if not self._live[slots].all():
-                empty = np.flatnonzero(~self._live[slots])
-                while empty.size:
-                    slots[empty] = self._below(self.capacity, empty.size)
-                    empty = empty[~self._live[slots[empty]]]
+            slots = K.uniform_pick(self.rng.random(2 * n), self._live, self._items, self.size)
         else:
             slots = self._items[self._below(self.size, n)]
         return slots, np.full(n, 1.0 / self.size)

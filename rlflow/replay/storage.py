@@ -37,6 +37,8 @@ from rlflow.replay import _item_kernels as KI
 from rlflow.replay._item_kernels import LANE, LENGTH, START, VALID
 from rlflow.specs import Field, Spec, SpecError
 
+_SMALL_ROW = 512  # bytes: rows up to this size are gathered by the compiled, prefetching kernel
+
 __all__ = ["OverwriteListener", "StepStore"]
 
 _NO_FIRST = np.zeros(0, np.bool_)
@@ -96,6 +98,10 @@ class StepStore:
         # (lanes * capacity, row bytes) for the compiled write kernels.
         self._flat = {n: c.reshape(-1, *self.fields[n].shape) for n, c in self.columns.items()}
         rows = self.num_lanes * self.capacity
+        # Columns of small rows, as (rows, values per row), for the compiled gather (which prefetches
+        # every row before copying any; large rows are copied by np.take, whose memcpy streams them).
+        self._small_rows = {n: c.reshape(rows, -1) for n, c in self._flat.items()
+                            if type(c) is np.ndarray and c.ndim > 1 and self.fields[n].nbytes <= _SMALL_ROW}
         self._row_bytes = {n: np.asarray(c).reshape(rows, int(np.prod(self.fields[n].shape))).view(np.uint8)
                            for n, c in self.columns.items()}
         self.episode_id = np.full(shape2, -1, np.int64)
@@ -328,9 +334,17 @@ class StepStore:
 
     def take(self, flat_index: np.ndarray) -> dict[str, np.ndarray]:
         """Every column at flat indices ``lane * capacity + row % capacity`` (any index shape)."""
+        return {name: self.take_column(name, flat_index) for name in self._flat}
+
+    def take_column(self, name: str, flat_index: np.ndarray) -> np.ndarray:
+        """Column ``name`` at flat indices ``lane * capacity + row % capacity`` (any index shape)."""
+        small = self._small_rows.get(name)
+        if small is not None:
+            out = KI.take_rows(small, flat_index.reshape(-1))
+            return out.reshape(*flat_index.shape, *self.fields[name].shape)
+        col = self._flat[name]
         # np.take beats fancy indexing for rows of several values; plain indexing wins for scalars.
-        return {name: np.take(col, flat_index, axis=0) if col.ndim > 1 else col[flat_index]
-                for name, col in self._flat.items()}
+        return np.take(col, flat_index, axis=0) if col.ndim > 1 else col[flat_index]
 
     def gather_windows(
         self,

@@ -20,6 +20,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from rlflow.replay._prefetch import prefetch
+
 __all__ = ["BRANCH", "SumTree"]
 
 BRANCH = 8
@@ -51,13 +53,15 @@ def _update(sums: np.ndarray, mins: np.ndarray, offsets: np.ndarray, slots: np.n
             values: np.ndarray, exponent: float) -> None:
     """Set leaves to ``values ** exponent`` in order, then recompute their ancestors level by level.
 
-    Level by level, the batch's memory reads are independent of each other, so the CPU overlaps their
-    cache misses instead of paying them one after another; a parent shared with the previous entry
-    (sorted batches) is recomputed once.
+    Level by level, the batch's memory reads are independent of each other and are all prefetched
+    before any is used, so their cache misses overlap instead of adding up; a parent shared with the
+    previous entry (sorted batches) is recomputed once.
     """
     depth = offsets.shape[0] - 1
     leaf0 = offsets[depth - 1]
     n = slots.shape[0]
+    for i in range(n):
+        prefetch(sums, leaf0 + slots[i])
     for i in range(n):
         v = values[i]
         if exponent != 1.0:
@@ -65,6 +69,9 @@ def _update(sums: np.ndarray, mins: np.ndarray, offsets: np.ndarray, slots: np.n
         sums[leaf0 + slots[i]] = v
     nodes = slots.copy()
     for d in range(depth - 2, -1, -1):
+        for i in range(n):
+            prefetch(sums, offsets[d] + nodes[i] // BRANCH)
+            prefetch(mins, offsets[d] + nodes[i] // BRANCH)
         previous = -1
         for i in range(n):
             j = nodes[i] // BRANCH
@@ -90,7 +97,7 @@ def _find(sums: np.ndarray, offsets: np.ndarray, targets: np.ndarray) -> np.ndar
     branches: the number of running sums at or below it), which always has positive mass. If rounding
     leaves the target at or past the children's total, the last child with positive mass is taken, and
     the rest of the descent follows last positive children. All targets descend together, level by
-    level, so their cache misses overlap.
+    level, and each level's nodes are prefetched before any is read, so their cache misses overlap.
     """
     depth = offsets.shape[0] - 1
     n = targets.shape[0]
@@ -98,6 +105,8 @@ def _find(sums: np.ndarray, offsets: np.ndarray, targets: np.ndarray) -> np.ndar
     nodes = np.zeros(n, np.int64)
     overflow = np.zeros(n, np.bool_)
     for d in range(1, depth):
+        for i in range(n):  # start every load of this level before using any
+            prefetch(sums, offsets[d] + nodes[i] * BRANCH)
         for i in range(n):
             first = offsets[d] + nodes[i] * BRANCH
             pick = 0
@@ -147,6 +156,13 @@ def _sample(sums: np.ndarray, mins: np.ndarray, offsets: np.ndarray, uniforms: n
     return leaves, probabilities, weights
 
 
+def _cache_aligned(n: int, fill: float) -> np.ndarray:
+    """``n`` float64 set to ``fill``, starting on a 64-byte boundary."""
+    buf = np.full(n + 8, fill, np.float64)
+    shift = (-buf.ctypes.data % 64) // 8
+    return buf[shift: shift + n]
+
+
 class SumTree:
     """Sums and minimum over ``capacity`` non-negative leaves, with batched updates and searches."""
 
@@ -160,10 +176,12 @@ class SumTree:
         while BRANCH ** (depth - 1) < self.capacity:
             depth += 1
         depth = max(depth, 2)
-        sizes = [1] + [-(-self.capacity // BRANCH ** (depth - d)) * BRANCH for d in range(1, depth)]
+        # Every level starts on a multiple of BRANCH (the root's level is padded to BRANCH), and both
+        # arrays start on a cache line, so each node's children share one 64-byte line.
+        sizes = [BRANCH] + [-(-self.capacity // BRANCH ** (depth - d)) * BRANCH for d in range(1, depth)]
         self.offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-        self.sums = np.zeros(int(self.offsets[-1]), np.float64)
-        self.mins = np.full(int(self.offsets[-2]), np.inf, np.float64)  # internal nodes only
+        self.sums = _cache_aligned(int(self.offsets[-1]), 0.0)
+        self.mins = _cache_aligned(int(self.offsets[-2]), np.inf)  # internal nodes only
 
     @property
     def leaves(self) -> np.ndarray:

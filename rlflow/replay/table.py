@@ -74,6 +74,17 @@ def _check_priorities(value: Any, n: int) -> np.ndarray:
         arr = np.empty(n, np.float64)
         arr.fill(value)
         return arr
+    if type(value) is np.ndarray and value.dtype == np.float64 and value.shape == (n,):
+        arr = value  # the common call: a learner's float64 batch, only its values need checking
+    else:
+        arr = _real_array(value, n)
+    bad = KI.first_bad_priority(arr)
+    if bad >= 0:
+        raise ValueError(f"priorities: expected finite values >= 0, got {arr[bad]} at position {bad}")
+    return arr
+
+
+def _real_array(value: Any, n: int) -> np.ndarray:
     arr = np.asarray(value)
     if arr.ndim == 0:
         arr = np.full(n, arr)
@@ -81,11 +92,12 @@ def _check_priorities(value: Any, n: int) -> np.ndarray:
         raise ValueError(f"priorities: expected shape ({n},), got {arr.shape}")
     if arr.dtype.kind not in "fiu":
         raise ValueError(f"priorities: expected real numbers, got dtype {arr.dtype}")
-    arr = arr.astype(np.float64, copy=False)
-    bad = KI.first_bad_priority(arr)
-    if bad >= 0:
-        raise ValueError(f"priorities: expected finite values >= 0, got {arr[bad]} at position {bad}")
-    return arr
+    return arr.astype(np.float64, copy=False)
+
+
+def _is_flat(spec: Spec | None) -> bool:
+    """Whether a spec is a dict of Fields (its flat columns are then already in its nesting)."""
+    return isinstance(spec, dict) and all(isinstance(v, _specs.Field) for v in spec.values())
 
 
 class Table:
@@ -132,6 +144,7 @@ class Table:
         self.rate_limiter.check_deadlock_free(self.max_size, self.max_times_sampled)
         self.item_spec = item_spec
         self.item_fields = _specs.flatten_spec(item_spec) if item_spec is not None else {}
+        self._flat_item_spec = _is_flat(item_spec)
         self.cross_episodes = bool(cross_episodes)
         self.lock = store.lock
         self._cond = threading.Condition(store.lock)
@@ -162,6 +175,7 @@ class Table:
             self.view = view
             self.item_spec = item_spec
             self.item_fields = fields
+            self._flat_item_spec = _is_flat(item_spec)
             self._items = Items(self.max_size, self.store.num_lanes, self.store.capacity, fields)
 
     # ------------------------------------------------------------------ bookkeeping
@@ -369,7 +383,7 @@ class Table:
             self.rate_limiter.sample(batch_size)
             self._wake()  # samples are what let a blocked insert through
             lanes, starts, lengths = meta[:, LANE], meta[:, START], meta[:, LENGTH]
-            fields = {n: c[slots] for n, c in self._items.columns.items()}
+            fields = self._items.drawn_fields(slots, meta)
             if self.view is None:
                 data, mask = self.store.take_windows(meta)
                 data = self.store.unflatten(data)
@@ -380,13 +394,19 @@ class Table:
         return Sample(
             keys=meta[:, KEY], probabilities=probs, weights=weights, times_sampled=times, lanes=lanes,
             starts=starts, lengths=lengths, data=data, mask=mask,
-            fields=_specs.unflatten(self.item_spec, fields) if self.item_spec is not None else None,
+            fields=None if self.item_spec is None else fields if self._flat_item_spec else _specs.unflatten(
+                self.item_spec, fields),
         )
 
     def _draw(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Slots, item metadata, probabilities, weights and times sampled of ``n`` sequential draws."""
         limit = self.max_times_sampled
         items = self._items
+        if limit is None and not self.sampler.deterministic:  # the common case: one draw of n
+            slots, probs, weights = self.sampler.sample_with_weights(n)
+            meta = K.draw_rows(items.meta, slots, TIMES)
+            items.times_total += n
+            return slots, meta, probs, weights, meta[:, TIMES]
         parts: list[tuple[np.ndarray, ...]] = []
         got = 0
         while got < n:

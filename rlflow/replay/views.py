@@ -15,6 +15,7 @@ from then on ``Table.sample`` shapes the batch by that kind:
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -73,29 +74,56 @@ class TransitionView(ItemView):
     kind = "transition"
 
     def gather(self, store: Any, meta: np.ndarray, fields: dict[str, np.ndarray]) -> tuple[Transition, None]:
-        cap = store.capacity
-        base = meta[:, LANE] * cap
-        first = base + meta[:, START] % cap
-        ends = np.empty((2, meta.shape[0]), np.int64)  # [2, B]: each half is a contiguous [B, ...] batch
-        ends[0] = first
-        ends[1] = base + (meta[:, START] + meta[:, LENGTH] - 1) % cap
-        flat: dict[str, np.ndarray] = {}
+        plan = _transition_plan(store)
+        ends = KI.window_ends(meta, LANE, START, LENGTH, store.capacity)  # [2, B]: each half a [B, ...] batch
+        first = ends[0]
+        obs: dict[str, np.ndarray] = {}
         nxt: dict[str, np.ndarray] = {}
-        for name, col in store._flat.items():
-            if _under(name, "observation"):
-                both = np.take(col, ends, axis=0)
-                flat[name], nxt[name] = both[0], both[1]
-            elif _under(name, "action") or _under(name, "extras"):
-                flat[name] = np.take(col, first, axis=0) if col.ndim > 1 else col[first]
+        for name in plan.observation:
+            both = store.take_column(name, ends)
+            obs[name], nxt[name] = both[0], both[1]
+        rows = {name: store.take_column(name, first) for name in plan.rows}
         batch = Transition(
-            observation=_nest(store, flat, "observation"),
-            action=_nest(store, flat, "action"),
+            observation=plan.nest["observation"](obs),
+            action=plan.nest["action"](rows),
             reward=fields["return"],
             discount=fields["discount"],
-            next_observation=_nest(store, nxt, "observation"),
-            extras=_nest(store, flat, "extras"),
+            next_observation=plan.nest["observation"](nxt),
+            extras=plan.nest["extras"](rows),
         )
         return batch, None
+
+
+class _TransitionPlan(NamedTuple):
+    observation: list[str]  # flat columns gathered at both ends of the window
+    rows: list[str]  # action and extras columns, gathered at the window's first row
+    nest: dict[str, Any]  # part -> flat columns of that part in the spec's nesting (None if absent)
+
+
+_PLANS: weakref.WeakKeyDictionary[Any, _TransitionPlan] = weakref.WeakKeyDictionary()
+
+
+def _transition_plan(store: Any) -> _TransitionPlan:
+    """Which of the store's columns a transition reads, worked out once per store."""
+    plan = _PLANS.get(store)
+    if plan is None:
+        flat = store._flat
+        nest = {}
+        for prefix in ("observation", "action", "extras"):
+            part = store.spec.get(prefix) if isinstance(store.spec, dict) else None
+            if part is None:
+                nest[prefix] = lambda cols: None
+            elif isinstance(part, _specs.Field):
+                nest[prefix] = lambda cols, key=prefix: cols[key]
+            else:
+                nest[prefix] = lambda cols, part=part, key=prefix: _specs.unflatten(part, cols, key)
+        plan = _TransitionPlan(
+            observation=[n for n in flat if _under(n, "observation")],
+            rows=[n for n in flat if _under(n, "action") or _under(n, "extras")],
+            nest=nest,
+        )
+        _PLANS[store] = plan
+    return plan
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,61 @@
+"""``prefetch(array, index)``: ask the CPU to start loading the cache line of element ``index`` of
+``array``'s flat buffer (C order), from numba code.
+
+The batched kernels (sum-tree descents and updates, item draws) touch one random cache line per element
+of a batch. Issuing the loads of a whole batch level before using any of them lets their memory
+latencies overlap: on the replay benchmark's million-leaf tree a descent of 256 targets took half the
+time with it. A prefetch is only a hint: it never faults (not even for an address outside the array) and never
+changes a result.
+
+Where this llvmlite cannot emit LLVM's prefetch intrinsic, ``prefetch`` is a no-op.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+__all__ = ["prefetch"]
+
+
+@intrinsic
+def _llvm_prefetch(typingctx: Any, array: Any, index: Any) -> Any:
+    from llvmlite import ir
+
+    sig = types.void(array, index)
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        arr = context.make_array(signature.args[0])(context, builder, args[0])
+        ptr = builder.gep(arr.data, [args[1]])  # element ``index`` of the flat (C-ordered) buffer
+        i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
+                                            "llvm.prefetch.p0i8")
+        builder.call(fn, [builder.bitcast(ptr, i8p), i32(0), i32(3), i32(1)])  # read, keep in all levels, data
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@njit(inline="always")
+def _no_prefetch(array: np.ndarray, index: int) -> None:
+    pass
+
+
+def _probe() -> Any:
+    @njit
+    def touch(a: np.ndarray) -> float:
+        _llvm_prefetch(a, 1)
+        return a[0]
+
+    try:
+        touch(np.zeros(2))
+    except Exception:  # an llvmlite without the typed-pointer intrinsic: prefetching is only an optimisation
+        return _no_prefetch
+    return _llvm_prefetch
+
+
+prefetch = _probe()
