@@ -18,6 +18,7 @@ import numpy as np
 from numba import njit
 
 from rlflow.replay._item_kernels import _mark_row, wrap
+from rlflow.replay._prefetch import prefetch_write
 
 _OPTS = {"cache": True, "nogil": True}
 
@@ -86,6 +87,29 @@ def write_step(code: np.ndarray, open_rows: np.ndarray, episode_start: np.ndarra
     open row (``first`` on a start). Updates the lanes' open rows and episode starts, and fills, per
     lane, the final row and its episode's first row (-1 if none) and the new open row (-1 if none).
     """
+    # Each lane writes at its own cursor, far from the others': request every line first, so the
+    # misses of all lanes overlap instead of coming one after another.
+    for lane in range(code.shape[0]):
+        c = code[lane]
+        base = lane * capacity
+        if c != START:
+            i = base + wrap(open_rows[lane], capacity)
+            for j in range(len(act_cols)):
+                col = act_cols[j]
+                prefetch_write(col, i * col.shape[1])
+                prefetch_write(col, i * col.shape[1] + col.shape[1] - 1)
+            prefetch_write(term_col, i)
+            prefetch_write(trunc_col, i)
+        for r in range(count[lane], count[lane] + (2 if c == END_START else 1)):  # final and/or new open row
+            i = base + wrap(r, capacity)
+            for j in range(len(obs_cols)):
+                col = obs_cols[j]
+                prefetch_write(col, i * col.shape[1])
+                prefetch_write(col, i * col.shape[1] + col.shape[1] - 1)
+            prefetch_write(first_col, i)
+            prefetch_write(last_col, i)
+            prefetch_write(episode_id, i)
+            prefetch_write(episode_step, i)
     for lane in range(code.shape[0]):
         c = code[lane]
         base = lane * capacity

@@ -7,7 +7,8 @@ latencies overlap: on the replay benchmark's million-leaf tree a descent of 256 
 time with it. A prefetch is only a hint: it never faults (not even for an address outside the array) and never
 changes a result.
 
-Where this llvmlite cannot emit LLVM's prefetch intrinsic, ``prefetch`` is a no-op.
+``prefetch_write`` is the same for a line about to be written. Where this llvmlite cannot emit LLVM's
+prefetch intrinsic, both are no-ops.
 """
 
 from __future__ import annotations
@@ -19,25 +20,32 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-__all__ = ["prefetch"]
+__all__ = ["prefetch", "prefetch_write"]
 
 
-@intrinsic
-def _llvm_prefetch(typingctx: Any, array: Any, index: Any) -> Any:
-    from llvmlite import ir
+def _intrinsic(write: int) -> Any:
+    @intrinsic
+    def llvm_prefetch(typingctx: Any, array: Any, index: Any) -> Any:
+        from llvmlite import ir
 
-    sig = types.void(array, index)
+        sig = types.void(array, index)
 
-    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        arr = context.make_array(signature.args[0])(context, builder, args[0])
-        ptr = builder.gep(arr.data, [args[1]])  # element ``index`` of the flat (C-ordered) buffer
-        i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
-                                            "llvm.prefetch.p0i8")
-        builder.call(fn, [builder.bitcast(ptr, i8p), i32(0), i32(3), i32(1)])  # read, keep in all levels, data
-        return context.get_dummy_value()
+        def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+            arr = context.make_array(signature.args[0])(context, builder, args[0])
+            ptr = builder.gep(arr.data, [args[1]])  # element ``index`` of the flat (C-ordered) buffer
+            i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
+            fn = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]), "llvm.prefetch.p0i8")
+            builder.call(fn, [builder.bitcast(ptr, i8p), i32(write), i32(3), i32(1)])  # keep in all levels; data
+            return context.get_dummy_value()
 
-    return sig, codegen
+        return sig, codegen
+
+    return llvm_prefetch
+
+
+_llvm_prefetch = _intrinsic(0)
+_llvm_prefetch_write = _intrinsic(1)
 
 
 @njit(inline="always")
@@ -45,17 +53,18 @@ def _no_prefetch(array: np.ndarray, index: int) -> None:
     pass
 
 
-def _probe() -> Any:
+def _probe(hint: Any) -> Any:
     @njit
     def touch(a: np.ndarray) -> float:
-        _llvm_prefetch(a, 1)
+        hint(a, 1)
         return a[0]
 
     try:
         touch(np.zeros(2))
     except Exception:  # an llvmlite without the typed-pointer intrinsic: prefetching is only an optimisation
         return _no_prefetch
-    return _llvm_prefetch
+    return hint
 
 
-prefetch = _probe()
+prefetch = _probe(_llvm_prefetch)
+prefetch_write = _probe(_llvm_prefetch_write)
