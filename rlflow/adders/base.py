@@ -381,15 +381,17 @@ class Adder:
                              code, old_lanes, old_rows)
             if m < 0:
                 return False
-            self._precheck(self._open >= 0, ts.first, ts.last)
+            if type(self)._precheck is not Adder._precheck:
+                self._precheck(self._open >= 0, ts.first, ts.last)
             if m and store._listeners:
                 store._announce(old_lanes[:m], old_rows[:m])
             flat = store._flat
+            obs_bytes = tuple(_row_bytes(obs[k], n) for k in self._obs_names)
+            final_bytes = obs_bytes if final is obs else tuple(_row_bytes(final[k], n) for k in self._obs_names)
             KA.write_step(code, self._open, self._episode_start, ts.terminated, ts.truncated, store.count,
                           store.episode_id, store.episode_step, store._next_episode, store._next_step, store.capacity,
                           self._act_cols, tuple(_row_bytes(cols[k], n) for k in self._act_names), self._obs_cols,
-                          tuple(_row_bytes(obs[k], n) for k in self._obs_names),
-                          tuple(_row_bytes(final[k], n) for k in self._obs_names), flat["terminated"],
+                          obs_bytes, final_bytes, flat["terminated"],
                           flat["truncated"], flat["first"], flat["last"], rows[0], rows[1], rows[2])
             self._emit_lanes(code, rows[0], rows[1], rows[2], ts.terminated)
         return True
