@@ -186,6 +186,7 @@ class Adder:
         self._agent_active = store._flat["observation/active"] if multi_agent else None
         n = self.num_lanes
         self._scratch = (np.empty(n, np.int8), np.empty((2, 2 * n), np.int64), np.empty((3, n), np.int64))
+        self._start_columns: tuple[Any, Any, Any] | None = None  # zero action columns for add_first
 
     # ------------------------------------------------------------------ the Acme-style interface
     def add_first(self, timestep: TimeStep, lanes: Any = None) -> None:
@@ -194,6 +195,8 @@ class Adder:
         ``timestep`` comes from ``env.reset()``: every lane ``first``. The lanes must have no episode in
         progress (end it, or call :meth:`reset` or :meth:`truncate`).
         """
+        if lanes is None and self._add_first_compiled(timestep):
+            return
         lanes_arr = self._lanes if lanes is None else self._lane_subset(lanes)
         n = lanes_arr.size
         first = _bool_lanes("first", timestep.first, n)
@@ -210,6 +213,22 @@ class Adder:
             self._emit(StepEvents(ended=empty, final_rows=empty, episode_starts=empty, terminated=first[:0],
                                   continued=empty, continued_rows=empty, continued_starts=empty, started=lanes_arr,
                                   started_rows=rows))
+
+    def _add_first_compiled(self, timestep: TimeStep) -> bool:
+        """:meth:`add_first` on every lane as a compiled :meth:`add` whose lanes all start an episode (the
+        action columns of a starting lane are not read); False, having written nothing, when some lane
+        has an episode in progress or the input needs the general path's checks."""
+        n = self.num_lanes
+        first = timestep.first
+        if (self._open >= 0).any() or type(first) is not np.ndarray or first.shape != (n,) or not first.all():
+            return False
+        if self._start_columns is None:
+            zero = self._top(_specs.zeros({**self._act_fields, **self._reward_fields, **self._extra_fields}, (n,)))
+            self._start_columns = (zero["action"], zero["reward"], zero.get("extras"))
+        actions, rewards, extras = self._start_columns
+        no = np.zeros(n, bool)
+        ts = TimeStep(timestep.observation, rewards, no, no, np.ones(n, bool), no)
+        return self._add_compiled(actions, ts, extras)
 
     def truncate(self, lanes: Any = None) -> None:
         """End the episodes in progress (on ``lanes``, default all) as truncated at their open row.
