@@ -53,12 +53,20 @@ def _no_prefetch(array: np.ndarray, index: int) -> None:
     pass
 
 
-def _probe(hint: Any) -> Any:
-    @njit
-    def touch(a: np.ndarray) -> float:
-        hint(a, 1)
-        return a[0]
+@njit(cache=True)
+def _touch(a: np.ndarray) -> float:
+    _llvm_prefetch(a, 1)
+    return a[0]
 
+
+@njit(cache=True)
+def _touch_write(a: np.ndarray) -> float:
+    _llvm_prefetch_write(a, 1)
+    return a[0]
+
+
+def _probe(touch: Any, hint: Any) -> Any:
+    """``hint`` if a function using it compiles and runs here (cached on disk after the first time)."""
     try:
         touch(np.zeros(2))
     except Exception:  # an llvmlite without the typed-pointer intrinsic: prefetching is only an optimisation
@@ -66,5 +74,5 @@ def _probe(hint: Any) -> Any:
     return hint
 
 
-prefetch = _probe(_llvm_prefetch)
-prefetch_write = _probe(_llvm_prefetch_write)
+prefetch = _probe(_touch, _llvm_prefetch)
+prefetch_write = _probe(_touch_write, _llvm_prefetch_write)
