@@ -73,6 +73,15 @@ def _copy_row(col: np.ndarray, i: int, data: np.ndarray, lane: int) -> None:
         col[i, b] = data[lane, b]
 
 
+@njit(inline="always", cache=True)
+def _prefetch_rows(cols: tuple, i: int) -> None:
+    """Request the first and last byte's lines of row ``i`` of each ``(rows, row_bytes)`` column, for writing."""
+    for j in range(len(cols)):
+        col = cols[j]
+        prefetch_write(col, i * col.shape[1])
+        prefetch_write(col, i * col.shape[1] + col.shape[1] - 1)
+
+
 @njit(**_OPTS)
 def write_step(code: np.ndarray, open_rows: np.ndarray, episode_start: np.ndarray, terminated: np.ndarray,
                truncated: np.ndarray, count: np.ndarray, episode_id: np.ndarray, episode_step: np.ndarray,
@@ -94,18 +103,12 @@ def write_step(code: np.ndarray, open_rows: np.ndarray, episode_start: np.ndarra
         base = lane * capacity
         if c != START:
             i = base + wrap(open_rows[lane], capacity)
-            for j in range(len(act_cols)):
-                col = act_cols[j]
-                prefetch_write(col, i * col.shape[1])
-                prefetch_write(col, i * col.shape[1] + col.shape[1] - 1)
+            _prefetch_rows(act_cols, i)
             prefetch_write(term_col, i)
             prefetch_write(trunc_col, i)
         for r in range(count[lane], count[lane] + (2 if c == END_START else 1)):  # final and/or new open row
             i = base + wrap(r, capacity)
-            for j in range(len(obs_cols)):
-                col = obs_cols[j]
-                prefetch_write(col, i * col.shape[1])
-                prefetch_write(col, i * col.shape[1] + col.shape[1] - 1)
+            _prefetch_rows(obs_cols, i)
             prefetch_write(first_col, i)
             prefetch_write(last_col, i)
             prefetch_write(episode_id, i)
