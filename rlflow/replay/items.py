@@ -40,12 +40,10 @@ def _inline(fields: dict[str, Field]) -> dict[str, int] | None:
     return offsets
 
 
-def _field_columns(meta: np.ndarray, fields: dict[str, Field],
-                   offsets: dict[str, int] | None = None) -> dict[str, np.ndarray]:
+def _field_columns(meta: np.ndarray, fields: dict[str, Field]) -> dict[str, np.ndarray]:
     """One array per item field: views into the spare bytes of ``meta`` rows when all fields fit there
-    (each aligned to its item size; ``offsets``: their :func:`_inline` offsets), otherwise arrays of
-    their own."""
-    offsets = offsets or _inline(fields)
+    (each aligned to its item size), otherwise arrays of their own."""
+    offsets = _inline(fields)
     n = meta.shape[0]
     if offsets is None:
         return {k: np.zeros((n, *f.shape), f.dtype) for k, f in fields.items()}
