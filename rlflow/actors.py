@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from rlflow import specs as _specs
+from rlflow._step_kernels import count_step as _count_step
 from rlflow.core import Learner, Policy
 from rlflow.specs import SpecError
 
@@ -44,24 +45,19 @@ class EpisodeStats:
     def __init__(self, num_lanes: int) -> None:
         self.returns = np.zeros(num_lanes, np.float64)
         self.lengths = np.zeros(num_lanes, np.int64)
+        self._ended_returns = np.zeros(num_lanes, np.float64)
+        self._ended_lengths = np.zeros(num_lanes, np.int64)
 
     def update(self, timestep: Any) -> list[tuple[float, int]]:
         """Count one step of every lane that acted; ``(return, length)`` of each episode that ended."""
-        reward = timestep.reward
+        reward = np.asarray(timestep.reward)
         if reward.ndim > 1:  # several rewards per lane (e.g. per agent): their sum
             reward = reward.reshape(len(reward), -1).sum(axis=1)
-        if not (timestep.first.any() or timestep.last.any()):  # the common step: every lane acted
-            self.returns += reward
-            self.lengths += 1
+        m = _count_step(reward, np.asarray(timestep.first, np.bool_), np.asarray(timestep.last, np.bool_),
+                        self.returns, self.lengths, self._ended_returns, self._ended_lengths)
+        if not m:
             return []
-        acted = ~(timestep.first & ~timestep.last)  # a lone ``first`` is a reset, not an action
-        self.returns[acted] += reward[acted]
-        self.lengths[acted] += 1
-        ended = np.flatnonzero(timestep.last)
-        done = [(float(self.returns[i]), int(self.lengths[i])) for i in ended]
-        self.returns[ended] = 0.0
-        self.lengths[ended] = 0
-        return done
+        return list(zip(self._ended_returns[:m].tolist(), self._ended_lengths[:m].tolist(), strict=True))
 
 
 class Actor:

@@ -25,6 +25,7 @@ expected and what came; nothing is written by the caller when it raises.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -220,29 +221,49 @@ def fits(field: Field, value: Any, n: int) -> bool:
     if type(value) is not np.ndarray or value.dtype != field.dtype or value.shape != (n, *field.shape):
         return False
     kind = field.dtype.kind
-    if not value.size:
-        return True
     if kind == "f":
-        return field.allow_nonfinite or _all_finite(value)
+        if field.allow_nonfinite:
+            return True
+        if value.size == 1:  # one value (one lane of a scalar field): no kernel call
+            return math.isfinite(value.item())
+        return _all_finite(value)
     if kind in "iu" and (field.low is not None or field.high is not None):
-        return not ((field.low is not None and value.min() < field.low)
-                    or (field.high is not None and value.max() > field.high))
+        low = field.low if field.low is not None else -math.inf
+        high = field.high if field.high is not None else math.inf
+        if value.size == 1:
+            return bool(low <= value.item() <= high)
+        return _within(value, low, high)
     return True
 
 
-_finite_kernel: Any = None
+_kernels: Any = None
+
+
+def _item_kernels() -> Any:
+    global _kernels
+    if _kernels is None:  # numba loads on first use, so that importing specs stays light
+        from rlflow.replay import _item_kernels
+
+        _kernels = _item_kernels
+    return _kernels
 
 
 def _all_finite(arr: np.ndarray) -> bool:
     """Whether every value of a float array is finite (a compiled pass for float32/float64)."""
-    global _finite_kernel
     if arr.dtype.itemsize not in (4, 8):
         return bool(np.isfinite(arr).all())
-    if _finite_kernel is None:  # numba loads on first use, so that importing specs stays light
-        from rlflow.replay._item_kernels import all_finite
+    if not arr.size:
+        return True
+    return bool(_item_kernels().all_finite(arr.reshape(-1)))
 
-        _finite_kernel = all_finite
-    return bool(_finite_kernel(arr.reshape(-1)))
+
+def _within(arr: np.ndarray, low: float, high: float) -> bool:
+    """Whether every value of an integer array lies in ``[low, high]`` (a compiled pass for 1-8 byte ints)."""
+    if not arr.size:
+        return True
+    if max(abs(low), abs(high)) >= 2.0**53 and math.isfinite(low + high):  # beyond float64's exact integers
+        return bool(arr.min() >= low and arr.max() <= high)
+    return bool(_item_kernels().within(arr.reshape(-1), float(low), float(high)))
 
 
 def zeros(fields: Mapping[str, Field], batch_shape: tuple[int, ...]) -> dict[str, np.ndarray]:

@@ -8,12 +8,15 @@ import signal
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import rlflow
 from rlflow import adders, envs
 from rlflow.loggers import CsvLogger, read_csv
 from rlflow.replay import Fifo, MinSize, SampleToInsertRatio, StepStore, Table, Uniform
 from rlflow.specs import SpecError
+from rlflow.types import TimeStep
 
 
 class RandomPolicy(rlflow.Policy):
@@ -402,3 +405,47 @@ def test_run_refuses_a_limiter_that_deadlocks_just_below_min_size():
     # the window (600) holds a sample plus a step's items (32 + 480), but (99 + 12) * 40 = 4440 > 4300
     with pytest.raises(ValueError, match="error_buffer of at least 440"):
         rlflow.run(env, Zero(), Learner(), adder, table, steps=100, progress=False)
+
+
+def _stats_reference(steps):
+    """Plain Python: per lane, a running return and length; a lone ``first`` is a reset (nothing counts)."""
+    lanes = len(steps[0][1])
+    ret, length, out = [0.0] * lanes, [0] * lanes, []
+    for reward, first, last in steps:
+        ended = []
+        for i in range(lanes):
+            if first[i] and not last[i]:
+                continue
+            ret[i] += float(np.sum(reward[i], dtype=np.float64))
+            length[i] += 1
+            if last[i]:
+                ended.append((ret[i], length[i]))
+                ret[i], length[i] = 0.0, 0
+        out.append(ended)
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_episode_stats_match_a_plain_reference(data):
+    """Returns and lengths per lane over random flag streams (lone firsts, ends, same-step restarts), with one
+    reward per lane or several (per agent, summed); episodes come out in lane order."""
+    from rlflow.actors import EpisodeStats
+
+    lanes = data.draw(st.integers(1, 4))
+    agents = data.draw(st.sampled_from([None, 1, 3]))
+    dtype = data.draw(st.sampled_from([np.float32, np.float64]))
+    shape = (lanes,) if agents is None else (lanes, agents)
+    steps = []
+    for _ in range(data.draw(st.integers(1, 30))):
+        reward = np.array(data.draw(st.lists(st.sampled_from([0.0, 1.0, -0.5, 2.25]), min_size=int(np.prod(shape)),
+                                             max_size=int(np.prod(shape)))), dtype).reshape(shape)
+        first = np.array(data.draw(st.lists(st.booleans(), min_size=lanes, max_size=lanes)))
+        last = np.array(data.draw(st.lists(st.booleans(), min_size=lanes, max_size=lanes)))
+        steps.append((reward, first, last))
+    stats = EpisodeStats(lanes)
+    for (reward, first, last), expected in zip(steps, _stats_reference(steps), strict=True):
+        ts = TimeStep(None, reward, last & False, last.copy(), first, last)
+        got = stats.update(ts)
+        assert [(pytest.approx(r), n) for r, n in expected] == got
+        assert all(type(r) is float and type(n) is int for r, n in got)

@@ -1,6 +1,8 @@
 import numpy as np
 import pytest
 from gymnasium import spaces
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from rlflow import specs
 from rlflow.specs import Field, SpecError
@@ -90,3 +92,44 @@ def test_structure_errors_name_the_field():
         specs.flatten_data(spec, {"a": (1.0,)})
     with pytest.raises(SpecError, match=r"'a/0'.*expected an array, got a dict"):
         specs.flatten_data(spec, {"a": ({}, 1.0)})
+
+
+_FIT_DTYPES = [np.float32, np.float64, np.float16, np.int64, np.int32, np.uint8, np.int8, np.uint64, np.bool_]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_fits_is_validate_without_conversion(data):
+    """``fits`` holds exactly when ``validate`` would accept the array as it is (no cast), for every dtype,
+    size (the one-value shortcut and the compiled pass), bound and non-finite value."""
+    field_dtype = np.dtype(data.draw(st.sampled_from(_FIT_DTYPES)))
+    shape = data.draw(st.sampled_from([(), (1,), (3,), (2, 2)]))
+    low = high = None
+    if field_dtype.kind in "iu":
+        info = np.iinfo(field_dtype)
+        low = data.draw(st.one_of(st.none(), st.integers(int(info.min), int(info.max) // 2)))
+        high = data.draw(st.one_of(st.none(), st.integers(max(int(info.min), low or 0), int(info.max))))
+    field = Field(shape, field_dtype, low=low, high=high, allow_nonfinite=data.draw(st.booleans()))
+    n = data.draw(st.integers(0, 3))
+    value_dtype = np.dtype(data.draw(st.sampled_from([field_dtype, field_dtype, np.float64, np.int64])))
+    size = n * int(np.prod(shape, dtype=np.int64))
+    if value_dtype.kind == "f":
+        values = data.draw(st.lists(st.sampled_from([0.0, 1.5, -2.0, np.nan, np.inf, -np.inf]), min_size=size,
+                                    max_size=size))
+    elif value_dtype.kind == "b":
+        values = data.draw(st.lists(st.booleans(), min_size=size, max_size=size))
+    else:
+        info = np.iinfo(value_dtype)
+        values = data.draw(st.lists(st.integers(int(info.min), int(info.max)), min_size=size, max_size=size))
+    with np.errstate(all="ignore"):
+        value = np.array(values, dtype=value_dtype).reshape((n, *shape))
+    if data.draw(st.booleans()):
+        value = value.reshape((n, *shape))[::-1]  # not contiguous when n > 1
+    try:
+        with np.errstate(all="ignore"):
+            out = specs.validate({"x": field}, {"x": value}, (n,))["x"]
+        expected = out is value
+    except SpecError:
+        expected = False
+    assert specs.fits(field, value, n) == expected
+    assert not specs.fits(field, value.tolist(), n)  # only an ndarray fits as it is

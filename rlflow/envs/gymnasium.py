@@ -121,6 +121,22 @@ class _OneEnv:
         return (_batch_one(obs, self.single_observation_space), np.array([reward], np.float64),
                 np.array([terminated], np.bool_), np.array([truncated], np.bool_), info)
 
+    def step_timestep(self, actions: Any) -> TimeStep:
+        """:meth:`step` as the TimeStep that :class:`GymEnvironment` makes of it, built directly (one lane:
+        no masks to combine, no stacking of final observations)."""
+        obs, reward, terminated, truncated, info = self.env.step(_row_zero(actions))
+        space = self.single_observation_space
+        if terminated or truncated:
+            final_obs, final_info = obs, info
+            obs, info = self.env.reset()
+            info = {**_batch_info(info), "final_obs": _objects(final_obs), "_final_obs": np.ones(1, np.bool_),
+                    "final_info": _objects(final_info), "_final_info": np.ones(1, np.bool_)}
+            return TimeStep(_batch_one(obs, space), np.array([reward], np.float32), np.array([terminated], np.bool_),
+                            np.array([truncated], np.bool_), np.ones(1, np.bool_), np.ones(1, np.bool_),
+                            _batch_one(final_obs, space), info)
+        return TimeStep(_batch_one(obs, space), np.array([reward], np.float32), np.zeros(1, np.bool_),
+                        np.zeros(1, np.bool_), np.zeros(1, np.bool_), np.zeros(1, np.bool_), None, _batch_info(info))
+
     def close(self) -> None:
         self.env.close()
 
@@ -188,6 +204,7 @@ class GymEnvironment:
             mode = AutoresetMode.SAME_STEP
         else:
             raise TypeError(f"env: expected a gymnasium.Env or gymnasium.vector.VectorEnv, got {type(env).__name__}")
+        self._one = isinstance(self._vec, _OneEnv)
         self._env = env
         self._mode = to_autoreset_mode(mode)
         self._num_envs = int(self._vec.num_envs)
@@ -259,7 +276,11 @@ class GymEnvironment:
         """Take one action per lane (leading axis ``E``, also for a plain env) and report what happened."""
         if self._needs_reset:
             raise RuntimeError("step() before reset(): expected a call to reset() first")
+        if self._one and type(actions) is np.ndarray and actions.shape[:1] == (1,):
+            return self._vec.step_timestep(actions)  # type: ignore[attr-defined]
         self._check_actions(actions)
+        if self._one:
+            return self._vec.step_timestep(actions)  # type: ignore[attr-defined]
         obs, reward, terminated, truncated, info = self._vec.step(actions)
         reward = np.array(reward, dtype=np.float32)
         terminated = np.array(terminated, dtype=np.bool_)

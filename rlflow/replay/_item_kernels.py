@@ -257,6 +257,16 @@ def all_finite(flat: np.ndarray) -> bool:
     return acc == 0
 
 
+@njit(cache=True, nogil=True)
+def within(flat: np.ndarray, low: float, high: float) -> bool:
+    """Whether every value lies in ``[low, high]`` (compared as float64: exact for integers below 2**53)."""
+    for i in range(flat.shape[0]):
+        x = float(flat[i])
+        if x < low or x > high:
+            return False
+    return True
+
+
 @njit(**_OPTS)
 def check_add_items(count: np.ndarray, episode_id: np.ndarray, capacity: int, cross_episodes: bool,
                     meta: np.ndarray, priority: np.ndarray, row_slot: np.ndarray, free: np.ndarray, num_free: int,
