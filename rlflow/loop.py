@@ -20,6 +20,7 @@ shows the run, and Ctrl-C or SIGTERM stops it cleanly after the current step.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import signal
 import sys
@@ -205,6 +206,10 @@ def run(env: Any, policy: Policy, learner: Learner | None, adder: Any, table: An
         actor.reset()
         return ts
 
+    # Without a learner nothing samples the table during the run: steps are staged and written in blocks
+    # (the adder flushes before anything else it does, e.g. the checkpoints' truncate).
+    write = getattr(adder, "stage", adder.add) if learner is None else adder.add
+    flush = getattr(adder, "flush", lambda: None)
     bar = tqdm(total=int(steps), initial=min(result.env_steps, int(steps)), unit="step", disable=not progress,
                dynamic_ncols=True)
     try:
@@ -225,7 +230,7 @@ def run(env: Any, policy: Policy, learner: Learner | None, adder: Any, table: An
                                        f"size {table.size})")
                 actions, extras = actor.select_action(ts.observation, first=ts.first)
                 ts = env.step(actions)
-                adder.add(actions, ts, extras)
+                write(actions, ts, extras)
                 result.env_steps += lanes
                 bar.update(lanes)
                 for ret, length in stats.update(ts):
@@ -249,6 +254,7 @@ def run(env: Any, policy: Policy, learner: Learner | None, adder: Any, table: An
                     checkpoint()
                     if result.env_steps < steps:
                         ts = restart_envs()
+            flush()
             if pending:  # the learner metrics since the last row
                 emit("learner", {k: float(np.mean(v)) for k, v in pending.items()})
             if checkpoint_every > 0 and saved[0] != result.env_steps:
@@ -257,6 +263,8 @@ def run(env: Any, policy: Policy, learner: Learner | None, adder: Any, table: An
                     not result.evaluations or result.evaluations[-1][0] != result.env_steps):
                 run_eval()
     finally:
+        with contextlib.suppress(Exception):  # a run that failed keeps the steps it staged (after a normal end: none)
+            flush()
         bar.close()
         logger.close()
     return result

@@ -501,3 +501,69 @@ def test_add_steps_equals_one_add_per_step(n, chunks, end, slack):
     for k in i1:
         np.testing.assert_allclose(i1[k], i2[k], rtol=1e-6, err_msg=k)
     np.testing.assert_array_equal(o1, o2)
+
+
+@settings(max_examples=60, deadline=None)
+@given(streams, st.integers(1, 4), st.integers(1, 9), st.lists(st.integers(0, 40), max_size=4))
+def test_staged_steps_write_what_separate_adds_write(cfg, n, stage_steps, flush_at):
+    """NStepTransition.stage: after a flush the store, the items (keys, windows, returns, discounts) and the
+    adder's state equal those of one add per step, whatever the block size, the flush points, the ring's
+    wrap-arounds and the lanes' ends."""
+    capacity = n + 2 + 2 * cfg.pop("slack")
+    results = []
+    for staged in (True, False):
+        store = StepStore(SPEC, capacity=capacity, lanes=cfg["lanes"])
+        table = Table(store, sampler=Uniform(seed=0), remover=Fifo(), max_size=3 * capacity * cfg["lanes"])
+        adder = adders.NStepTransition(store, [table], n=n, discount=G, stage_steps=stage_steps)
+        stream = Stream(cfg["lanes"], np.random.default_rng(cfg["seed"]), cfg["same_step"])
+        adder.add_first(stream.reset())
+        for step in range(cfg["steps"]):
+            actions, ts, extras = stream.step(stream.random_events(cfg["p_end"]))
+            if staged:
+                adder.stage(actions, ts, extras)
+                assert adder._staged <= adder.stage_steps
+                if step in flush_at:
+                    adder.flush()
+            else:
+                adder.add(actions, ts, extras)
+        adder.flush()
+        assert adder._staged == 0
+        if staged:
+            check_rows(store, stream)
+        results.append(({k: v.copy() for k, v in store.state_dict().items()}, table.items(), adder.state_dict(),
+                        table.rate_limiter.state_dict()))
+    (s1, i1, a1, r1), (s2, i2, a2, r2) = results
+    for k in s1:
+        np.testing.assert_array_equal(s1[k], s2[k], err_msg=k)
+    # The same items; a block frees the slots of its evictions before it places its items, so keys differ.
+    o1, o2 = np.lexsort((i1["start"], i1["lane"])), np.lexsort((i2["start"], i2["lane"]))
+    for k in i1:
+        if k not in ("key", "slot"):
+            np.testing.assert_array_equal(i1[k][o1], i2[k][o2], err_msg=k)
+    for k in a1:
+        np.testing.assert_array_equal(a1[k], a2[k], err_msg=k)
+    assert r1 == r2
+
+
+def test_staged_steps_reach_the_table_at_flush_and_bad_input_still_raises_at_once():
+    store = StepStore(SPEC, capacity=64, lanes=2)
+    table = Table(store, sampler=Uniform(seed=0), remover=Fifo())
+    adder = adders.NStepTransition(store, [table], n=1, stage_steps=8)
+    small = StepStore(SPEC, capacity=9, lanes=2)
+    assert adder.stage_steps == 8 and adders.NStepTransition(small, [Table(small)], n=1).stage_steps == 3
+    stream = Stream(2, np.random.default_rng(0), True)
+    adder.add_first(stream.reset())
+    for _ in range(3):
+        adder.stage(*stream.step(stream.random_events(0.0)))
+    assert adder._staged == 3 and table.size == 0 and int(store.count.sum()) == 2  # only the first rows
+    actions, ts, extras = stream.step(stream.random_events(0.0))
+    bad = np.full_like(actions, 99)  # outside the action space: the general path raises, having flushed
+    with pytest.raises(SpecError, match="action"):
+        adder.stage(bad, ts, extras)
+    assert adder._staged == 0 and table.size == 6  # the 3 staged steps of both lanes, nothing of the bad one
+    adder.stage(actions, ts, extras)
+    for _ in range(7):
+        adder.stage(*stream.step(stream.random_events(0.0)))
+    assert adder._staged == 0 and table.size == 6 + 2 * 8  # the 8th staged step wrote the block
+    with pytest.raises(ValueError, match="stage_steps"):
+        adders.NStepTransition(store, [table], stage_steps=0)

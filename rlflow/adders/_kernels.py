@@ -86,10 +86,11 @@ def _prefetch_rows(cols: tuple, i: int) -> None:
 def write_step(code: np.ndarray, open_rows: np.ndarray, episode_start: np.ndarray, terminated: np.ndarray,
                truncated: np.ndarray, count: np.ndarray, episode_id: np.ndarray, episode_step: np.ndarray,
                next_episode: np.ndarray, next_step: np.ndarray, capacity: int, act_cols: tuple,
-               act_data: tuple, obs_cols: tuple, obs_data: tuple, final_data: tuple, term_col: np.ndarray,
+               act_data: tuple, obs_cols: tuple, obs_data: tuple, final_data: tuple, s: int, term_col: np.ndarray,
                trunc_col: np.ndarray, first_col: np.ndarray, last_col: np.ndarray, final_rows: np.ndarray,
                ended_starts: np.ndarray, new_rows: np.ndarray) -> None:
-    """Write one step of every lane, as planned by :func:`plan_step`.
+    """Write one step of every lane, as planned by :func:`plan_step`; its inputs are step ``s`` of the
+    ``(steps, E, row_bytes)`` blocks ``act_data``, ``obs_data`` and ``final_data``.
 
     An open row gets its action columns (action, reward, extras) and flags; an ended lane gets its final
     row (final observation, zero action columns, ``last``); a lane that goes on or starts gets a new
@@ -122,14 +123,14 @@ def write_step(code: np.ndarray, open_rows: np.ndarray, episode_start: np.ndarra
         if c != START:
             i = base + wrap(open_rows[lane], capacity)
             for j in range(len(act_cols)):
-                _copy_row(act_cols[j], i, act_data[j], lane)
+                _copy_row(act_cols[j], i, act_data[j][s], lane)
             term_col[i] = terminated[lane]
             trunc_col[i] = truncated[lane]
         if c == END or c == END_START:
             r = _mark_row(episode_id, episode_step, next_episode, next_step, count, lane, False, capacity)
             i = base + wrap(r, capacity)
             for j in range(len(obs_cols)):
-                _copy_row(obs_cols[j], i, final_data[j], lane)
+                _copy_row(obs_cols[j], i, final_data[j][s], lane)
             for j in range(len(act_cols)):
                 col = act_cols[j]
                 for b in range(col.shape[1]):
@@ -146,7 +147,7 @@ def write_step(code: np.ndarray, open_rows: np.ndarray, episode_start: np.ndarra
             r = _mark_row(episode_id, episode_step, next_episode, next_step, count, lane, starts, capacity)
             i = base + wrap(r, capacity)
             for j in range(len(obs_cols)):
-                _copy_row(obs_cols[j], i, obs_data[j], lane)
+                _copy_row(obs_cols[j], i, obs_data[j][s], lane)
             first_col[i] = starts
             last_col[i] = False
             open_rows[lane] = r
@@ -284,3 +285,72 @@ def nstep_lane_items(lane: int, lo: int, hi: int, final: int, terminated: bool, 
     """The items of starts ``lo .. hi - 1`` of one lane whose newest row is ``final``; returns how many."""
     return _window_items(0, lane, lo, hi, final, terminated, n, powers, rewards, capacity, lanes, starts, lengths,
                          returns, discounts)
+
+
+@njit(**_OPTS)
+def stage_flow(open_flag: np.ndarray, first: np.ndarray, last: np.ndarray, terminated: np.ndarray,
+               truncated: np.ndarray, final_given: bool, out: np.ndarray) -> bool:
+    """Whether a step's flags follow from the lanes' state after the steps staged before it (``open_flag``:
+    the lane has an episode in progress), and an ending lane has a final observation; if so, advance
+    ``open_flag`` past the step and copy the flags to ``out`` (``[4, E]``: first, last, terminated,
+    truncated). Nothing changes when not."""
+    for lane in range(open_flag.shape[0]):
+        if last[lane] != (terminated[lane] or truncated[lane]) or (last[lane] and not final_given):
+            return False
+        if open_flag[lane]:
+            if first[lane] and not last[lane]:
+                return False
+        elif not first[lane] or last[lane]:
+            return False
+    for lane in range(open_flag.shape[0]):
+        open_flag[lane] = first[lane] or not last[lane]
+        out[0, lane] = first[lane]
+        out[1, lane] = last[lane]
+        out[2, lane] = terminated[lane]
+        out[3, lane] = truncated[lane]
+    return True
+
+
+@njit(**_OPTS)
+def plan_block(steps: int, flags: np.ndarray, open_rows: np.ndarray, count: np.ndarray, capacity: int,
+               codes: np.ndarray, old_lanes: np.ndarray, old_rows: np.ndarray) -> int:
+    """:func:`plan_step` for each of ``steps`` staged steps (``flags[s]``: first, last, terminated,
+    truncated, each ``[E]``), as if each were written before the next is planned; ``codes[s]`` per step.
+
+    Returns how many rows the block overwrites (``old_lanes[:m]``, ``old_rows[:m]``, sized ``2 E steps``),
+    or ``-1 - s`` when step ``s`` does not follow (nothing is written then).
+    """
+    sim_open = open_rows.copy()
+    sim_count = count.copy()
+    m = 0
+    for s in range(steps):
+        k = plan_step(sim_open, flags[s, 0], flags[s, 1], flags[s, 2], flags[s, 3], sim_count, capacity, codes[s],
+                      old_lanes[m:], old_rows[m:])
+        if k < 0:
+            return -1 - s
+        m += k
+        for lane in range(sim_open.shape[0]):
+            c = codes[s, lane]
+            sim_count[lane] += 2 if c == END_START else 1
+            sim_open[lane] = -1 if c == END else 0
+    return m
+
+
+@njit(**_OPTS)
+def write_nstep_block(steps: int, flags: np.ndarray, codes: np.ndarray, open_rows: np.ndarray,
+                      episode_start: np.ndarray, count: np.ndarray, episode_id: np.ndarray, episode_step: np.ndarray,
+                      next_episode: np.ndarray, next_step: np.ndarray, capacity: int, act_cols: tuple,
+                      act_data: tuple, obs_cols: tuple, obs_data: tuple, final_data: tuple, term_col: np.ndarray,
+                      trunc_col: np.ndarray, first_col: np.ndarray, last_col: np.ndarray, rows: np.ndarray, n: int,
+                      powers: np.ndarray, rewards: np.ndarray, lanes: np.ndarray, starts: np.ndarray,
+                      lengths: np.ndarray, returns: np.ndarray, discounts: np.ndarray) -> int:
+    """Write ``steps`` planned steps one after the other (:func:`write_step`) and the n-step items each
+    completes (:func:`nstep_items`), in the order separate calls would; returns how many items."""
+    m = 0
+    for s in range(steps):
+        write_step(codes[s], open_rows, episode_start, flags[s, 2], flags[s, 3], count, episode_id, episode_step,
+                   next_episode, next_step, capacity, act_cols, act_data, obs_cols, obs_data, final_data, s,
+                   term_col, trunc_col, first_col, last_col, rows[0], rows[1], rows[2])
+        m += nstep_items(codes[s], rows[0], rows[1], rows[2], episode_start, flags[s, 2], n, powers, rewards,
+                         capacity, False, lanes[m:], starts[m:], lengths[m:], returns[m:], discounts[m:])
+    return m

@@ -132,6 +132,7 @@ class Adder:
     """
 
     max_items_per_step = 1
+    _staged = 0  # steps held by :meth:`stage` and not yet written (adders that stage)
 
     def __init__(self, store: StepStore, tables: Sequence[Table], *, view: ItemView, item_spec: Any,
                  priority_fns: Mapping[str, PriorityFn] | None, min_capacity: int) -> None:
@@ -189,12 +190,23 @@ class Adder:
         self._start_columns: tuple[Any, Any, Any] | None = None  # zero action columns for add_first
 
     # ------------------------------------------------------------------ the Acme-style interface
+    def stage(self, actions: Any, next_timestep: TimeStep, extras: Any = None) -> None:
+        """:meth:`add`, possibly held back: adders that stage (:class:`~rlflow.adders.NStepTransition`)
+        check the step now and write it, with the steps staged before it, at the next :meth:`flush`; here
+        it is written at once."""
+        self.add(actions, next_timestep, extras)
+
+    def flush(self) -> None:
+        """Write the steps :meth:`stage` holds (none here)."""
+
     def add_first(self, timestep: TimeStep, lanes: Any = None) -> None:
         """Start an episode on every lane, or on ``lanes`` (``timestep`` then leads with ``len(lanes)``).
 
         ``timestep`` comes from ``env.reset()``: every lane ``first``. The lanes must have no episode in
         progress (end it, or call :meth:`reset` or :meth:`truncate`).
         """
+        if self._staged:
+            self.flush()
         if lanes is None and self._add_first_compiled(timestep):
             return
         lanes_arr = self._lanes if lanes is None else self._lane_subset(lanes)
@@ -238,6 +250,8 @@ class Adder:
         truncated episode (bootstrapping from that observation). For a run that stops collecting, this
         keeps the last transitions that :meth:`reset` would drop.
         """
+        if self._staged:
+            self.flush()
         lanes_arr = self._lanes if lanes is None else self._lane_subset(lanes)
         with self.store.lock:
             lanes_arr = lanes_arr[self._open[lanes_arr] >= 0]
@@ -279,6 +293,8 @@ class Adder:
         action. Raises, writing nothing, on input that does not match the store's spec or on a lane
         whose flags do not follow from its state (e.g. ``add`` before ``add_first``).
         """
+        if self._staged:
+            self.flush()
         ts = next_timestep
         n = self.num_lanes
         if self._agent_active is not None:
@@ -360,6 +376,8 @@ class Adder:
 
     def reset(self) -> None:
         """Abandon the episodes in progress: their open rows become final rows; no further items come from them."""
+        if self._staged:
+            self.flush()
         with self.store.lock:
             lanes = np.flatnonzero(self._open >= 0)
             if lanes.size:
@@ -405,12 +423,12 @@ class Adder:
             if m and store._listeners:
                 store._announce(old_lanes[:m], old_rows[:m])
             flat = store._flat
-            obs_bytes = tuple(_row_bytes(obs[k], n) for k in self._obs_names)
-            final_bytes = obs_bytes if final is obs else tuple(_row_bytes(final[k], n) for k in self._obs_names)
+            obs_bytes = tuple(_row_bytes(obs[k], n)[None] for k in self._obs_names)
+            final_bytes = obs_bytes if final is obs else tuple(_row_bytes(final[k], n)[None] for k in self._obs_names)
             KA.write_step(code, self._open, self._episode_start, ts.terminated, ts.truncated, store.count,
                           store.episode_id, store.episode_step, store._next_episode, store._next_step, store.capacity,
-                          self._act_cols, tuple(_row_bytes(cols[k], n) for k in self._act_names), self._obs_cols,
-                          obs_bytes, final_bytes, flat["terminated"],
+                          self._act_cols, tuple(_row_bytes(cols[k], n)[None] for k in self._act_names), self._obs_cols,
+                          obs_bytes, final_bytes, 0, flat["terminated"],
                           flat["truncated"], flat["first"], flat["last"], rows[0], rows[1], rows[2])
             self._emit_lanes(code, rows[0], rows[1], rows[2], ts.terminated)
         return True
@@ -546,9 +564,13 @@ class Adder:
     # ------------------------------------------------------------------ checkpoint state
     def state_dict(self) -> dict[str, np.ndarray]:
         """The lanes' open rows and episode starts (restore with :meth:`load_state_dict`)."""
+        if self._staged:
+            self.flush()
         return {"open": self._open.copy(), "episode_start": self._episode_start.copy()}
 
     def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
+        if self._staged:
+            self.flush()
         for key in ("open", "episode_start"):
             arr = np.asarray(state[key])
             if arr.shape != (self.num_lanes,):

@@ -37,6 +37,7 @@ from rlflow.replay.storage import StepStore
 from rlflow.replay.table import Table
 from rlflow.replay.views import TransitionView
 from rlflow.specs import Field, SpecError
+from rlflow.types import TimeStep
 
 __all__ = ["NStepTransition"]
 
@@ -51,12 +52,16 @@ class NStepTransition(Adder):
         n: rewards summed per transition (``n >= 1``).
         discount: the per-step discount ``g`` in ``[0, 1]``.
         priority_fns: per table name, ``fn(transitions) -> priorities`` for new items (default 1).
+        stage_steps: the most steps :meth:`stage` holds before it writes them as one block (capped so
+            that a block never overwrites rows of its own items: ``(capacity - n - 2) // 2``).
     """
 
     def __init__(self, store: StepStore, tables: Sequence[Table], *, n: int = 1, discount: float = 0.99,
-                 priority_fns: Mapping[str, PriorityFn] | None = None) -> None:
+                 priority_fns: Mapping[str, PriorityFn] | None = None, stage_steps: int = 64) -> None:
         if int(n) != n or n < 1:
             raise ValueError(f"n must be an integer >= 1, got {n}")
+        if int(stage_steps) != stage_steps or stage_steps < 1:
+            raise ValueError(f"stage_steps must be an integer >= 1, got {stage_steps}")
         if not 0.0 <= float(discount) <= 1.0:
             raise ValueError(f"discount must be in [0, 1], got {discount}")
         self.n = int(n)
@@ -71,6 +76,8 @@ class NStepTransition(Adder):
         self._reward_shape = store.fields["reward"].shape
         self._reward_size = int(np.prod(self._reward_shape))
         self._rewards = store._flat["reward"].reshape(store.num_lanes * store.capacity, self._reward_size)
+        self.stage_steps = min(int(stage_steps), (store.capacity - self.n - 2) // 2)
+        self._block: _Block | None = None  # stage()'s buffers, made on its first call
 
     def _item_view(self) -> Any:
         """How the tables shape a sample of these items."""
@@ -85,6 +92,8 @@ class NStepTransition(Adder):
         episode (``terminated`` or ``truncated``). Every argument leads with axis ``T``; bad input
         raises and writes nothing.
         """
+        if self._staged:
+            self.flush()
         lane = int(lane)
         if not 0 <= lane < self.num_lanes or self._open[lane] < 0:
             raise ValueError(f"add_steps: lane {lane} has no episode in progress (lanes 0..{self.num_lanes - 1})")
@@ -119,6 +128,79 @@ class NStepTransition(Adder):
                 return
             self._insert_items(hi - lo, KA.nstep_lane_items, lane, lo, hi, f, bool(terminated), self.n,
                                self._powers, self._rewards, store.capacity)
+
+    def stage(self, actions: Any, next_timestep: TimeStep, extras: Any = None) -> None:
+        """:meth:`add`, held back: the step is checked now and written at the next :meth:`flush`.
+
+        Up to ``stage_steps`` steps are held, then written as one block: the same rows and items, in the
+        same order, as that many :meth:`add` calls, in a few compiled calls instead of a few per step.
+        Held steps are not in the store or its tables until then: call :meth:`flush` before anything
+        reads them (``rlflow.run`` does, and every other method of the adder flushes first). Input that
+        the block path cannot take as it is (values to cast, other shapes, bad flags) flushes and goes
+        through :meth:`add`, which raises on bad input, having written nothing of that step.
+        """
+        ts = next_timestep
+        n = self.num_lanes
+        block = self._block
+        if block is None:
+            if self.stage_steps < 1 or self._agent_active is not None:  # a small store, or multi-agent rows
+                self.add(actions, ts, extras)
+                return
+            block = self._block = _Block(self)
+        for flags in (ts.first, ts.last, ts.terminated, ts.truncated):
+            if type(flags) is not np.ndarray or flags.dtype != np.bool_ or flags.shape != (n,):
+                self.add(actions, ts, extras)
+                return
+        cols = self._fast_action_columns(actions, ts.reward, extras, n)
+        obs: dict[str, np.ndarray] = {}
+        final: dict[str, np.ndarray] = {}
+        given = ts.final_observation is not None
+        if (cols is None or not _fast_leaves(self._layout["observation"], ts.observation, n, obs)
+                or (given and not _fast_leaves(self._layout["observation"], ts.final_observation, n, final))):
+            self.add(actions, ts, extras)
+            return
+        s = self._staged
+        if not s:
+            block.open[:] = self._open >= 0
+        if not KA.stage_flow(block.open, ts.first, ts.last, ts.terminated, ts.truncated, given, block.flags[s]):
+            self.add(actions, ts, extras)  # flushes the steps before, then raises the precise error
+            return
+        for col, name in zip(block.act, self._act_names, strict=True):
+            col[s] = cols[name]
+        for col, name in zip(block.obs, self._obs_names, strict=True):
+            col[s] = obs[name]
+        if given:
+            for col, name in zip(block.final, self._obs_names, strict=True):
+                col[s] = final[name]
+        self._staged = s + 1
+        if self._staged == self.stage_steps:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the steps :meth:`stage` holds, and their items, as one block."""
+        steps = self._staged
+        if not steps:
+            return
+        self._staged = 0
+        b = self._block
+        store = self.store
+        with store.lock:
+            m = KA.plan_block(steps, b.flags, self._open, store.count, store.capacity, b.codes, b.old_lanes,
+                              b.old_rows)
+            if m < 0:  # stage() checked every step against the one before: a broken invariant
+                raise RuntimeError(f"flush: staged step {-1 - m} does not follow from the lanes' state")
+            if m and store._listeners:
+                store._announce(b.old_lanes[:m], b.old_rows[:m])
+            flat = store._flat
+            k = KA.write_nstep_block(steps, b.flags, b.codes, self._open, self._episode_start, store.count,
+                                     store.episode_id, store.episode_step, store._next_episode, store._next_step,
+                                     store.capacity, self._act_cols, b.act_bytes, self._obs_cols, b.obs_bytes,
+                                     b.final_bytes, flat["terminated"], flat["truncated"], flat["first"],
+                                     flat["last"], b.rows, self.n, self._powers, self._rewards, b.lanes, b.starts,
+                                     b.lengths, b.returns, b.discounts)
+            if k:
+                self._insert(b.lanes[:k], b.starts[:k], b.lengths[:k],
+                             {"return": b.returns[:k].reshape(k, *self._reward_shape), "discount": b.discounts[:k]})
 
     def _step_columns(self, actions: Any, rewards: Any, extras: Any, t: int) -> dict[str, np.ndarray]:
         """The action columns (action, reward, extras) of ``t`` steps, checked; SpecError names what is wrong."""
@@ -167,3 +249,33 @@ class NStepTransition(Adder):
         if m:
             self._insert(lanes[:m], starts[:m], lengths[:m],
                          {"return": returns[:m].reshape(m, *self._reward_shape), "discount": discounts[:m]})
+
+
+class _Block:
+    """:meth:`NStepTransition.stage`'s buffers: ``stage_steps`` steps of every lane's inputs in the store's
+    dtypes (with ``(steps, E, row_bytes)`` byte views for the kernels), flags, plans and item outputs."""
+
+    def __init__(self, adder: NStepTransition) -> None:
+        k, e = adder.stage_steps, adder.num_lanes
+        fields = adder.store.fields
+
+        def column(name: str) -> np.ndarray:
+            f = fields[name]
+            return np.zeros((k, e, *f.shape), f.dtype)
+
+        def as_bytes(cols: list[np.ndarray]) -> tuple[np.ndarray, ...]:
+            return tuple(c.reshape(k, e, -1).view(np.uint8) if c.size else np.zeros((k, e, 0), np.uint8) for c in cols)
+
+        self.act = [column(name) for name in adder._act_names]
+        self.obs = [column(name) for name in adder._obs_names]
+        self.final = [column(name) for name in adder._obs_names]
+        self.act_bytes, self.obs_bytes, self.final_bytes = as_bytes(self.act), as_bytes(self.obs), as_bytes(self.final)
+        self.flags = np.zeros((k, 4, e), np.bool_)
+        self.open = np.zeros(e, np.bool_)
+        self.codes = np.zeros((k, e), np.int8)
+        self.old_lanes, self.old_rows = np.zeros((2, 2 * e * k), np.int64)
+        self.rows = np.zeros((3, e), np.int64)
+        items = adder.n * e * k
+        self.lanes, self.starts, self.lengths = np.zeros((3, items), np.int64)
+        self.returns = np.zeros((items, adder._reward_size), np.float32)
+        self.discounts = np.zeros(items, np.float32)
