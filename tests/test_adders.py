@@ -551,6 +551,11 @@ def test_staged_steps_reach_the_table_at_flush_and_bad_input_still_raises_at_onc
     adder = adders.NStepTransition(store, [table], n=1, stage_steps=8)
     small = StepStore(SPEC, capacity=9, lanes=2)
     assert adder.stage_steps == 8 and adders.NStepTransition(small, [Table(small)], n=1).stage_steps == 3
+    # Frames: the block's buffers stay within 32 MiB (2 * 28,224 observation bytes + 12 per lane and step).
+    frames = step_spec(specs.Field((84, 84, 4), np.uint8), specs.Field((), np.int64, low=0, high=5))
+    for lanes, steps in ((8, 64), (64, 9), (256, 2)):
+        big = StepStore(frames, capacity=200, lanes=lanes)
+        assert adders.NStepTransition(big, [Table(big)]).stage_steps == steps
     stream = Stream(2, np.random.default_rng(0), True)
     adder.add_first(stream.reset())
     for _ in range(3):

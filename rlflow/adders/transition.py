@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from rlflow.adders import _kernels as KA
-from rlflow.adders.base import Adder, PriorityFn, StepEvents, _fast_leaves, _row_bytes
+from rlflow.adders.base import Adder, PriorityFn, StepEvents, _fast_leaves, _row_bytes, _under
 from rlflow.replay.storage import StepStore
 from rlflow.replay.table import Table
 from rlflow.replay.views import TransitionView
@@ -40,6 +40,9 @@ from rlflow.specs import Field, SpecError
 from rlflow.types import TimeStep
 
 __all__ = ["NStepTransition"]
+
+_BLOCK_BYTES = 32 << 20  # the most memory stage() holds steps in (observations twice: next and final)
+_FLAGS = ("terminated", "truncated", "first", "last")
 
 
 class NStepTransition(Adder):
@@ -52,8 +55,9 @@ class NStepTransition(Adder):
         n: rewards summed per transition (``n >= 1``).
         discount: the per-step discount ``g`` in ``[0, 1]``.
         priority_fns: per table name, ``fn(transitions) -> priorities`` for new items (default 1).
-        stage_steps: the most steps :meth:`stage` holds before it writes them as one block (capped so
-            that a block never overwrites rows of its own items: ``(capacity - n - 2) // 2``).
+        stage_steps: the most steps :meth:`stage` holds before it writes them as one block; capped so
+            that a block never overwrites rows of its own items (``(capacity - n - 2) // 2``) and its
+            buffers (every lane's action columns, observations and final observations) stay within 32 MiB.
     """
 
     def __init__(self, store: StepStore, tables: Sequence[Table], *, n: int = 1, discount: float = 0.99,
@@ -76,7 +80,11 @@ class NStepTransition(Adder):
         self._reward_shape = store.fields["reward"].shape
         self._reward_size = int(np.prod(self._reward_shape))
         self._rewards = store._flat["reward"].reshape(store.num_lanes * store.capacity, self._reward_size)
-        self.stage_steps = min(int(stage_steps), (store.capacity - self.n - 2) // 2)
+        # A block never overwrites rows of its own items, and its buffers stay within _BLOCK_BYTES.
+        step_bytes = store.num_lanes * sum((2 if _under(name, "observation") else 1) * f.nbytes
+                                           for name, f in store.fields.items() if name not in _FLAGS)
+        self.stage_steps = min(int(stage_steps), (store.capacity - self.n - 2) // 2,
+                               max(1, _BLOCK_BYTES // max(1, step_bytes)))
         self._block: _Block | None = None  # stage()'s buffers, made on its first call
 
     def _item_view(self) -> Any:
@@ -132,8 +140,8 @@ class NStepTransition(Adder):
     def stage(self, actions: Any, next_timestep: TimeStep, extras: Any = None) -> None:
         """:meth:`add`, held back: the step is checked now and written at the next :meth:`flush`.
 
-        Up to ``stage_steps`` steps are held, then written as one block: the same rows and items, in the
-        same order, as that many :meth:`add` calls, in a few compiled calls instead of a few per step.
+        Up to ``stage_steps`` steps are held, then written as one block: the rows and items that many
+        :meth:`add` calls write (item keys aside), in a few compiled calls instead of a few per step.
         Held steps are not in the store or its tables until then: call :meth:`flush` before anything
         reads them (``rlflow.run`` does, and every other method of the adder flushes first). Input that
         the block path cannot take as it is (values to cast, other shapes, bad flags) flushes and goes
