@@ -92,9 +92,10 @@ def _rows_where(obs: Any, mask: np.ndarray) -> Any:
 
 
 class _OneEnv:
-    """A plain ``gymnasium.Env`` as a one-env ``SAME_STEP`` vector env: what ``SyncVectorEnv`` returns for
-    one env (batched observations, rewards, flags and infos; ``final_obs`` / ``final_info`` in the info of
-    an ending step), without its per-step overhead."""
+    """A plain ``gymnasium.Env`` as a one-env ``SAME_STEP`` vector env: ``reset`` returns what
+    ``SyncVectorEnv`` returns for one env, and :meth:`step_timestep` the TimeStep of its step (batched
+    observations, rewards, flags and infos; ``final_obs`` / ``final_info`` in the info of an ending step),
+    without its per-step overhead."""
 
     num_envs = 1
 
@@ -109,21 +110,10 @@ class _OneEnv:
         obs, info = self.env.reset(seed=seed, options=options)
         return _batch_one(obs, self.single_observation_space), _batch_info(info)
 
-    def step(self, actions: Any) -> tuple[Any, ...]:
-        obs, reward, terminated, truncated, info = self.env.step(_row_zero(actions))
-        if terminated or truncated:
-            final_obs, final_info = obs, info
-            obs, info = self.env.reset()
-            info = {**_batch_info(info), "final_obs": _objects(final_obs), "_final_obs": np.ones(1, np.bool_),
-                    "final_info": _objects(final_info), "_final_info": np.ones(1, np.bool_)}
-        else:
-            info = _batch_info(info)
-        return (_batch_one(obs, self.single_observation_space), np.array([reward], np.float64),
-                np.array([terminated], np.bool_), np.array([truncated], np.bool_), info)
-
     def step_timestep(self, actions: Any) -> TimeStep:
-        """:meth:`step` as the TimeStep that :class:`GymEnvironment` makes of it, built directly (one lane:
-        no masks to combine, no stacking of final observations)."""
+        """One step as the TimeStep :class:`GymEnvironment` makes of a one-env ``SAME_STEP`` vector env's
+        step (infos included), built directly: one lane has no masks to combine and no final
+        observations to stack."""
         obs, reward, terminated, truncated, info = self.env.step(_row_zero(actions))
         space = self.single_observation_space
         if terminated or truncated:
@@ -276,11 +266,11 @@ class GymEnvironment:
         """Take one action per lane (leading axis ``E``, also for a plain env) and report what happened."""
         if self._needs_reset:
             raise RuntimeError("step() before reset(): expected a call to reset() first")
-        if self._one and type(actions) is np.ndarray and actions.shape[:1] == (1,):
+        if self._one:
+            if not (type(actions) is np.ndarray and actions.shape[:1] == (1,)):
+                self._check_actions(actions)
             return self._vec.step_timestep(actions)  # type: ignore[attr-defined]
         self._check_actions(actions)
-        if self._one:
-            return self._vec.step_timestep(actions)  # type: ignore[attr-defined]
         obs, reward, terminated, truncated, info = self._vec.step(actions)
         reward = np.array(reward, dtype=np.float32)
         terminated = np.array(terminated, dtype=np.bool_)
