@@ -396,21 +396,14 @@ class Adder:
         which also raises the precise errors.
         """
         n = self.num_lanes
-        for flags in (ts.first, ts.last, ts.terminated, ts.truncated):
-            if type(flags) is not np.ndarray or flags.dtype != np.bool_ or flags.shape != (n,):
-                return False
-        cols = self._fast_action_columns(actions, ts.reward, extras, n)
-        if cols is None:
+        step = self._fast_step(actions, ts, extras)
+        if step is None:
             return False
-        layout = self._layout
-        obs: dict[str, np.ndarray] = {}
-        if not _fast_leaves(layout["observation"], ts.observation, n, obs):
+        cols, obs, final = step
+        if not ts.last.any():
+            final = obs  # no final row: the kernel reads no final observation
+        elif final is None:
             return False
-        final = obs
-        if ts.last.any():
-            final = {}
-            if ts.final_observation is None or not _fast_leaves(layout["observation"], ts.final_observation, n, final):
-                return False
         store = self.store
         with store.lock:
             code, (old_lanes, old_rows), rows = self._scratch  # per-call outputs, read before the next call
@@ -432,6 +425,25 @@ class Adder:
                           flat["truncated"], flat["first"], flat["last"], rows[0], rows[1], rows[2])
             self._emit_lanes(code, rows[0], rows[1], rows[2], ts.terminated)
         return True
+
+    def _fast_step(self, actions: Any, ts: TimeStep, extras: Any) -> tuple[dict, dict, dict | None] | None:
+        """A step's action columns, observations and final observations (None when not given) when every
+        input is an array of exactly its stored dtype and shape, in bounds (flags: ``[E]`` bool); None
+        otherwise (the general path then converts, or raises the precise error)."""
+        n = self.num_lanes
+        for flags in (ts.first, ts.last, ts.terminated, ts.truncated):
+            if type(flags) is not np.ndarray or flags.dtype != np.bool_ or flags.shape != (n,):
+                return None
+        cols = self._fast_action_columns(actions, ts.reward, extras, n)
+        obs: dict[str, np.ndarray] = {}
+        if cols is None or not _fast_leaves(self._layout["observation"], ts.observation, n, obs):
+            return None
+        if ts.final_observation is None:
+            return cols, obs, None
+        final: dict[str, np.ndarray] = {}
+        if not _fast_leaves(self._layout["observation"], ts.final_observation, n, final):
+            return None
+        return cols, obs, final
 
     def _fast_action_columns(self, actions: Any, rewards: Any, extras: Any, n: int) -> dict[str, np.ndarray] | None:
         """The action columns (action, reward, extras) of ``n`` rows when each is an array of exactly its

@@ -148,25 +148,18 @@ class NStepTransition(Adder):
         through :meth:`add`, which raises on bad input, having written nothing of that step.
         """
         ts = next_timestep
-        n = self.num_lanes
         block = self._block
         if block is None:
             if self.stage_steps < 1 or self._agent_active is not None:  # a small store, or multi-agent rows
                 self.add(actions, ts, extras)
                 return
             block = self._block = _Block(self)
-        for flags in (ts.first, ts.last, ts.terminated, ts.truncated):
-            if type(flags) is not np.ndarray or flags.dtype != np.bool_ or flags.shape != (n,):
-                self.add(actions, ts, extras)
-                return
-        cols = self._fast_action_columns(actions, ts.reward, extras, n)
-        obs: dict[str, np.ndarray] = {}
-        final: dict[str, np.ndarray] = {}
-        given = ts.final_observation is not None
-        if (cols is None or not _fast_leaves(self._layout["observation"], ts.observation, n, obs)
-                or (given and not _fast_leaves(self._layout["observation"], ts.final_observation, n, final))):
+        step = self._fast_step(actions, ts, extras)
+        if step is None:
             self.add(actions, ts, extras)
             return
+        cols, obs, final = step
+        given = final is not None
         s = self._staged
         if not s:
             block.open[:] = self._open >= 0
@@ -177,7 +170,7 @@ class NStepTransition(Adder):
             col[s] = cols[name]
         for col, name in zip(block.obs, self._obs_names, strict=True):
             col[s] = obs[name]
-        if given:
+        if final is not None:
             for col, name in zip(block.final, self._obs_names, strict=True):
                 col[s] = final[name]
         self._staged = s + 1
