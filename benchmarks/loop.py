@@ -8,6 +8,7 @@ The two are timed in alternating rounds; the ratio of medians is reported.
 
     python benchmarks/loop.py                  # 1 env and a 16-env vector env, CartPole-v1
     python benchmarks/loop.py --envs 1 4 16 --rounds 7
+    python benchmarks/loop.py --components --rounds 3 --steps 20000   # per part of the loop body, one env
 """
 
 from __future__ import annotations
@@ -74,13 +75,53 @@ def loop(env_id: str, num_envs: int, steps: int) -> float:
     return result.env_steps / seconds
 
 
+def components(env_id: str, steps: int) -> dict[str, float]:
+    """Microseconds per call of each part of the loop body with one env (what ``rlflow.run`` does per step
+    without a learner), timed call by call; the first 500 steps warm up."""
+    from rlflow.actors import Actor, EpisodeStats
+
+    env = envs.make(env_id, num_envs=None, seed=0)
+    store = StepStore(env.spec, capacity=steps + 8, lanes=1)
+    table = Table(store, sampler=Uniform(seed=0), remover=Fifo(), rate_limiter=MinSize(1))
+    adder = adders.NStepTransition(store, [table], n=1)
+    actor = Actor(RandomPolicy(int(env.single_action_space.n)), env.action_spec, 1, env.single_action_space)
+    stats = EpisodeStats(1)
+    ts = env.reset(seed=0)
+    adder.add_first(ts)
+    total = dict.fromkeys(("policy and action check", "env.step", "adder.stage", "episode statistics"), 0)
+    clock = time.perf_counter_ns
+    for i in range(steps):
+        t0 = clock()
+        actions, extras = actor.select_action(ts.observation, first=ts.first)
+        t1 = clock()
+        ts = env.step(actions)
+        t2 = clock()
+        adder.stage(actions, ts, extras)
+        t3 = clock()
+        stats.update(ts)
+        t4 = clock()
+        if i >= 500:
+            for key, dt in zip(total, (t1 - t0, t2 - t1, t3 - t2, t4 - t3), strict=True):
+                total[key] += dt
+    env.close()
+    return {k: v / (steps - 500) / 1e3 for k, v in total.items()}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--env-id", default="CartPole-v1")
     parser.add_argument("--envs", nargs="*", type=int, default=[1, 16])
     parser.add_argument("--steps", type=int, default=20_000, help="env steps per timed round")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--components", action="store_true",
+                        help="time each call of the loop body with one env instead (median of the rounds)")
     args = parser.parse_args(argv)
+    if args.components:
+        runs = [{**components(args.env_id, args.steps), "bare env step": 1e6 / bare(args.env_id, 1, args.steps)}
+                for _ in range(args.rounds)]
+        for key in runs[0]:
+            print(f"{key:<26} {statistics.median(r[key] for r in runs):6.1f} us")
+        return 0
     print("| envs | bare env steps/s | rlflow.run steps/s | loop / bare |\n|---:|---:|---:|---:|")
     for n in args.envs:
         b, lp = [], []
