@@ -38,7 +38,7 @@ from torch import nn
 
 import rlflow
 from baselines import RunArgs, rollout_queue, train
-from baselines.ppo import ppo_terms
+from baselines.ppo import categorical, ppo_terms
 from baselines.td3 import mlp
 from rlflow import specs
 from rlflow.envs import ParallelEnvironment
@@ -167,7 +167,7 @@ class MAPPONet(nn.Module):
         if "action_mask" in obs:
             mask = torch.as_tensor(obs["action_mask"])
             logits = torch.where(mask | ~mask.any(-1, keepdim=True), logits, -1e9)  # all-False rows stay finite
-        dist = torch.distributions.Categorical(logits=logits)
+        dist = categorical(logits)
         return (dist, h) if self.recurrent else dist
 
     def value(self, obs: dict, h: torch.Tensor | None = None) -> Any:
@@ -265,7 +265,7 @@ def mappo_loss(net: MAPPONet, obs: dict, actions: torch.Tensor, old_log_prob: to
 class MAPPOLearner(rlflow.Learner):
     def __init__(self, net: MAPPONet, args: Args) -> None:
         self.net, self.args = net, args
-        self.optimizer = torch.optim.Adam(net.parameters(), lr=args.learning_rate, eps=1e-5)
+        self.optimizer = torch.optim.Adam(net.parameters(), lr=args.learning_rate, eps=1e-5, foreach=True)
         self.norm = ValueNormalizer() if args.value_norm else None
         self.rng = np.random.default_rng(args.seed)
 
@@ -303,7 +303,7 @@ class MAPPOLearner(rlflow.Learner):
                     logits, values = self.net.unroll(seq, take(h["h_actor"], c.start), take(h["h_critic"], c.start),
                                                      chunk_resets(first, c))
                     acted = torch.as_tensor(take(active, c.index) & c.mask[..., None])  # padding past the end: out
-                    loss, metrics = ppo_terms(torch.distributions.Categorical(logits=logits), values,
+                    loss, metrics = ppo_terms(categorical(logits), values,
                                               take(actions, c.index), take(old_log_prob, c.index),
                                               take(advantages, c.index), take(returns, c.index),
                                               self.args.clip_range, self.args.ent_coef, self.args.vf_coef, mask=acted)

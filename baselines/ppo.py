@@ -59,6 +59,12 @@ class Args(RunArgs):
         return self.num_envs
 
 
+def categorical(logits: torch.Tensor) -> torch.distributions.Categorical:
+    """The action distribution of ``logits``, without torch's per-call argument checks (the logits come
+    from our own network; the checks would double the cost of a small distribution)."""
+    return torch.distributions.Categorical(logits=logits, validate_args=False)
+
+
 class ActorCritic(nn.Module):
     """Separate policy (logits) and value MLPs, as SB3's default for PPO; with ``lstm > 0`` an LSTM cell in
     front of each (SB3's RecurrentPPO layout: one LSTM for the actor, one for the critic)."""
@@ -74,14 +80,14 @@ class ActorCritic(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.distributions.Categorical, torch.Tensor]:
         obs = obs.flatten(1).float()
-        return torch.distributions.Categorical(logits=self.pi(obs)), self.v(obs).squeeze(-1)
+        return categorical(self.pi(obs)), self.v(obs).squeeze(-1)
 
     def step(self, obs: torch.Tensor, state: tuple[torch.Tensor, ...]) -> tuple[Any, torch.Tensor, tuple]:
         """One recurrent step: ``state = (h_pi, c_pi, h_v, c_v)``, each ``[N, lstm]``."""
         x = obs.flatten(1).float()
         h_pi, c_pi = self.pi_lstm(x, (state[0], state[1]))
         h_v, c_v = self.v_lstm(x, (state[2], state[3]))
-        return torch.distributions.Categorical(logits=self.pi(h_pi)), self.v(h_v).squeeze(-1), (h_pi, c_pi, h_v, c_v)
+        return categorical(self.pi(h_pi)), self.v(h_v).squeeze(-1), (h_pi, c_pi, h_v, c_v)
 
     def unroll(self, obs: torch.Tensor, state: tuple[torch.Tensor, ...], resets: torch.Tensor
                ) -> tuple[torch.distributions.Categorical, torch.Tensor]:
@@ -93,7 +99,7 @@ class ActorCritic(nn.Module):
             dist, v, state = self.step(obs[:, t], tuple(x * keep for x in state))
             logits.append(dist.logits)
             values.append(v)
-        return torch.distributions.Categorical(logits=torch.stack(logits, 1)), torch.stack(values, 1)
+        return categorical(torch.stack(logits, 1)), torch.stack(values, 1)
 
 
 class SamplingPolicy(rlflow.Policy):
@@ -173,7 +179,7 @@ def ppo_loss(net: ActorCritic, obs: torch.Tensor, actions: torch.Tensor, old_log
 class PPOLearner(rlflow.Learner):
     def __init__(self, net: ActorCritic, args: Args) -> None:
         self.net, self.args = net, args
-        self.optimizer = torch.optim.Adam(net.parameters(), lr=args.learning_rate, eps=1e-5)
+        self.optimizer = torch.optim.Adam(net.parameters(), lr=args.learning_rate, eps=1e-5, foreach=True)
         self.updates = 0
         self.total_updates = max(1, args.total_steps // (args.num_envs * args.n_steps))
         self.rng = np.random.default_rng(args.seed)
