@@ -50,11 +50,16 @@ class EpisodeStats:
 
     def update(self, timestep: Any) -> list[tuple[float, int]]:
         """Count one step of every lane that acted; ``(return, length)`` of each episode that ended."""
-        reward = np.asarray(timestep.reward)
+        reward, first, last = timestep.reward, timestep.first, timestep.last
+        if type(reward) is not np.ndarray:
+            reward = np.asarray(reward)
         if reward.ndim > 1:  # several rewards per lane (e.g. per agent): their sum
             reward = reward.reshape(len(reward), -1).sum(axis=1)
-        m = _count_step(reward, np.asarray(timestep.first, np.bool_), np.asarray(timestep.last, np.bool_),
-                        self.returns, self.lengths, self._ended_returns, self._ended_lengths)
+        if type(first) is not np.ndarray or first.dtype != np.bool_:
+            first = np.asarray(first, np.bool_)
+        if type(last) is not np.ndarray or last.dtype != np.bool_:
+            last = np.asarray(last, np.bool_)
+        m = _count_step(reward, first, last, self.returns, self.lengths, self._ended_returns, self._ended_lengths)
         if not m:
             return []
         return list(zip(self._ended_returns[:m].tolist(), self._ended_lengths[:m].tolist(), strict=True))

@@ -229,6 +229,9 @@ def test_plain_env_steps_like_a_one_env_sync_vector_env(kind):
                     np.testing.assert_array_equal(vx, vy)
         assert sorted(a.info) == sorted(b.info)
     assert any(a.last.any() for a, _ in steps)
+    for a, _ in steps[1:]:  # the plain env's step flags are shared, so read-only
+        with pytest.raises(ValueError, match="read-only"):
+            a.first[0] = not a.first[0]
 
 
 def test_disabled_mode_adds_reset_infos():

@@ -14,6 +14,8 @@ input as ``(E, row_bytes)``, grouped in tuples (all one numba type, whatever the
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numba import njit
 
@@ -354,3 +356,54 @@ def write_nstep_block(steps: int, flags: np.ndarray, codes: np.ndarray, open_row
         m += nstep_items(codes[s], rows[0], rows[1], rows[2], episode_start, flags[s, 2], n, powers, rewards,
                          capacity, False, lanes[m:], starts[m:], lengths[m:], returns[m:], discounts[m:])
     return m
+
+
+# How a value is checked before it is staged (specs.fits's checks): not at all, finite, or within bounds.
+NO_CHECK, FINITE, BOUNDS = 0, 1, 2
+
+
+@njit(inline="always", cache=True)
+def _values_ok(x: np.ndarray, mode: int, low: float, high: float) -> bool:
+    if mode == FINITE:
+        for v in x.flat:
+            if not math.isfinite(float(v)):
+                return False
+    elif mode == BOUNDS:
+        for v in x.flat:
+            f = float(v)  # exact for integers below 2**53 (larger bounds never take this path)
+            if f < low or f > high:
+                return False
+    return True
+
+
+@njit(**_OPTS)
+def stage_simple(staged: np.ndarray, open_rows: np.ndarray, open_flag: np.ndarray, first: np.ndarray,
+                 last: np.ndarray, terminated: np.ndarray, truncated: np.ndarray, flags: np.ndarray,
+                 checks: np.ndarray, action: np.ndarray, action_block: np.ndarray, reward: np.ndarray,
+                 reward_block: np.ndarray, obs: np.ndarray, obs_block: np.ndarray, final: np.ndarray | None,
+                 final_block: np.ndarray) -> int:
+    """One step into row ``staged[0]`` of a stage block, for stores whose action, reward and observation are
+    each one field: check the values (``checks``: mode, low, high of the action, the reward and the
+    observation; a mode is :data:`NO_CHECK`, :data:`FINITE` or :data:`BOUNDS`) and the flags
+    (:func:`stage_flow`; a block's first step starts from ``open_rows >= 0``), then copy every input to
+    its block and count the step. Returns the steps staged, or -1 (flags) / -2 (values) having changed
+    nothing. Shapes and dtypes are the caller's to check."""
+    if not (_values_ok(action, int(checks[0]), checks[1], checks[2])
+            and _values_ok(reward, int(checks[3]), checks[4], checks[5])
+            and _values_ok(obs, int(checks[6]), checks[7], checks[8])):
+        return -2
+    if final is not None and not _values_ok(final, int(checks[6]), checks[7], checks[8]):
+        return -2
+    s = staged[0]
+    if s == 0:
+        for lane in range(open_rows.shape[0]):
+            open_flag[lane] = open_rows[lane] >= 0
+    if not stage_flow(open_flag, first, last, terminated, truncated, final is not None, flags[s]):
+        return -1
+    action_block[s] = action
+    reward_block[s] = reward
+    obs_block[s] = obs
+    if final is not None:
+        final_block[s] = final
+    staged[0] = s + 1
+    return s + 1

@@ -26,6 +26,7 @@ Had the episode been truncated instead, the last three discounts would be ``.729
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -43,6 +44,7 @@ __all__ = ["NStepTransition"]
 
 _BLOCK_BYTES = 32 << 20  # the most memory stage() holds steps in (observations twice: next and final)
 _FLAGS = ("terminated", "truncated", "first", "last")
+_BOOL = np.dtype(np.bool_)
 
 
 class NStepTransition(Adder):
@@ -154,6 +156,32 @@ class NStepTransition(Adder):
                 self.add(actions, ts, extras)
                 return
             block = self._block = _Block(self)
+        simple = block.simple
+        if simple is not None and extras is None:  # one compiled call checks and copies the whole step
+            act_dtype, act_shape, rew_dtype, rew_shape, obs_dtype, obs_shape, flag_shape = simple
+            first, last, terminated, truncated = ts.first, ts.last, ts.terminated, ts.truncated
+            reward, observation, final = ts.reward, ts.observation, ts.final_observation
+            if (type(actions) is np.ndarray and actions.dtype is act_dtype and actions.shape == act_shape
+                    and type(reward) is np.ndarray and reward.dtype is rew_dtype and reward.shape == rew_shape
+                    and type(observation) is np.ndarray and observation.dtype is obs_dtype
+                    and observation.shape == obs_shape
+                    and (final is None or (type(final) is np.ndarray and final.dtype is obs_dtype
+                                           and final.shape == obs_shape))
+                    and type(first) is np.ndarray and first.dtype is _BOOL and first.shape == flag_shape
+                    and type(last) is np.ndarray and last.dtype is _BOOL and last.shape == flag_shape
+                    and type(terminated) is np.ndarray and terminated.dtype is _BOOL
+                    and terminated.shape == flag_shape
+                    and type(truncated) is np.ndarray and truncated.dtype is _BOOL and truncated.shape == flag_shape):
+                s = KA.stage_simple(block.staged, self._open, block.open, first, last, terminated, truncated,
+                                    block.flags, block.checks, actions, block.act[0], reward, block.act[1],
+                                    observation, block.obs[0], final, block.final[0])
+                if s > 0:
+                    self._staged = s
+                    if s == self.stage_steps:
+                        self.flush()
+                    return
+            self.add(actions, ts, extras)  # flushes the steps before, then converts or raises the precise error
+            return
         step = self._fast_step(actions, ts, extras)
         if step is None:
             self.add(actions, ts, extras)
@@ -184,6 +212,7 @@ class NStepTransition(Adder):
             return
         self._staged = 0
         b = self._block
+        b.staged[0] = 0
         store = self.store
         with store.lock:
             m = KA.plan_block(steps, b.flags, self._open, store.count, store.capacity, b.codes, b.old_lanes,
@@ -276,7 +305,44 @@ class _Block:
         self.codes = np.zeros((k, e), np.int8)
         self.old_lanes, self.old_rows = np.zeros((2, 2 * e * k), np.int64)
         self.rows = np.zeros((3, e), np.int64)
+        self.staged = np.zeros(1, np.int64)  # the steps held, as the one-call path counts them
+        self.simple, self.checks = _simple_plan(adder, e)
         items = adder.n * e * k
         self.lanes, self.starts, self.lengths = np.zeros((3, items), np.int64)
         self.returns = np.zeros((items, adder._reward_size), np.float32)
         self.discounts = np.zeros(items, np.float32)
+
+
+def _check_mode(field: Field) -> tuple[int, float, float] | None:
+    """How :func:`~rlflow.adders._kernels.stage_simple` checks values of ``field`` (:func:`rlflow.specs.fits`'s
+    checks); None where it cannot (integer bounds beyond float64's exact integers)."""
+    kind = field.dtype.kind
+    if kind == "f":
+        return (KA.NO_CHECK if field.allow_nonfinite else KA.FINITE), 0.0, 0.0
+    if kind in "iu" and (field.low is not None or field.high is not None):
+        low = -math.inf if field.low is None else float(field.low)
+        high = math.inf if field.high is None else float(field.high)
+        if max(abs(low), abs(high)) >= 2.0**53 and math.isfinite(low + high):
+            return None
+        return KA.BOUNDS, low, high
+    return KA.NO_CHECK, 0.0, 0.0
+
+
+def _simple_plan(adder: NStepTransition, e: int) -> tuple[tuple[Any, ...] | None, np.ndarray]:
+    """What :meth:`NStepTransition.stage` checks a step against in one compiled call, when the action, the
+    reward and the observation are each one field and there are no extras: the dtypes and shapes (``None``
+    otherwise), and the value checks of :func:`~rlflow.adders._kernels.stage_simple`."""
+    layout = adder._layout
+    checks = np.zeros(9, np.float64)
+    if "extras" in layout or any(layout[k] is None or len(layout[k]) != 1 or layout[k][0][1] is not None
+                                 for k in ("action", "reward", "observation")):
+        return None, checks
+    (act,), (rew,), (obs,) = ([f for _, _, f in layout[k]] for k in ("action", "reward", "observation"))
+    modes = [_check_mode(f) for f in (act, rew, obs)]
+    if any(m is None for m in modes):
+        return None, checks
+    checks[:] = [x for m in modes for x in m]
+    dtypes = [np.dtype(f.dtype) for f in (act, rew, obs)]
+    if any(d is not np.dtype(d.str) or not d.isnative for d in dtypes):  # compared by identity: builtin dtypes only
+        return None, checks
+    return (dtypes[0], (e, *act.shape), dtypes[1], (e, *rew.shape), dtypes[2], (e, *obs.shape), (e,)), checks

@@ -20,7 +20,8 @@ How each gymnasium autoreset mode (``env.metadata["autoreset_mode"]``) becomes f
   the reset infos are added to ``info`` as ``info["reset_info"]`` (mask ``info["_reset_info"]``).
 
 A plain ``gymnasium.Env`` is one lane in ``SAME_STEP`` mode: it gives what a one-env ``SyncVectorEnv`` in
-``SAME_STEP`` mode would (infos batched like a vector env's), stepped directly (:class:`_OneEnv`).
+``SAME_STEP`` mode would (infos batched like a vector env's), stepped directly (:class:`_OneEnv`); the
+flag arrays of its steps are read-only (one shared ``[False]`` and ``[True]``: copy them to change them).
 
 ``final_observation`` is ``None`` when no lane is ``last``. Otherwise its rows for the lanes that are
 not ``last`` carry no meaning: they are the lanes' observations under ``NEXT_STEP`` (where
@@ -104,6 +105,8 @@ class _OneEnv:
         self.metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
         self.single_observation_space = env.observation_space
         self.single_action_space = env.action_space
+        space = env.observation_space
+        self._box_dtype = None if isinstance(space, gymnasium.spaces.Dict | gymnasium.spaces.Tuple) else space.dtype
 
     def reset(self, seed: Any = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
         seed = seed[0] if isinstance(seed, list | tuple) else seed
@@ -113,22 +116,29 @@ class _OneEnv:
     def step_timestep(self, actions: Any) -> TimeStep:
         """One step as the TimeStep :class:`GymEnvironment` makes of a one-env ``SAME_STEP`` vector env's
         step (infos included), built directly: one lane has no masks to combine and no final
-        observations to stack."""
-        obs, reward, terminated, truncated, info = self.env.step(_row_zero(actions))
+        observations to stack. Its flags are shared read-only arrays (:data:`_NO`, :data:`_YES`)."""
+        obs, reward, terminated, truncated, info = self.env.step(
+            actions[0] if type(actions) is np.ndarray else _row_zero(actions))
         space = self.single_observation_space
+        dtype = self._box_dtype
         if terminated or truncated:
             final_obs, final_info = obs, info
             obs, info = self.env.reset()
             info = {**_batch_info(info), "final_obs": _objects(final_obs), "_final_obs": np.ones(1, np.bool_),
                     "final_info": _objects(final_info), "_final_info": np.ones(1, np.bool_)}
-            return TimeStep(_batch_one(obs, space), np.array([reward], np.float32), np.array([terminated], np.bool_),
-                            np.array([truncated], np.bool_), np.ones(1, np.bool_), np.ones(1, np.bool_),
-                            _batch_one(final_obs, space), info)
-        return TimeStep(_batch_one(obs, space), np.array([reward], np.float32), np.zeros(1, np.bool_),
-                        np.zeros(1, np.bool_), np.zeros(1, np.bool_), np.zeros(1, np.bool_), None, _batch_info(info))
+            return TimeStep(_batch_one(obs, space), np.array([reward], np.float32), _YES if terminated else _NO,
+                            _YES if truncated else _NO, _YES, _YES, _batch_one(final_obs, space), info)
+        return TimeStep(np.array(obs, dtype)[None] if dtype is not None else _batch_one(obs, space),
+                        np.array([reward], np.float32), _NO, _NO, _NO, _NO, None, _batch_info(info) if info else {})
 
     def close(self) -> None:
         self.env.close()
+
+
+# The one-env wrapper's flags: one lane's False and True, shared by every TimeStep it makes, so read-only.
+_NO = np.zeros(1, np.bool_)
+_YES = np.ones(1, np.bool_)
+_NO.flags.writeable = _YES.flags.writeable = False
 
 
 def _objects(value: Any) -> np.ndarray:
