@@ -141,9 +141,10 @@ class RlflowAdapter(peers._Base):
             n = min(pool.rows - 1, case.capacity - written)
             self.adder.add_steps(0, pool.act[1:n + 1], pool.rew[1:n + 1], pool.frames[2:n + 2])
             written += n
-        # One transition per call, continuing from the last stored observation: frames i -> i + 1.
-        last = pool.frames[n + 1]
-        self._items = [(last if i == 0 else pool.frames[i], pool.act[i], pool.rew[i], pool.frames[i + 1], pool.done[i])
+        # One transition per call, continuing from the last stored observation: frames i -> i + 1. As in a
+        # training loop (``obs = next_obs``), a call's obs is the object the call before gave as next_obs.
+        frames = [pool.frames[n + 1], *(pool.frames[i] for i in range(1, peers.ADD_ONE_CYCLE + 1))]
+        self._items = [(frames[i], pool.act[i], pool.rew[i], frames[i + 1], pool.done[i])
                        for i in range(peers.ADD_ONE_CYCLE)]
 
     def run_once(self, case: Case) -> None:

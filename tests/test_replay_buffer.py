@@ -55,22 +55,39 @@ def reference(transitions, n, closed):
     return sorted(out)
 
 
-@settings(max_examples=50, deadline=None)
-@given(st.integers(1, 4), st.lists(st.sampled_from(["mid", "mid", "mid", "term", "trunc", "jump"]), max_size=30),
-       st.booleans())
-def test_matches_the_transitions_added(n, plan, close):
+# How a one-env caller may pass an action and a reward (the compiled path takes the first three of each;
+# the others go through the general path, which converts them).
+ACTION_FORMS = [int, np.int64, lambda a: np.array(a, np.int64), np.int32, np.uint8]
+REWARD_FORMS = [float, np.float32, np.float64, lambda r: np.array(r, np.float32), int]
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(1, 4), st.lists(st.sampled_from(["mid", "mid", "mid", "term", "trunc", "jump", "equal", "equal64"]),
+                                   max_size=30),
+       st.booleans(), st.lists(st.integers(0, 4), min_size=2, max_size=2), st.integers(3, 9))
+def test_matches_the_transitions_added(n, plan, close, forms, block):
+    """Transitions added one at a time (the compiled one-call path when the episode goes on from the last
+    next_obs object, the general path otherwise), with every block size, equal their plain list."""
     rng = np.random.default_rng(len(plan))
     buf = ReplayBuffer(OBS, ACT, capacity=256, n_step=n, discount=G)
+    buf._block = {k: v[:block] for k, v in buf._block.items()}  # blocks fill and flush inside the episodes
+    if buf._fast is not None:
+        buf._fast = (*buf._fast[:7], buf._block["action"], buf._block["reward"], buf._block["observation"])
     added = []
     obs = rng.integers(-9, 9, 3).astype(np.float32)
     for what in plan:
         if what == "jump":  # the loop restarts from an unrelated observation without an episode end
             obs = rng.integers(-9, 9, 3).astype(np.float32)
             what = "mid"
+        elif what in ("equal", "equal64"):  # the previous next_obs again, as another array (float64 too)
+            obs = obs.astype(np.float64 if what == "equal64" else np.float32)  # the episode goes on
+            what = "mid"
         action, reward = int(rng.integers(0, 4)), float(np.float32(rng.standard_normal()))
+        if forms[1] == 4:
+            reward = float(int(reward * 4))
         nxt = rng.integers(-9, 9, 3).astype(np.float32)
         term, trunc = what == "term", what == "trunc"
-        buf.add(obs, action, reward, nxt, term, trunc)
+        buf.add(obs, ACTION_FORMS[forms[0]](action), REWARD_FORMS[forms[1]](reward), nxt, term, trunc)
         added.append((tuple(obs), action, reward, tuple(nxt), term, trunc))
         obs = rng.integers(-9, 9, 3).astype(np.float32) if term or trunc else nxt
     if close:
@@ -160,3 +177,44 @@ def all_dict_transitions(buf):
     b, _ = buf.table.view.gather(buf.store, meta[order], {"return": it["field/return"][order],
                                                           "discount": it["field/discount"][order]})
     return b
+
+
+@pytest.mark.parametrize("bad,match", [
+    (dict(action=7), "<= 3"),
+    (dict(action=-1), ">= 0"),
+    (dict(action=2**70), "action"),
+    (dict(action=np.array([1])), "shape"),
+    (dict(reward=float("nan")), "finite"),
+    (dict(reward=np.float32("inf")), "finite"),
+    (dict(next_obs=np.array([0.0, np.inf, 0.0], np.float32)), "finite"),
+    (dict(next_obs=np.zeros(3, np.float64) + 0.5, action=9), "<= 3"),
+    (dict(terminated=2), "terminated"),
+])
+def test_bad_input_on_the_compiled_path_changes_nothing(bad, match):
+    """A transition continuing from the last next_obs object takes the one-call path: bad values raise the
+    general path's error and stage nothing (the buffer then equals one that never saw the call)."""
+    bufs = [ReplayBuffer(OBS, ACT, capacity=64, n_step=2) for _ in range(2)]
+    last = []
+    for buf in bufs:
+        obs = np.zeros(3, np.float32)
+        for t in range(75):  # wrap the ring, leave a partly filled block
+            nxt = np.full(3, t % 9, np.float32)
+            buf.add(obs, t % 4, 1.0, nxt, t % 13 == 0, False)
+            obs = np.zeros(3, np.float32) if t % 13 == 0 else nxt
+        last.append(obs)
+    buf, ref = bufs
+    assert buf._fast is not None and int(buf._block_rows[0]) > 0
+    rows = int(buf._block_rows[0])
+    args = dict(obs=last[0], action=1, reward=1.0, next_obs=np.ones(3, np.float32), terminated=False,
+                truncated=False)
+    args.update(bad)
+    with pytest.raises(SpecError, match=match):
+        buf.add(**args)
+    assert int(buf._block_rows[0]) == rows
+    for b in bufs:  # and both go on alike
+        b.add(last[bufs.index(b)], 2, 0.5, np.full(3, 3.0, np.float32), True, False)
+        b.flush()
+    for k, v in ref.store.state_dict().items():
+        np.testing.assert_array_equal(buf.store.state_dict()[k], v, err_msg=k)
+    for k, v in ref.table.items().items():
+        np.testing.assert_array_equal(buf.table.items()[k], v, err_msg=k)

@@ -407,3 +407,21 @@ def stage_simple(staged: np.ndarray, open_rows: np.ndarray, open_flag: np.ndarra
         final_block[s] = final
     staged[0] = s + 1
     return s + 1
+
+
+@njit(**_OPTS)
+def stage_row(staged: np.ndarray, checks: np.ndarray, action: object, action_block: np.ndarray, reward: object,
+              reward_block: np.ndarray, next_obs: np.ndarray, obs_block: np.ndarray) -> int:
+    """One env's transition into row ``staged[0]`` of a one-lane block (``ReplayBuffer.add``): check the
+    values as :func:`stage_simple` does (``action`` and ``reward`` may be scalars), copy them, count the
+    row. Returns the rows staged, or -2 having changed nothing."""
+    if not (_values_ok(np.asarray(action), int(checks[0]), checks[1], checks[2])
+            and _values_ok(np.asarray(reward), int(checks[3]), checks[4], checks[5])
+            and _values_ok(next_obs, int(checks[6]), checks[7], checks[8])):
+        return -2
+    s = staged[0]
+    action_block[s] = action
+    reward_block[s] = reward
+    obs_block[s] = next_obs
+    staged[0] = s + 1
+    return s + 1

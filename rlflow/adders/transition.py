@@ -328,21 +328,32 @@ def _check_mode(field: Field) -> tuple[int, float, float] | None:
     return KA.NO_CHECK, 0.0, 0.0
 
 
-def _simple_plan(adder: NStepTransition, e: int) -> tuple[tuple[Any, ...] | None, np.ndarray]:
+def value_checks(fields: Sequence[Field]) -> np.ndarray | None:
+    """The compiled staging kernels' value checks of ``fields``: (mode, low, high) of each, in a row
+    (:func:`_check_mode`); None when one of them cannot be checked there."""
+    modes = [_check_mode(f) for f in fields]
+    if any(m is None for m in modes):
+        return None
+    return np.array([x for m in modes for x in m], np.float64)
+
+
+def exact_dtype(field: Field) -> np.dtype | None:
+    """``field``'s dtype when arrays of it can be recognised by identity (a builtin, native dtype), else None."""
+    d = np.dtype(field.dtype)
+    return d if d.isnative and d is np.dtype(d.str) else None
+
+
+def _simple_plan(adder: NStepTransition, e: int) -> tuple[tuple[Any, ...] | None, np.ndarray | None]:
     """What :meth:`NStepTransition.stage` checks a step against in one compiled call, when the action, the
     reward and the observation are each one field and there are no extras: the dtypes and shapes (``None``
     otherwise), and the value checks of :func:`~rlflow.adders._kernels.stage_simple`."""
     layout = adder._layout
-    checks = np.zeros(9, np.float64)
     if "extras" in layout or any(layout[k] is None or len(layout[k]) != 1 or layout[k][0][1] is not None
                                  for k in ("action", "reward", "observation")):
-        return None, checks
-    (act,), (rew,), (obs,) = ([f for _, _, f in layout[k]] for k in ("action", "reward", "observation"))
-    modes = [_check_mode(f) for f in (act, rew, obs)]
-    if any(m is None for m in modes):
-        return None, checks
-    checks[:] = [x for m in modes for x in m]
-    dtypes = [np.dtype(f.dtype) for f in (act, rew, obs)]
-    if any(d is not np.dtype(d.str) or not d.isnative for d in dtypes):  # compared by identity: builtin dtypes only
-        return None, checks
+        return None, None
+    fields = [layout[k][0][2] for k in ("action", "reward", "observation")]
+    checks, dtypes = value_checks(fields), [exact_dtype(f) for f in fields]
+    if checks is None or any(d is None for d in dtypes):
+        return None, None
+    act, rew, obs = fields
     return (dtypes[0], (e, *act.shape), dtypes[1], (e, *rew.shape), dtypes[2], (e, *obs.shape), (e,)), checks

@@ -33,6 +33,10 @@ from rlflow.replay.table import Table
 from rlflow.specs import Spec, SpecError
 from rlflow.types import TimeStep, step_spec
 
+_BLOCK_BYTES = 8 << 20  # the most memory a one-env block of staged transitions takes
+_FLAG_NAMES = ("terminated", "truncated", "first", "last")
+_KA: Any = None  # rlflow.adders._kernels, loaded with the first buffer (the adders build on this package)
+
 __all__ = ["ReplayBuffer"]
 
 
@@ -63,7 +67,11 @@ class ReplayBuffer:
                  prioritized: bool = False, alpha: float = 0.6, beta: float = 0.4, num_envs: int = 1,
                  extras: Spec | None = None, seed: int | None = None, backend: str = "memory",
                  directory: Any = None) -> None:
+        global _KA
+        from rlflow.adders import _kernels
         from rlflow.adders.transition import NStepTransition  # adders build on this package
+
+        _KA = _kernels
 
         if int(num_envs) < 1 or int(capacity) // int(num_envs) < n_step + 2:
             raise ValueError(f"capacity {capacity} over num_envs {num_envs} leaves fewer than n_step + 2 = "
@@ -84,14 +92,43 @@ class ReplayBuffer:
         self._leaves = {key: (spec[key], [(n, path, f) for n, f in self.store.fields.items()
                                           for path in [_path(n, key)] if path is not False])
                         for key in ("observation", "action", "reward", "extras") if key in spec}
-        self._staged: list[tuple[Any, ...]] = []
-        self._stage_size = max(1, min(64, self.store.capacity - n_step - 2))
-        self._last_next: Any = None  # the checked next_obs of the last staged transition
-        self._last_next_given: Any = None  # the object it came as (an identity check is cheapest)
+        # One env: transitions are staged in a block of rows and reach the adder (add_steps) together.
+        row_bytes = sum(f.nbytes for name, f in self.store.fields.items() if name not in _FLAG_NAMES)
+        k = max(1, min(256, self.store.capacity - n_step - 2, _BLOCK_BYTES // max(1, row_bytes)))
+        self._block = {name: np.zeros((k, *f.shape), f.dtype) for name, f in self.store.fields.items()
+                       if any(_path(name, key) is not False for key in ("observation", "action", "reward", "extras"))}
+        self._block_rows = np.zeros(1, np.int64)  # rows staged
+        self._last_next_given: Any = None  # the next_obs object of the last staged transition (identity check)
+        self._fast = _fast_plan(self.adder, self._block) if self.num_envs == 1 else None
 
     def add(self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any, truncated: Any,
             extras: Any = None) -> None:
         """Record one transition per env (see the module docstring); bad input raises and changes nothing."""
+        if obs is self._last_next_given and obs is not None:  # one env, going on from the last next_obs
+            fast = self._fast
+            if fast is not None and extras is None:  # one compiled call checks and stages the row
+                (act_dtype, act_shape, act_scalars, rew_scalars, obs_dtype, obs_shape, checks, act_blk, rew_blk,
+                 obs_blk) = fast
+                ta = type(action)
+                if ((ta is np.ndarray and action.dtype is act_dtype and action.shape == act_shape)
+                        or ta in act_scalars) and type(reward) in rew_scalars and type(next_obs) is np.ndarray \
+                        and next_obs.dtype is obs_dtype and next_obs.shape == obs_shape \
+                        and type(terminated) in _BOOLS and type(truncated) in _BOOLS:
+                    try:
+                        rows = _KA.stage_row(self._block_rows, checks, action, act_blk, reward, rew_blk, next_obs,
+                                             obs_blk)
+                    except (OverflowError, TypeError):  # e.g. a Python int beyond int64: the general path says why
+                        rows = -1
+                    if rows > 0:
+                        self._last_next_given = next_obs
+                        if terminated or truncated:
+                            self.flush(terminated=bool(terminated), truncated=bool(truncated))
+                            self._last_next_given = None
+                        elif rows == len(act_blk):
+                            self.flush()
+                        return
+            self._add_one(obs, action, reward, next_obs, terminated, truncated, extras)
+            return
         if self.num_envs == 1 and self._unbatched(obs):
             self._add_one(obs, action, reward, next_obs, terminated, truncated, extras)
             return
@@ -132,7 +169,7 @@ class ReplayBuffer:
         nxt = _row(*leaves["observation"], next_obs, "next_obs")
         act = _row(*leaves["action"], action, "action")
         rew = _row(*leaves["reward"], reward, "reward")
-        ext = None
+        ext = {}
         if "extras" in leaves:
             if extras is None:
                 raise SpecError(f"add: the buffer stores extras {list(self.adder._extra_fields)}; pass extras=")
@@ -140,8 +177,7 @@ class ReplayBuffer:
         elif extras is not None:
             raise SpecError("add: extras given, but the buffer has no extras spec")
         term, trunc = _flag("terminated", terminated), _flag("truncated", truncated)
-        prev = self._last_next
-        if obs is not self._last_next_given and not (prev is not None and _same(prev, obs, leaves)):
+        if obs is not self._last_next_given and not self._continues_one(obs):
             first = _row(*leaves["observation"], obs, "obs")  # a new episode: check its observation too
             self.flush()
             with self.store.lock:
@@ -149,31 +185,44 @@ class ReplayBuffer:
                 start = self.adder._top({k: v[None] for k, v in first.items()})["observation"]
                 self.adder.add_first(TimeStep(start, np.zeros(1, np.float32), self._no, self._no, ~self._no,
                                               self._no))
-        self._staged.append((nxt, act, rew, ext))
-        self._last_next, self._last_next_given = nxt, next_obs
+        s = int(self._block_rows[0])
+        for part in (nxt, act, rew, ext):
+            for name, value in part.items():
+                self._block[name][s] = value
+        self._block_rows[0] = s + 1
+        self._last_next_given = next_obs
         if term or trunc:
             self.flush(terminated=term, truncated=trunc)
-            self._last_next = self._last_next_given = None
-        elif len(self._staged) >= self._stage_size:
+            self._last_next_given = None
+        elif s + 1 >= len(self._block["reward"]):
             self.flush()
+
+    def _continues_one(self, obs: Any) -> bool:
+        """Whether ``obs`` equals the last next_obs of the one env's episode in progress (bit for bit)."""
+        s = int(self._block_rows[0])
+        row = int(self.adder._open[0])
+        if not s and row < 0:
+            return False
+        try:
+            got = _row(*self._leaves["observation"], obs, "obs")
+        except SpecError:
+            return False
+        for name, value in got.items():
+            prev = self._block[name][s - 1] if s else self.store.columns[name][0, row % self.store.capacity]
+            if value.tobytes() != np.ascontiguousarray(prev).tobytes():
+                return False
+        return True
 
     def flush(self, *, terminated: bool = False, truncated: bool = False) -> None:
         """Write the staged single-env transitions to the store and table (sampling does this itself)."""
-        staged = self._staged
-        if not staged:
+        n = int(self._block_rows[0])
+        if not n:
             return
         adder = self.adder
-
-        def stack(i: int) -> Any:
-            flat = {name: np.stack([s[i][name] for s in staged]) for name in staged[0][i]}
-            return adder._top(flat)
-
-        nxt = stack(0)["observation"]
-        top = {**stack(1), **stack(2)}
-        extras = stack(3)["extras"] if staged[0][3] is not None else None
-        self._staged = []
-        adder.add_steps(0, top["action"], top["reward"], nxt, terminated=terminated, truncated=truncated,
-                        extras=extras)
+        self._block_rows[0] = 0
+        top = adder._top({name: col[:n] for name, col in self._block.items()})
+        adder.add_steps(0, top["action"], top["reward"], top["observation"], terminated=terminated,
+                        truncated=truncated, extras=top.get("extras"))
 
     def _unbatched(self, obs: Any) -> bool:
         """Whether ``obs`` is one env's observation without the leading env axis (judged by its first field)."""
@@ -225,7 +274,7 @@ class ReplayBuffer:
         """Close every episode in progress as truncated, so its last transitions become sampleable."""
         self.flush()
         self.adder.truncate()
-        self._last_next = self._last_next_given = None
+        self._last_next_given = None
 
     def __len__(self) -> int:
         """Transitions held."""
@@ -272,16 +321,30 @@ def _row(part: Any, leaves: list[tuple[str, Any, Any]], value: Any, what: str) -
     return out
 
 
-def _same(a: dict[str, np.ndarray], b: Any, leaves: dict[str, Any]) -> bool:
-    """Whether observation ``b`` equals the checked flat observation ``a`` (bit for bit)."""
-    if len(a) == 1 and type(b) is np.ndarray:
-        (prev,) = a.values()
-        return b.dtype == prev.dtype and b.shape == prev.shape and b.tobytes() == prev.tobytes()
-    try:
-        got = _row(*leaves["observation"], b, "obs")
-    except SpecError:
-        return False
-    return all(np.array_equal(a[k], got[k]) for k in a)
+_BOOLS = (bool, np.bool_)
+
+
+def _fast_plan(adder: Any, block: dict[str, np.ndarray]) -> tuple[Any, ...] | None:
+    """What one compiled call (:func:`rlflow.adders._kernels.stage_row`) checks a one-env transition
+    against, when the action, reward and observation are one field each and there are no extras: their
+    dtypes and shapes, the scalar types taken as an action or a reward, the value checks and the blocks."""
+    from rlflow.adders.transition import exact_dtype, value_checks
+
+    layout = adder._layout
+    if "extras" in layout or any(layout[k] is None or len(layout[k]) != 1 or layout[k][0][1] is not None
+                                 for k in ("action", "reward", "observation")):
+        return None
+    (act_name, _, act), (rew_name, _, rew), (obs_name, _, obs) = (layout[k][0] for k in ("action", "reward",
+                                                                                        "observation"))
+    checks, dtypes = value_checks([act, rew, obs]), [exact_dtype(f) for f in (act, rew, obs)]
+    if checks is None or any(d is None for d in dtypes) or rew.shape or rew.dtype.kind != "f":
+        return None
+    # Scalars that the general path would store unchanged in kind: Python ints as int64 actions, Python
+    # and numpy floats as float rewards (a float64 reward rounds to the reward's dtype, as the general
+    # path casts it).
+    act_scalars = (int, np.int64) if not act.shape and dtypes[0] == np.int64 else ()
+    return (dtypes[0], act.shape, act_scalars, (float, np.float32, np.float64), dtypes[2], obs.shape, checks,
+            block[act_name], block[rew_name], block[obs_name])
 
 
 def _flag(name: str, value: Any) -> bool:
