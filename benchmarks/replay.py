@@ -44,9 +44,10 @@ class RlflowAdapter(peers._Base):
     items are windows of rows and sampling returns ``Transition`` batches (``next_observation`` is the
     row ``k`` steps later, never a copy). Episode ends are the pool's ``done`` flags, as terminations with
     a same-step reset. The batched add cases take the peer's layout (``add_layout``): 256 consecutive
-    steps of one env (``NStepTransition.add_steps`` on one lane) or one step of 256 envs (``add`` with
-    one row per lane on 256 lanes); ``add_one`` times ``ReplayBuffer.add`` of one transition. Sample
-    cases fill 256 lanes (32 for pixels).
+    steps of one env (``NStepTransition.add_steps`` on one lane) or one step of 256 envs (``stage``
+    with one row per lane on 256 lanes: checked at once, written 64 steps at a time, the flushes inside
+    the timed calls); ``add_one`` times ``ReplayBuffer.add`` of one transition. Sample cases fill 256
+    lanes (32 for pixels).
     """
 
     name = "rlflow"
@@ -64,7 +65,7 @@ class RlflowAdapter(peers._Base):
                 return "ReplayBuffer.add (one env)"
             if self.add_layout == "stream":
                 return f"{n}.add_steps, {case.batch} steps of one lane"
-            return f"{n}.add, {case.batch} lanes"
+            return f"{n}.stage, {case.batch} lanes"
         return {"sample": f"Table.sample (Uniform) of {n} items",
                 "per": f"Table.sample (Prioritized) + update_priorities of {n} items"}[case.op]
 
@@ -154,7 +155,7 @@ class RlflowAdapter(peers._Base):
         elif case.op == "add" and self.add_layout == "stream":
             self._add_stream()
         elif case.op == "add":
-            self.adder.add(*self._next_item())
+            self.adder.stage(*self._next_item())  # written 64 steps at a time, as rlflow.run and ReplayBuffer do
         elif case.op == "per":
             sample = self.table.sample(case.batch)
             self.table.update_priorities(sample.keys, self._prios[self._step % len(self._prios)])

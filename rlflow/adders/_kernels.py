@@ -364,16 +364,28 @@ NO_CHECK, FINITE, BOUNDS = 0, 1, 2
 
 @njit(inline="always", cache=True)
 def _values_ok(x: np.ndarray, mode: int, low: float, high: float) -> bool:
+    if mode == NO_CHECK:
+        return True
+    flat = np.ravel(x)  # a view of a contiguous array: the loops below vectorise
+    ok = True
     if mode == FINITE:
-        for v in x.flat:
-            if not math.isfinite(float(v)):
-                return False
-    elif mode == BOUNDS:
-        for v in x.flat:
-            f = float(v)  # exact for integers below 2**53 (larger bounds never take this path)
-            if f < low or f > high:
-                return False
-    return True
+        for i in range(flat.shape[0]):
+            ok &= math.isfinite(float(flat[i]))
+    else:
+        for i in range(flat.shape[0]):
+            f = float(flat[i])  # exact for integers below 2**53 (larger bounds never take this path)
+            ok &= (f >= low) & (f <= high)
+    return ok
+
+
+@njit(inline="always", cache=True)
+def _put(block: np.ndarray, s: int, x: np.ndarray) -> None:
+    """``block[s] = x`` (``block`` C-contiguous) as one flat loop: numba's strided slice assignment costs
+    several times more per element."""
+    dst = block[s].reshape(-1)
+    src = np.ravel(x)
+    for i in range(dst.shape[0]):
+        dst[i] = src[i]
 
 
 @njit(**_OPTS)
@@ -400,11 +412,11 @@ def stage_simple(staged: np.ndarray, open_rows: np.ndarray, open_flag: np.ndarra
             open_flag[lane] = open_rows[lane] >= 0
     if not stage_flow(open_flag, first, last, terminated, truncated, final is not None, flags[s]):
         return -1
-    action_block[s] = action
-    reward_block[s] = reward
-    obs_block[s] = obs
+    _put(action_block, s, action)
+    _put(reward_block, s, reward)
+    _put(obs_block, s, obs)
     if final is not None:
-        final_block[s] = final
+        _put(final_block, s, final)
     staged[0] = s + 1
     return s + 1
 
