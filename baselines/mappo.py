@@ -265,7 +265,7 @@ def mappo_loss(net: MAPPONet, obs: dict, actions: torch.Tensor, old_log_prob: to
 class MAPPOLearner(rlflow.Learner):
     def __init__(self, net: MAPPONet, args: Args) -> None:
         self.net, self.args = net, args
-        self.optimizer = torch.optim.Adam(net.parameters(), lr=args.learning_rate, eps=1e-5, foreach=True)
+        self.optimizer = torch.optim.Adam(net.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
         self.norm = ValueNormalizer() if args.value_norm else None
         self.rng = np.random.default_rng(args.seed)
 

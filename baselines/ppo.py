@@ -1,7 +1,14 @@
-"""PPO on rlflow (discrete actions): clipped surrogate, GAE with terminated and truncated kept apart.
+"""PPO on rlflow: clipped surrogate, GAE with terminated and truncated kept apart.
 
     python -m baselines.ppo                                  # CartPole-v1, 8 envs, 100k env steps
     python -m baselines.ppo --lstm 64 --value-norm           # an LSTM actor and critic, normalised values
+    python -m baselines.ppo --env-id Pendulum-v1 --num-envs 4 --n-steps 1024 --gamma 0.9 --gae-lambda 0.95 \
+        --n-epochs 10 --minibatch-size 64 --no-anneal --total-steps 200000    # continuous actions
+
+Discrete action spaces get a categorical policy; Box action spaces a diagonal Gaussian (state-dependent
+mean, state-independent log standard deviations), whose actions the env clips to its bounds
+(``gymnasium.wrappers.ClipAction``) while the rollout keeps them as sampled, so that their
+log-probabilities stay those of the policy.
 
 rlflow does the data: a vector env, a ``Sequence`` adder writing each lane's rollout of ``n_steps``
 actions as one item of ``n_steps + 1`` rows (the last row is the bootstrap observation and the next
@@ -18,9 +25,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import gymnasium
 import numpy as np
 import torch
 import tyro
+from gymnasium.wrappers import ClipAction
 from torch import nn
 
 import rlflow
@@ -65,11 +74,28 @@ def categorical(logits: torch.Tensor) -> torch.distributions.Categorical:
     return torch.distributions.Categorical(logits=logits, validate_args=False)
 
 
-class ActorCritic(nn.Module):
-    """Separate policy (logits) and value MLPs, as SB3's default for PPO; with ``lstm > 0`` an LSTM cell in
-    front of each (SB3's RecurrentPPO layout: one LSTM for the actor, one for the critic)."""
+class DiagGaussian(torch.distributions.Normal):
+    """Independent Gaussians over the dimensions of an action vector: log-probabilities and entropies are
+    summed over the last axis (one number per action, as a Categorical's); ``mode`` is the mean."""
 
-    def __init__(self, obs_dim: int, n_actions: int, hidden: tuple[int, ...], lstm: int = 0) -> None:
+    def log_prob(self, value: torch.Tensor) -> torch.Tensor:
+        return super().log_prob(value).sum(-1)
+
+    def entropy(self) -> torch.Tensor:
+        return super().entropy().sum(-1)
+
+
+class ActorCritic(nn.Module):
+    """Separate policy and value MLPs, as SB3's default for PPO; with ``lstm > 0`` an LSTM cell in front of
+    each (SB3's RecurrentPPO layout: one LSTM for the actor, one for the critic).
+
+    Discrete actions: the policy head gives ``n_actions`` logits. ``continuous``: it gives the mean of an
+    ``n_actions``-dimensional Gaussian whose log standard deviations are parameters of their own,
+    independent of the state and starting at 0 (SB3's default).
+    """
+
+    def __init__(self, obs_dim: int, n_actions: int, hidden: tuple[int, ...], lstm: int = 0,
+                 continuous: bool = False) -> None:
         super().__init__()
         self.lstm = lstm
         if lstm:
@@ -77,29 +103,40 @@ class ActorCritic(nn.Module):
         width = lstm or obs_dim
         self.pi = mlp([width, *hidden, n_actions])
         self.v = mlp([width, *hidden, 1])
+        self.log_std = nn.Parameter(torch.zeros(n_actions)) if continuous else None
 
-    def forward(self, obs: torch.Tensor) -> tuple[torch.distributions.Categorical, torch.Tensor]:
+    def distribution(self, head: torch.Tensor) -> Any:
+        """The action distribution of the policy head's output ``head [..., n_actions]``."""
+        if self.log_std is None:
+            return categorical(head)
+        return DiagGaussian(head, self.log_std.exp().expand_as(head), validate_args=False)
+
+    def forward(self, obs: torch.Tensor) -> tuple[Any, torch.Tensor]:
         obs = obs.flatten(1).float()
-        return categorical(self.pi(obs)), self.v(obs).squeeze(-1)
+        return self.distribution(self.pi(obs)), self.v(obs).squeeze(-1)
 
     def step(self, obs: torch.Tensor, state: tuple[torch.Tensor, ...]) -> tuple[Any, torch.Tensor, tuple]:
         """One recurrent step: ``state = (h_pi, c_pi, h_v, c_v)``, each ``[N, lstm]``."""
+        head, value, state = self._step(obs, state)
+        return self.distribution(head), value, state
+
+    def _step(self, obs: torch.Tensor, state: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, torch.Tensor, tuple]:
         x = obs.flatten(1).float()
         h_pi, c_pi = self.pi_lstm(x, (state[0], state[1]))
         h_v, c_v = self.v_lstm(x, (state[2], state[3]))
-        return categorical(self.pi(h_pi)), self.v(h_v).squeeze(-1), (h_pi, c_pi, h_v, c_v)
+        return self.pi(h_pi), self.v(h_v).squeeze(-1), (h_pi, c_pi, h_v, c_v)
 
     def unroll(self, obs: torch.Tensor, state: tuple[torch.Tensor, ...], resets: torch.Tensor
-               ) -> tuple[torch.distributions.Categorical, torch.Tensor]:
+               ) -> tuple[Any, torch.Tensor]:
         """Sequences ``obs [B, L, ...]`` from ``state``, restarting at zero where ``resets [B, L]``:
         the action distributions ``[B, L]`` and values ``[B, L]``."""
-        logits, values = [], []
+        heads, values = [], []
         for t in range(resets.shape[1]):
             keep = (~resets[:, t]).float()[:, None]
-            dist, v, state = self.step(obs[:, t], tuple(x * keep for x in state))
-            logits.append(dist.logits)
+            head, v, state = self._step(obs[:, t], tuple(x * keep for x in state))
+            heads.append(head)
             values.append(v)
-        return categorical(torch.stack(logits, 1)), torch.stack(values, 1)
+        return self.distribution(torch.stack(heads, 1)), torch.stack(values, 1)
 
 
 class SamplingPolicy(rlflow.Policy):
@@ -118,7 +155,7 @@ class SamplingPolicy(rlflow.Policy):
                 dist, value, new_state = self.net.step(torch.as_tensor(observation), state)
             else:
                 dist, value = self.net(torch.as_tensor(observation))
-            action = dist.probs.argmax(dim=1) if evaluation else dist.sample()
+            action = dist.mode if evaluation else dist.sample()  # the likeliest action, or the mean
             extras = {"log_prob": dist.log_prob(action).numpy(), "value": value.numpy()}
         if self.net.lstm:
             extras["lstm"] = torch.stack(state, 1).numpy()  # [E, 4, lstm]
@@ -179,7 +216,7 @@ def ppo_loss(net: ActorCritic, obs: torch.Tensor, actions: torch.Tensor, old_log
 class PPOLearner(rlflow.Learner):
     def __init__(self, net: ActorCritic, args: Args) -> None:
         self.net, self.args = net, args
-        self.optimizer = torch.optim.Adam(net.parameters(), lr=args.learning_rate, eps=1e-5, foreach=True)
+        self.optimizer = torch.optim.Adam(net.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
         self.updates = 0
         self.total_updates = max(1, args.total_steps // (args.num_envs * args.n_steps))
         self.rng = np.random.default_rng(args.seed)
@@ -261,9 +298,17 @@ class PPOLearner(rlflow.Learner):
 def main(args: Args) -> rlflow.RunResult:
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)
-    env = envs.make(args.env_id, num_envs=args.num_envs, seed=args.seed)
-    eval_env = envs.make(args.env_id, num_envs=None)
-    obs_dim, n_actions = int(np.prod(env.single_observation_space.shape)), int(env.single_action_space.n)
+    probe = gymnasium.make(args.env_id)
+    continuous = isinstance(probe.action_space, gymnasium.spaces.Box)
+    n_actions = int(np.prod(probe.action_space.shape)) if continuous else int(probe.action_space.n)
+    probe.close()
+    if continuous:  # the env clips the Gaussian's actions to its bounds; the rollout keeps them as sampled
+        env = envs.make(args.env_id, num_envs=args.num_envs, seed=args.seed, wrappers=[ClipAction])
+        eval_env = envs.GymEnvironment(ClipAction(gymnasium.make(args.env_id)))
+    else:
+        env = envs.make(args.env_id, num_envs=args.num_envs, seed=args.seed)
+        eval_env = envs.make(args.env_id, num_envs=None)
+    obs_dim = int(np.prod(env.single_observation_space.shape))
 
     # Rollouts of n_steps + 1 rows per lane in a queue the learner empties num_envs at a time.
     extras = {"log_prob": specs.Field((), np.float32), "value": specs.Field((), np.float32)}
@@ -271,7 +316,7 @@ def main(args: Args) -> rlflow.RunResult:
         extras["lstm"] = specs.Field((4, args.lstm), np.float32)
     _, table, adder = rollout_queue(env.step_spec(extras), args.num_envs, args.n_steps)
 
-    net = ActorCritic(obs_dim, n_actions, args.hidden, args.lstm)
+    net = ActorCritic(obs_dim, n_actions, args.hidden, args.lstm, continuous)
     return train("PPO", args, env, eval_env, SamplingPolicy(net), PPOLearner(net, args), adder, table)
 
 

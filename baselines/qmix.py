@@ -229,7 +229,7 @@ class QMIXLearner(rlflow.Learner):
         self.agent, self.mixer, self.args = agent, mixer, args
         self.target_agent, self.target_mixer = copy.deepcopy(agent), copy.deepcopy(mixer)
         self.params = [*agent.parameters(), *mixer.parameters()]
-        self.optimizer = torch.optim.Adam(self.params, lr=args.learning_rate)
+        self.optimizer = torch.optim.Adam(self.params, lr=args.learning_rate, fused=True)
         self.updates = 0
 
     def step(self, sample):

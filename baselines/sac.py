@@ -109,10 +109,10 @@ class SACLearner(rlflow.Learner):
         self.critic_targets = tuple(copy.deepcopy(c) for c in critics)
         self.log_alpha = torch.zeros(1, requires_grad=True)
         self.target_entropy = -float(len(actor.centre))
-        self.actor_opt = torch.optim.Adam(actor.parameters(), lr=args.learning_rate, foreach=True)
+        self.actor_opt = torch.optim.Adam(actor.parameters(), lr=args.learning_rate, fused=True)
         self.critic_opt = torch.optim.Adam([p for c in critics for p in c.parameters()], lr=args.learning_rate,
-                                           foreach=True)
-        self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=args.learning_rate)
+                                           fused=True)
+        self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=args.learning_rate, fused=True)
         self.generator = torch.Generator().manual_seed(args.seed)
 
     def step(self, sample):

@@ -134,7 +134,7 @@ def main(args: Args) -> dict[str, float]:
     q = QNetwork(obs_dim, n_actions, args.hidden, dueling=False)
     target = QNetwork(obs_dim, n_actions, args.hidden, dueling=False)
     target.load_state_dict(q.state_dict())
-    optimizer = torch.optim.Adam(q.parameters(), lr=args.learning_rate)
+    optimizer = torch.optim.Adam(q.parameters(), lr=args.learning_rate, fused=True)
     rng = np.random.default_rng(args.seed)
     logger = make_logger(args.logdir)
     decay = max(1, int(args.exploration_fraction * args.total_turns))

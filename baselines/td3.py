@@ -118,9 +118,9 @@ class TD3Learner(rlflow.Learner):
         self.actor, self.critics, self.args = actor, critics, args
         self.actor_target = copy.deepcopy(actor)
         self.critic_targets = tuple(copy.deepcopy(c) for c in critics)
-        self.actor_opt = torch.optim.Adam(actor.parameters(), lr=args.learning_rate, foreach=True)
+        self.actor_opt = torch.optim.Adam(actor.parameters(), lr=args.learning_rate, fused=True)
         self.critic_opt = torch.optim.Adam([p for c in critics for p in c.parameters()], lr=args.learning_rate,
-                                           foreach=True)
+                                           fused=True)
         self.steps = 0
         self.generator = torch.Generator().manual_seed(args.seed)
 

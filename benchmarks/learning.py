@@ -153,8 +153,8 @@ def warm_up() -> None:
     except ImportError:
         pass
     w = torch.zeros(2, requires_grad=True)
-    for foreach in (False, True):
-        opt = torch.optim.Adam([w], lr=1e-3, foreach=foreach)
+    for kwargs in ({"foreach": False}, {"foreach": True}, {"fused": True}):
+        opt = torch.optim.Adam([w], lr=1e-3, **kwargs)
         (w * w).sum().backward()
         opt.step()
 

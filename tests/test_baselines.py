@@ -171,6 +171,63 @@ def test_ppo_loss_by_hand():
     assert loss.item() == pytest.approx(policy + 0.5 * 2.5 - 0.01 * math.log(2), rel=1e-5)
 
 
+def test_ppo_gaussian_loss_by_hand():
+    """Box actions: a diagonal Gaussian, log-probabilities and entropy summed over the action's dims."""
+    from baselines import ppo
+
+    net = ppo.ActorCritic(3, 2, (4,), continuous=True)
+    with torch.no_grad():
+        for head in (net.pi[-1], net.v[-1]):
+            head.weight.zero_()
+            head.bias.zero_()  # mean 0 and V = 0 everywhere
+        net.log_std.copy_(torch.tensor([0.0, math.log(2.0)]))  # std 1 and 2
+    actions = torch.tensor([[0.5, -1.0], [0.0, 2.0]])
+
+    def log_prob(a):  # log N(a0; 0, 1) + log N(a1; 0, 2)
+        return -0.5 * a[0] ** 2 - 0.5 * (a[1] / 2) ** 2 - math.log(2.0) - math.log(2 * math.pi)
+
+    new = [log_prob(a) for a in actions.tolist()]
+    old = torch.tensor([new[0] - math.log(1.5), new[1] + math.log(2.0)])  # ratios 1.5 and 0.5
+    loss, m = ppo.ppo_loss(net, torch.zeros(2, 3), actions, old, torch.tensor([1.0, -1.0]),
+                           torch.tensor([1.0, 2.0]), 0.2, 0.01, 0.5)
+    a = 1 / math.sqrt(2)  # advantages 1, -1 normalised
+    policy = -(min(1.5 * a, 1.2 * a) + min(-0.5 * a, -0.8 * a)) / 2
+    entropy = 0.5 * math.log(2 * math.pi * math.e) * 2 + math.log(2.0)  # dims of std 1 and 2
+    assert m["policy_loss"] == pytest.approx(policy, rel=1e-5) and m["value_loss"] == pytest.approx(2.5)
+    assert m["entropy"] == pytest.approx(entropy, rel=1e-5)
+    assert loss.item() == pytest.approx(policy + 0.5 * 2.5 - 0.01 * entropy, rel=1e-5)
+    policy_ = ppo.SamplingPolicy(net)  # evaluation acts with the mean; training samples
+    mean_actions, extras, _ = policy_.act(np.zeros((2, 3), np.float32), None, evaluation=True)
+    assert mean_actions.dtype == np.float32 and mean_actions.shape == (2, 2) and not mean_actions.any()
+    np.testing.assert_allclose(extras["log_prob"], [log_prob([0.0, 0.0])] * 2, rtol=1e-6)
+
+
+def test_ppo_runs_on_box_actions(tmp_path):
+    """Pendulum (a Box action): the env clips the Gaussian's actions, the rollout keeps them as sampled."""
+    from baselines import ppo
+
+    args = ppo.Args(env_id="Pendulum-v1", total_steps=640, num_envs=4, n_steps=16, n_epochs=2, minibatch_size=32,
+                    hidden=(16,), eval_every=320, eval_episodes=1, logdir=str(tmp_path), progress=False)
+    seen = []
+    original = ppo.PPOLearner.step
+
+    def step(self, sample):
+        seen.append(sample.data["action"].copy())
+        return original(self, sample)
+
+    ppo.PPOLearner.step = step
+    try:
+        result = ppo.main(args)
+    finally:
+        ppo.PPOLearner.step = original
+    assert result.env_steps == 640 and result.learner_steps >= 8
+    actions = np.concatenate([a.reshape(-1) for a in seen])
+    assert actions.dtype == np.float32 and np.abs(actions).max() > 2.0  # beyond Pendulum's bound of 2, as sampled
+    rows = read_csv(tmp_path / "learner.csv")
+    assert rows and all(math.isfinite(float(r[k])) for r in rows for k in ("policy_loss", "entropy"))
+    assert math.isfinite(result.final_evaluation)
+
+
 @pytest.mark.parametrize(("end", "advantages", "returns"), [
     # Rows: observations 1, 2, 3, 4 (V(s) = s), rewards 1, 1; step 1 ends the episode, row 2 holds its final
     # observation (last), row 3 starts the next one. gamma = lam = .5.
