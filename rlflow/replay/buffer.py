@@ -96,7 +96,8 @@ class ReplayBuffer:
         row_bytes = sum(f.nbytes for name, f in self.store.fields.items() if name not in _FLAG_NAMES)
         k = max(1, min(256, self.store.capacity - n_step - 2, _BLOCK_BYTES // max(1, row_bytes)))
         self._block = {name: np.zeros((k, *f.shape), f.dtype) for name, f in self.store.fields.items()
-                       if any(_path(name, key) is not False for key in ("observation", "action", "reward", "extras"))}
+                       if any(_path(name, key) is not False for key in ("observation", "action", "reward", "extras"))
+                       } if self.num_envs == 1 else {}
         self._block_rows = np.zeros(1, np.int64)  # rows staged
         self._last_next_given: Any = None  # the next_obs object of the last staged transition (identity check)
         self._fast = _fast_plan(self.adder, self._block) if self.num_envs == 1 else None
