@@ -343,15 +343,24 @@ def exact_dtype(field: Field) -> np.dtype | None:
     return d if d.isnative and d is np.dtype(d.str) else None
 
 
-def _simple_plan(adder: NStepTransition, e: int) -> tuple[tuple[Any, ...] | None, np.ndarray | None]:
-    """What :meth:`NStepTransition.stage` checks a step against in one compiled call, when the action, the
-    reward and the observation are each one field and there are no extras: the dtypes and shapes (``None``
-    otherwise), and the value checks of :func:`~rlflow.adders._kernels.stage_simple`."""
+def single_fields(adder: Adder) -> list[tuple[str, Field]] | None:
+    """The (column, field) of the action, the reward and the observation when each is one field and the
+    store has no extras (what the one-call staging kernels take); None otherwise."""
     layout = adder._layout
     if "extras" in layout or any(layout[k] is None or len(layout[k]) != 1 or layout[k][0][1] is not None
                                  for k in ("action", "reward", "observation")):
+        return None
+    return [(layout[k][0][0], layout[k][0][2]) for k in ("action", "reward", "observation")]
+
+
+def _simple_plan(adder: NStepTransition, e: int) -> tuple[tuple[Any, ...] | None, np.ndarray | None]:
+    """What :meth:`NStepTransition.stage` checks a step against in one compiled call (see
+    :func:`single_fields`): the dtypes and shapes (``None`` when it cannot), and the value checks of
+    :func:`~rlflow.adders._kernels.stage_simple`."""
+    single = single_fields(adder)
+    if single is None:
         return None, None
-    fields = [layout[k][0][2] for k in ("action", "reward", "observation")]
+    fields = [f for _, f in single]
     checks, dtypes = value_checks(fields), [exact_dtype(f) for f in fields]
     if checks is None or any(d is None for d in dtypes):
         return None, None

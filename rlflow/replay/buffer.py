@@ -329,14 +329,12 @@ def _fast_plan(adder: Any, block: dict[str, np.ndarray]) -> tuple[Any, ...] | No
     """What one compiled call (:func:`rlflow.adders._kernels.stage_row`) checks a one-env transition
     against, when the action, reward and observation are one field each and there are no extras: their
     dtypes and shapes, the scalar types taken as an action or a reward, the value checks and the blocks."""
-    from rlflow.adders.transition import exact_dtype, value_checks
+    from rlflow.adders.transition import exact_dtype, single_fields, value_checks
 
-    layout = adder._layout
-    if "extras" in layout or any(layout[k] is None or len(layout[k]) != 1 or layout[k][0][1] is not None
-                                 for k in ("action", "reward", "observation")):
+    single = single_fields(adder)
+    if single is None:
         return None
-    (act_name, _, act), (rew_name, _, rew), (obs_name, _, obs) = (layout[k][0] for k in ("action", "reward",
-                                                                                        "observation"))
+    (act_name, act), (rew_name, rew), (obs_name, obs) = single
     checks, dtypes = value_checks([act, rew, obs]), [exact_dtype(f) for f in (act, rew, obs)]
     if checks is None or any(d is None for d in dtypes) or rew.shape or rew.dtype.kind != "f":
         return None
