@@ -623,3 +623,27 @@ def test_one_call_staging_rejects_bad_steps_writing_nothing_of_them(bad):
     for got, want in ((s1, s2), (i1, i2), (a1, a2)):
         for k in want:
             np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+
+
+def test_staging_takes_float16_observations_through_the_general_path():
+    """Fields the compiled staging kernels cannot type (float16) are staged the general way, not rejected."""
+    spec = step_spec(specs.Field((3,), np.float16), ACT)
+    results = []
+    for staged in (True, False):
+        store = StepStore(spec, capacity=64, lanes=2)
+        table = Table(store, sampler=Uniform(seed=0), remover=Fifo())
+        adder = adders.NStepTransition(store, [table], n=2, stage_steps=8)
+        z = np.zeros(2, bool)
+        adder.add_first(TimeStep(np.zeros((2, 3), np.float16), np.zeros(2, np.float32), z, z, ~z, z))
+        for t in range(20):
+            end = np.array([t % 7 == 6, False])
+            args = (np.full(2, t % 4), TimeStep(np.full((2, 3), t + 1, np.float16), np.ones(2, np.float32), end, z, end,
+                                                end, np.full((2, 3), -1, np.float16) if end.any() else None))
+            adder.stage(*args) if staged else adder.add(*args)
+        adder.flush()
+        assert adder._block is None or adder._block.simple is None
+        results.append((store.state_dict(), table.items()))
+    for got, want in zip(results[0], results[1], strict=True):
+        for k in want:
+            if k not in ("key", "slot"):
+                np.testing.assert_array_equal(got[k], want[k], err_msg=k)

@@ -218,3 +218,16 @@ def test_bad_input_on_the_compiled_path_changes_nothing(bad, match):
         np.testing.assert_array_equal(buf.store.state_dict()[k], v, err_msg=k)
     for k, v in ref.table.items().items():
         np.testing.assert_array_equal(buf.table.items()[k], v, err_msg=k)
+
+
+def test_float16_observations_take_the_general_path():
+    from rlflow import specs
+
+    buf = ReplayBuffer(specs.Field((3,), np.float16), ACT, capacity=100)
+    assert buf._fast is None
+    obs = np.zeros(3, np.float16)
+    for t in range(5):
+        nxt = np.full(3, t + 1, np.float16)
+        buf.add(obs, t % 4, 1.0, nxt, False, False)
+        obs = nxt
+    assert len(buf) == 5 and buf.sample(4).data.next_observation.dtype == np.float16

@@ -338,9 +338,11 @@ def value_checks(fields: Sequence[Field]) -> np.ndarray | None:
 
 
 def exact_dtype(field: Field) -> np.dtype | None:
-    """``field``'s dtype when arrays of it can be recognised by identity (a builtin, native dtype), else None."""
+    """``field``'s dtype when the staging kernels take it and arrays of it can be recognised by identity (a
+    builtin, native bool, integer or 32/64-bit float dtype); None otherwise (e.g. float16: the general path)."""
     d = np.dtype(field.dtype)
-    return d if d.isnative and d is np.dtype(d.str) else None
+    kernel_typed = d.kind in "biu" or (d.kind == "f" and d.itemsize in (4, 8))
+    return d if kernel_typed and d.isnative and d is np.dtype(d.str) else None
 
 
 def single_fields(adder: Adder) -> list[tuple[str, Field]] | None:

@@ -100,8 +100,10 @@ class StepStore:
         rows = self.num_lanes * self.capacity
         # Columns of small rows, as (rows, values per row), for the compiled gather (which prefetches
         # every row before copying any; large rows are copied by np.take, whose memcpy streams them).
+        # Small rows of the dtypes the compiled gather types (not float16, complex or structured: np.take).
         self._small_rows = {n: c.reshape(rows, -1) for n, c in self._flat.items()
-                            if type(c) is np.ndarray and c.ndim > 1 and self.fields[n].nbytes <= _SMALL_ROW}
+                            if type(c) is np.ndarray and c.ndim > 1 and self.fields[n].nbytes <= _SMALL_ROW
+                            and (c.dtype.kind in "biu" or (c.dtype.kind == "f" and c.dtype.itemsize in (4, 8)))}
         self._row_bytes = {n: np.asarray(c).reshape(rows, int(np.prod(self.fields[n].shape))).view(np.uint8)
                            for n, c in self.columns.items()}
         self.episode_id = np.full(shape2, -1, np.int64)
