@@ -121,12 +121,7 @@ class ReplayBuffer:
                     except (OverflowError, TypeError):  # e.g. a Python int beyond int64: the general path says why
                         rows = -1
                     if rows > 0:
-                        self._last_next_given = next_obs
-                        if terminated or truncated:
-                            self.flush(terminated=bool(terminated), truncated=bool(truncated))
-                            self._last_next_given = None
-                        elif rows == len(act_blk):
-                            self.flush()
+                        self._staged_one(next_obs, bool(terminated), bool(truncated), rows)
                         return
             self._add_one(obs, action, reward, next_obs, terminated, truncated, extras)
             return
@@ -191,11 +186,16 @@ class ReplayBuffer:
             for name, value in part.items():
                 self._block[name][s] = value
         self._block_rows[0] = s + 1
+        self._staged_one(next_obs, term, trunc, s + 1)
+
+    def _staged_one(self, next_obs: Any, terminated: bool, truncated: bool, rows: int) -> None:
+        """After a transition is staged (``rows`` now held): remember its next_obs; write the block when the
+        episode ended (and forget it) or the block is full."""
         self._last_next_given = next_obs
-        if term or trunc:
-            self.flush(terminated=term, truncated=trunc)
+        if terminated or truncated:
+            self.flush(terminated=terminated, truncated=truncated)
             self._last_next_given = None
-        elif s + 1 >= len(self._block["reward"]):
+        elif rows >= len(self._block["reward"]):
             self.flush()
 
     def _continues_one(self, obs: Any) -> bool:
