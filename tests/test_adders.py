@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlflow import adders, specs
-from rlflow.replay import Fifo, StepStore, Table, Uniform
+from rlflow.replay import Fifo, Prioritized, StepStore, Table, Uniform
 from rlflow.replay._item_kernels import LANE, LENGTH, START, VALID
 from rlflow.specs import SpecError
 from rlflow.types import TimeStep, step_spec
@@ -501,6 +501,98 @@ def test_add_steps_equals_one_add_per_step(n, chunks, end, slack):
     for k in i1:
         np.testing.assert_allclose(i1[k], i2[k], rtol=1e-6, err_msg=k)
     np.testing.assert_array_equal(o1, o2)
+
+
+def _run_chunks(direct: bool, n: int, chunks: list[tuple[int, str]], prioritized: bool, max_size: int | None,
+                capacity: int, seed: int) -> tuple[StepStore, Table, adders.NStepTransition, list]:
+    """Chunks of one lane's steps through add_steps, sampling (and updating priorities) after each; the
+    one-call path (``direct``) or the general one."""
+    spec = step_spec(OBS, ACT)
+    store = StepStore(spec, capacity=capacity)
+    sampler = Prioritized(0.6, 0.4, seed=seed) if prioritized else Uniform(seed=seed)
+    table = Table(store, sampler=sampler, remover=Fifo(seed=seed), max_size=max_size)
+    adder = adders.NStepTransition(store, [table], n=n, discount=G)
+    assert adder._direct is not None
+    if not direct:
+        adder._direct = None
+    rng = np.random.default_rng(seed)
+    z = np.zeros(1, bool)
+    obs = rng.standard_normal((1, 2)).astype(np.float32)
+    adder.add_first(TimeStep(obs, np.zeros(1, np.float32), z, z, ~z, z))
+    drawn = []
+    for c, end in chunks:
+        acts = rng.integers(0, 6, c)
+        rews = rng.standard_normal(c).astype(np.float32)
+        nxt = rng.standard_normal((c, 2)).astype(np.float32)
+        adder.add_steps(0, acts, rews, nxt, terminated=end == "term", truncated=end == "trunc")
+        if end != "mid":
+            first = rng.standard_normal((1, 2)).astype(np.float32)
+            adder.add_first(TimeStep(first, np.zeros(1, np.float32), z, z, ~z, z))
+        if table.size:
+            s = table.sample(3)
+            drawn.append(s.keys.tolist())
+            if prioritized:
+                table.update_priorities(s.keys, rng.random(3) + 0.1)
+    return store, table, adder, drawn
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 3), st.lists(st.tuples(st.integers(1, 7), st.sampled_from(["mid", "mid", "term", "trunc"])),
+                                   min_size=1, max_size=10),
+       st.booleans(), st.sampled_from([None, 3, 8]), st.integers(0, 5), st.integers(0, 99))
+def test_add_steps_one_call_path_leaves_the_state_of_the_general_path(n, chunks, prioritized, max_size, slack, seed):
+    """add_steps's one-call path (one compiled call that also evicts and inserts into a Uniform or Prioritized
+    table with a Fifo remover) leaves the store, the table (items, keys, priorities, times sampled,
+    selector and rate limiter states) and the adder exactly as the general path does: over ring
+    wrap-arounds, episode ends, samples between writes, and tables too small for the new items (the
+    table's own insert then evicts)."""
+    capacity = max(c for c, _ in chunks) + n + 3 + slack
+    runs = [_run_chunks(direct, n, chunks, prioritized, max_size, capacity, seed) for direct in (True, False)]
+    (s1, t1, a1, d1), (s2, t2, a2, d2) = runs
+    assert d1 == d2
+    for got, want in ((s1.state_dict(), s2.state_dict()), (a1.state_dict(), a2.state_dict())):
+        for k in want:
+            np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+    def flat(d, prefix=""):
+        for k, v in d.items():
+            if isinstance(v, dict):
+                yield from flat(v, f"{prefix}{k}/")
+            else:
+                yield f"{prefix}{k}", v
+    got, want = dict(flat(t1.state_dict())), dict(flat(t2.state_dict()))
+    assert got.keys() == want.keys()
+    for k in want:
+        if isinstance(want[k], np.ndarray):
+            np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+        else:
+            assert got[k] == want[k], k
+    assert t1._items.times_total == t2._items.times_total
+    assert t1.size == t2.size
+    if t2.size:
+        np.testing.assert_array_equal(t1.sample(5).keys, t2.sample(5).keys)
+
+
+def test_add_steps_one_call_path_rejects_bad_values_changing_nothing():
+    """Bad values on the one-call path raise the general path's error and change nothing."""
+    store, table, adder, _ = _run_chunks(True, 2, [(5, "mid"), (4, "mid")], False, None, 10, 0)
+    before = ({k: v.copy() for k, v in store.state_dict().items()}, table.state_dict(), adder.state_dict())
+    good = (np.zeros(3, np.int64), np.zeros(3, np.float32), np.zeros((3, 2), np.float32))
+    bad = {"obs": (good[0], good[1], np.array([[0, 0], [0, np.nan], [0, 0]], np.float32)),
+           "reward": (good[0], np.array([0, np.inf, 0], np.float32), good[2]),
+           "action": (np.array([0, 6, 0]), good[1], good[2])}
+    for name, (a, r, o) in bad.items():
+        with pytest.raises(SpecError):
+            adder.add_steps(0, a, r, o)
+        np.testing.assert_array_equal(store.state_dict()["column/observation"], before[0]["column/observation"],
+                                      err_msg=name)
+        after = table.state_dict()
+        np.testing.assert_array_equal(after["arrays"]["meta"], before[1]["arrays"]["meta"], err_msg=name)
+        assert after["rate_limiter"] == before[1]["rate_limiter"]
+        np.testing.assert_array_equal(adder.state_dict()["open"], before[2]["open"])
+    for k, v in store.state_dict().items():
+        np.testing.assert_array_equal(v, before[0][k], err_msg=k)
+    adder.add_steps(0, *good)  # and the lane goes on
+    assert store.count[0] == before[0]["count"][0] + 3
 
 
 @settings(max_examples=80, deadline=None)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from rlflow.replay import _direct
 from rlflow.replay._item_kernels import _mark_row, all_finite, within, wrap
 from rlflow.replay._prefetch import prefetch_write
 
@@ -254,6 +255,27 @@ def write_lane_steps(lane: int, ended: bool, terminated: bool, truncated: bool, 
     row0 = count[lane]
     for j in range(len(obs_cols)):
         _copy_block(obs_cols[j], base, wrap(row0, capacity), obs_data[j], capacity)
+    last = _lane_marks(lane, t, open_row, ended, terminated, truncated, count, episode_id, episode_step, next_episode,
+                       next_step, capacity, term_col, trunc_col, first_col, last_col)
+    if ended:
+        p = base + wrap(last, capacity)
+        for j in range(len(act_cols)):
+            col = act_cols[j]
+            for b in range(col.shape[1]):
+                col[p, b] = 0
+    return last
+
+
+@njit(inline="always", cache=True)
+def _lane_marks(lane: int, t: int, open_row: int, ended: bool, terminated: bool, truncated: bool, count: np.ndarray,
+                episode_id: np.ndarray, episode_step: np.ndarray, next_episode: np.ndarray, next_step: np.ndarray,
+                capacity: int, term_col: np.ndarray, trunc_col: np.ndarray, first_col: np.ndarray,
+                last_col: np.ndarray) -> int:
+    """The flags and episode marks of ``T`` steps of one lane (rows written by the caller): open rows
+    ``open_row ..`` get the flags (only the last step's may be set), the ``T`` new rows their marks, the
+    last one ``last`` if ``ended``. Returns the last new row."""
+    base = lane * capacity
+    row0 = count[lane]
     for i in range(t):
         p = base + wrap(open_row + i, capacity)
         term_col[p] = False
@@ -271,11 +293,99 @@ def write_lane_steps(lane: int, ended: bool, terminated: bool, truncated: bool, 
         last_col[p] = True
         term_col[p] = False
         trunc_col[p] = False
-        for j in range(len(act_cols)):
-            col = act_cols[j]
-            for b in range(col.shape[1]):
-                col[p, b] = 0
     return last
+
+
+@njit(inline="always", cache=True)
+def _copy_rows(col: np.ndarray, base: int, pos: int, data: np.ndarray, capacity: int) -> None:
+    """Rows ``data[0 .. t)`` (2-D, any layout) into ring rows ``pos .. pos + t`` (wrapping) of the lane at
+    flat row ``base`` of a typed ``(rows, width)`` column."""
+    for i in range(data.shape[0]):
+        p = base + wrap(pos + i, capacity)
+        for b in range(data.shape[1]):
+            col[p, b] = data[i, b]
+
+
+@njit(**_OPTS)
+def lane_steps_direct(lane: int, ended: bool, terminated: bool, truncated: bool, open_row: int, episode_start: int,
+                      n: int, checks: np.ndarray, actions: np.ndarray, rewards: np.ndarray, next_obs: np.ndarray,
+                      count: np.ndarray, episode_id: np.ndarray, episode_step: np.ndarray, next_episode: np.ndarray,
+                      next_step: np.ndarray, capacity: int, act_col: np.ndarray, rew_col: np.ndarray,
+                      obs_col: np.ndarray, term_col: np.ndarray, trunc_col: np.ndarray, first_col: np.ndarray,
+                      last_col: np.ndarray, powers: np.ndarray, tab: tuple, kind: int, alpha: float,
+                      may_insert: bool, state: np.ndarray, cross_episodes: bool, lanes: np.ndarray,
+                      starts: np.ndarray, lengths: np.ndarray, returns: np.ndarray, discounts: np.ndarray,
+                      slots: np.ndarray, keys: np.ndarray, clash: np.ndarray, out: np.ndarray) -> int:
+    """``NStepTransition.add_steps`` in one call, for a store whose action, reward and observation are one
+    field each (2-D views here: ``(T, width)`` inputs, ``(rows, width)`` columns) and its one table.
+
+    Checks the values (``checks`` as in :func:`stage_simple`), then does what the general path does in
+    order: evicts the table's items at the rows about to be overwritten (:func:`rlflow.replay._direct.evict`),
+    writes the rows as :func:`write_lane_steps`, computes the items as :func:`nstep_lane_items` and, when
+    ``may_insert`` (the rate limiter's consent) and the table has room, inserts them
+    (:func:`rlflow.replay._direct.insert`). ``out`` gets the items evicted, their times sampled, the items
+    completed, the last new row and how many new items share a start row with another. Returns -2 (bad
+    values: nothing changed), 1 (items inserted), 0 (rows written, items left in the outputs for the
+    caller to insert) or -3 (a window not stored: a bug).
+    """
+    if not (_values_ok(actions, int(checks[0]), checks[1], checks[2])
+            and _values_ok(rewards, int(checks[3]), checks[4], checks[5])
+            and _values_ok(next_obs, int(checks[6]), checks[7], checks[8])):
+        return -2
+    t = rewards.shape[0]
+    row0 = count[lane]
+    lo, hi = max(row0 - capacity, 0), row0 + t - capacity
+    evicted, times = 0, 0
+    if hi > lo:
+        evicted, times = _direct.evict(tab, kind, state, lane, lo, hi, capacity)
+    base = lane * capacity
+    _copy_rows(act_col, base, open_row, actions, capacity)
+    _copy_rows(rew_col, base, open_row, rewards, capacity)
+    _copy_rows(obs_col, base, row0, next_obs, capacity)
+    last = _lane_marks(lane, t, open_row, ended, terminated, truncated, count, episode_id, episode_step, next_episode,
+                       next_step, capacity, term_col, trunc_col, first_col, last_col)
+    if ended:
+        p = base + wrap(last, capacity)
+        act_col[p, :] = 0
+        rew_col[p, :] = 0
+    lo = max(episode_start, open_row + 1 - n)
+    hi = last if ended else last - n + 1
+    m = 0
+    if hi > lo:
+        m = _window_items(0, lane, lo, hi, last, terminated, n, powers, rew_col, capacity, lanes, starts, lengths,
+                          returns, discounts)
+    out[0], out[1], out[2], out[3], out[4] = evicted, times, m, last, 0
+    if m and may_insert and state[_direct.NUM_FREE] >= m:
+        bad, out[4] = _direct.insert(tab, kind, alpha, state, count, episode_id, capacity, cross_episodes, lanes[:m],
+                                     starts[:m], lengths[:m], returns[:m], discounts[:m], slots[:m], keys[:m],
+                                     clash[:m])
+        return -3 if bad >= 0 else 1
+    return 0
+
+
+@njit(**_OPTS)
+def lane_first_direct(lane: int, checks: np.ndarray, obs: np.ndarray, count: np.ndarray, episode_id: np.ndarray,
+                      episode_step: np.ndarray, next_episode: np.ndarray, next_step: np.ndarray, capacity: int,
+                      obs_col: np.ndarray, first_col: np.ndarray, last_col: np.ndarray, tab: tuple, kind: int,
+                      state: np.ndarray, out: np.ndarray) -> int:
+    """``add_first`` of one lane with no episode in progress, in one call (the store and table as in
+    :func:`lane_steps_direct`): evicts the table's items at the row about to be overwritten, writes the
+    observation ``obs`` (``(1, width)``) as the new episode's first row, as :func:`write_step` writes a
+    start. ``out`` gets the items evicted, their times sampled and the new row. Returns -2 (bad values:
+    nothing changed) or 0."""
+    if not _values_ok(obs, int(checks[6]), checks[7], checks[8]):
+        return -2
+    row0 = count[lane]
+    evicted, times = 0, 0
+    if row0 >= capacity:
+        evicted, times = _direct.evict(tab, kind, state, lane, row0 - capacity, row0 + 1 - capacity, capacity)
+    r = _mark_row(episode_id, episode_step, next_episode, next_step, count, lane, True, capacity)
+    _copy_rows(obs_col, lane * capacity, r, obs, capacity)
+    p = lane * capacity + wrap(r, capacity)
+    first_col[p] = True
+    last_col[p] = False
+    out[0], out[1], out[2] = evicted, times, r
+    return 0
 
 
 @njit(**_OPTS)

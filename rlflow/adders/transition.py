@@ -34,6 +34,7 @@ import numpy as np
 
 from rlflow.adders import _kernels as KA
 from rlflow.adders.base import Adder, PriorityFn, StepEvents, _fast_leaves, _row_bytes, _under
+from rlflow.replay import _direct
 from rlflow.replay.storage import StepStore
 from rlflow.replay.table import Table
 from rlflow.replay.views import TransitionView
@@ -45,6 +46,7 @@ __all__ = ["NStepTransition"]
 _BLOCK_BYTES = 32 << 20  # the most memory stage() holds steps in (observations twice: next and final)
 _FLAGS = ("terminated", "truncated", "first", "last")
 _BOOL = np.dtype(np.bool_)
+_ITEM_FIELDS = ("return", "discount")
 
 
 class NStepTransition(Adder):
@@ -88,6 +90,8 @@ class NStepTransition(Adder):
         self.stage_steps = min(int(stage_steps), (store.capacity - self.n - 2) // 2,
                                max(1, _BLOCK_BYTES // max(1, step_bytes)))
         self._block: _Block | None = None  # stage()'s buffers, made on its first call
+        self._direct = _direct_plan(self)  # add_steps's one-call path, when the store and table fit it
+        self._direct_bufs: tuple[np.ndarray, ...] | None = None
 
     def _item_view(self) -> Any:
         """How the tables shape a sample of these items."""
@@ -111,6 +115,9 @@ class NStepTransition(Adder):
         t = int(shape[0]) if shape else -1
         if t < 1 or t > self.store.capacity - self.n - 2:
             raise ValueError(f"add_steps: expected 1 to {self.store.capacity - self.n - 2} steps, got {t}")
+        if (self._direct is not None and extras is None
+                and self._add_steps_direct(lane, t, actions, rewards, next_observations, terminated, truncated)):
+            return
         obs: dict[str, np.ndarray] = {}
         if not _fast_leaves(self._layout["observation"], next_observations, t, obs):
             obs = self._check(self._obs_fields, {"observation": next_observations}, t, "add_steps: next_observations")
@@ -138,6 +145,103 @@ class NStepTransition(Adder):
                 return
             self._insert_items(hi - lo, KA.nstep_lane_items, lane, lo, hi, f, bool(terminated), self.n,
                                self._powers, self._rewards, store.capacity)
+
+    def add_first(self, timestep: TimeStep, lanes: Any = None) -> None:
+        if (lanes is None and self._direct is not None and self.num_lanes == 1 and not self._staged
+                and self._add_first_direct(timestep)):
+            return
+        super().add_first(timestep, lanes)
+
+    add_first.__doc__ = Adder.add_first.__doc__
+
+    def _direct_table(self) -> tuple[Table, tuple[Any, ...]] | None:
+        """The one table and its arrays for the one-call paths (:mod:`rlflow.replay._direct`), or None when it
+        needs the general path (another table listens to the store, or the table's kind does not fit).
+        The caller holds the store's lock."""
+        table, listeners = self.tables[0], self.store._listeners
+        got = _direct.arrays(table, _ITEM_FIELDS) if len(listeners) == 1 and listeners[0] is table else None
+        return None if got is None else (table, got)
+
+    def _add_first_direct(self, timestep: TimeStep) -> bool:
+        """:meth:`add_first` of a one-lane store in one compiled call
+        (:func:`~rlflow.adders._kernels.lane_first_direct`); False, having changed nothing, when the input,
+        the lane or the table need the general path."""
+        obs_dtype, obs_shape, checks, obs_col = self._direct[3], self._direct[4], self._direct[5], self._direct[8]
+        first, obs = timestep.first, timestep.observation
+        if not (type(obs) is np.ndarray and obs.dtype is obs_dtype and obs.shape == (1, *obs_shape)
+                and type(first) is np.ndarray and first.dtype is _BOOL and first.shape == (1,) and first[0]
+                and self._open[0] < 0):
+            return False
+        store = self.store
+        with store.lock:
+            got = self._direct_table()
+            if got is None:
+                return False
+            table, (kind, _, tab, state) = got
+            out = self._direct_buffers(0)[-1]
+            flat = store._flat
+            if KA.lane_first_direct(0, checks, obs.reshape(1, -1), store.count, store.episode_id, store.episode_step,
+                                    store._next_episode, store._next_step, store.capacity, obs_col, flat["first"],
+                                    flat["last"], tab, kind, state, out) < 0:
+                return False
+            evicted, times, row = int(out[0]), int(out[1]), int(out[2])
+            self._open[0] = self._episode_start[0] = row
+            _direct.settle(table, state, evicted, times)
+        return True
+
+    def _direct_buffers(self, m: int) -> tuple[np.ndarray, ...]:
+        """Outputs of the one-call paths for ``m`` items: lanes, starts, lengths, returns, discounts, slots,
+        keys, clash flags, and five counters."""
+        bufs = self._direct_bufs
+        if bufs is None or bufs[0].size < m:
+            k = max(2 * m, 64)
+            bufs = self._direct_bufs = (*np.empty((3, k), np.int64), np.empty((k, 1), np.float32),
+                                        np.empty(k, np.float32), *np.empty((2, k), np.int64), np.empty(k, np.bool_),
+                                        np.empty(5, np.int64))
+        return bufs
+
+    def _add_steps_direct(self, lane: int, t: int, actions: Any, rewards: Any, next_obs: Any, terminated: bool,
+                          truncated: bool) -> bool:
+        """:meth:`add_steps` in one compiled call (:func:`~rlflow.adders._kernels.lane_steps_direct`), which
+        updates the table in place (:mod:`rlflow.replay._direct`). Returns False, having changed nothing,
+        when the inputs or the table need the general path (which converts them or raises)."""
+        act_dtype, act_shape, rew_dtype, obs_dtype, obs_shape, checks, act_col, rew_col, obs_col = self._direct
+        if not (type(actions) is np.ndarray and actions.dtype is act_dtype and actions.shape == (t, *act_shape)
+                and type(rewards) is np.ndarray and rewards.dtype is rew_dtype and rewards.ndim == 1
+                and type(next_obs) is np.ndarray and next_obs.dtype is obs_dtype
+                and next_obs.shape == (t, *obs_shape)):
+            return False
+        store = self.store
+        with store.lock:
+            got = self._direct_table()
+            if got is None:
+                return False
+            table, (kind, alpha, tab, state) = got
+            ended = bool(terminated) or bool(truncated)
+            r, s0 = int(self._open[lane]), int(self._episode_start[lane])
+            last = int(store.count[lane]) + t - 1
+            m = max(0, (last if ended else last - self.n + 1) - max(s0, r + 1 - self.n))
+            lanes, starts, lengths, returns, discounts, slots, keys, clash, out = self._direct_buffers(m)
+            flat = store._flat
+            status = KA.lane_steps_direct(
+                lane, ended, bool(terminated), bool(truncated), r, s0, self.n, checks, actions.reshape(t, -1),
+                rewards.reshape(t, 1), next_obs.reshape(t, -1), store.count, store.episode_id, store.episode_step,
+                store._next_episode, store._next_step, store.capacity, act_col, rew_col, obs_col, flat["terminated"],
+                flat["truncated"], flat["first"], flat["last"], self._powers, tab, kind, alpha,
+                m == 0 or table.rate_limiter.can_insert(m), state, table.cross_episodes, lanes, starts, lengths,
+                returns, discounts, slots, keys, clash, out)
+            if status == -2:
+                return False
+            evicted, times, made, last, clashes = out.tolist()
+            inserted = made if status == 1 else 0
+            self._open[lane] = -1 if ended else last
+            _direct.settle(table, state, evicted, times, inserted, clashes, slots, lanes, starts, clash)
+            if status == -3:
+                raise RuntimeError(f"add_steps: lane {lane}'s new items are not stored (a broken invariant)")
+            if made and not inserted:  # no room or no consent yet: the table's own insert waits or evicts
+                self._insert(lanes[:made].copy(), starts[:made].copy(), lengths[:made].copy(),
+                             {"return": returns[:made, 0].copy(), "discount": discounts[:made].copy()})
+        return True
 
     def stage(self, actions: Any, next_timestep: TimeStep, extras: Any = None) -> None:
         """:meth:`add`, held back: the step is checked now and written at the next :meth:`flush`.
@@ -353,6 +457,26 @@ def single_fields(adder: Adder) -> list[tuple[str, Field]] | None:
                                  for k in ("action", "reward", "observation")):
         return None
     return [(layout[k][0][0], layout[k][0][2]) for k in ("action", "reward", "observation")]
+
+
+def _direct_plan(adder: NStepTransition) -> tuple[Any, ...] | None:
+    """What :meth:`NStepTransition.add_steps`'s one-call path checks and writes: the action's, reward's and
+    observation's dtypes and shapes, their value checks and the store's columns as 2-D views; None unless
+    each is one field (:func:`single_fields`) of a kernel dtype, the reward a scalar, and the adder has
+    one table with no priority function."""
+    single = single_fields(adder)
+    if (single is None or len(adder.tables) != 1 or adder.tables[0].name in adder.priority_fns
+            or adder._agent_active is not None):
+        return None
+    fields = [f for _, f in single]
+    checks, dtypes = value_checks(fields), [exact_dtype(f) for f in fields]
+    if checks is None or any(d is None for d in dtypes) or fields[1].shape != ():
+        return None
+    store = adder.store
+    rows = store.num_lanes * store.capacity
+    act, obs = (np.asarray(store._flat[name]).reshape(rows, -1) for name in (single[0][0], single[2][0]))
+    return (dtypes[0], fields[0].shape, dtypes[1], dtypes[2], fields[2].shape, checks, act,
+            np.asarray(adder._rewards), obs)
 
 
 def _simple_plan(adder: NStepTransition, e: int) -> tuple[tuple[Any, ...] | None, np.ndarray | None]:

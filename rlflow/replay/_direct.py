@@ -1,0 +1,130 @@
+"""A table's structures, updated in place by a compiled write path (``NStepTransition.add_steps``).
+
+A write of ``T`` rows of one lane evicts the items starting at the rows it overwrites and inserts the
+items it completes. Through :class:`~rlflow.replay.Table`'s methods that is a dozen compiled calls and
+some forty Python-level steps. :func:`evict` and :func:`insert` do the same inside one compiled call:
+the same kernels (``evict_range``, ``check_add_items``, the selectors' ``dense_*``, ``ring_*`` and sum
+tree updates) in the same order, so the table ends in exactly the state the methods leave (tests
+compare the two, selector states and RNGs included). :func:`arrays` hands the kernels a table's arrays,
+and :func:`settle` updates the Python-side counters (sizes, free slots, rate limiter) afterwards.
+
+Only the common tables take this path: a :class:`~rlflow.replay.Uniform` or
+:class:`~rlflow.replay.Prioritized` sampler, a :class:`~rlflow.replay.Fifo` remover, no items sharing a
+start row, and scalar item fields ``return`` and ``discount``. Everything else takes the methods.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from numba import njit
+
+from rlflow.replay._item_kernels import check_add_items, evict_range
+from rlflow.replay._kernels import dense_delete, dense_insert, ring_delete, ring_push
+from rlflow.replay.selectors import Fifo, Prioritized, Uniform
+from rlflow.replay.sum_tree import _update
+
+if TYPE_CHECKING:
+    from rlflow.replay.table import Table
+
+UNIFORM, PRIORITIZED = 0, 1
+_I = np.zeros(1, np.int64)
+_B = np.zeros(1, np.bool_)
+_F = np.zeros(1, np.float64)
+# Slots of the int64 state array the kernels read and update: free slots, next insertion number, and
+# the Uniform sampler's size.
+NUM_FREE, NEXT_SEQ, UNIFORM_SIZE = range(3)
+
+
+def arrays(table: Table, fields: tuple[str, str]) -> tuple[int, float, tuple[np.ndarray, ...], np.ndarray] | None:
+    """``(sampler kind, alpha, arrays, state)`` of ``table`` for :func:`evict` and :func:`insert`, or None
+    when the table needs the general path. ``fields`` name its two scalar item fields (return, discount)."""
+    sampler, remover, items = table.sampler, table.remover, table._items
+    if items.overflow or type(remover) is not Fifo:
+        return None
+    if type(sampler) is Uniform:
+        kind, alpha, sel = UNIFORM, 1.0, (sampler._items, sampler._where, sampler._live, _F, _F, _I)
+    elif type(sampler) is Prioritized:
+        tree = sampler.tree
+        kind, alpha, sel = PRIORITIZED, sampler.alpha, (_I, _I, _B, tree.sums, tree.mins, tree.offsets)
+    else:
+        return None
+    cols = items.columns
+    ret, disc = cols.get(fields[0]), cols.get(fields[1])
+    if ret is None or disc is None or ret.ndim != 1 or disc.ndim != 1 or len(cols) != 2:
+        return None
+    state = np.array([items.num_free, items.next_seq, sampler.size], np.int64)
+    return kind, alpha, (items.meta, items.priority, items.row_slot, items.free, ret, disc, *sel,
+                         remover._ring_slot, remover._ring_seq, remover._ht, remover._seq_of), state
+
+
+def settle(table: Table, state: np.ndarray, evicted: int, times: int, inserted: int = 0, clashes: int = 0,
+           slots: Any = None, lanes: Any = None, starts: Any = None, clash: Any = None) -> None:
+    """The Python-side counters after :func:`evict` (``evicted`` items with ``times`` samples between
+    them) and :func:`insert` (``inserted`` items in ``slots``, ``clashes`` of them marked in ``clash``
+    as sharing a start row with another item)."""
+    items, sampler, remover, limiter = table._items, table.sampler, table.remover, table.rate_limiter
+    items.num_free = int(state[NUM_FREE])
+    items.next_seq = int(state[NEXT_SEQ])
+    items.times_total -= times
+    sampler.size = int(state[UNIFORM_SIZE]) if type(sampler) is Uniform else sampler.size + inserted - evicted
+    remover.size += inserted - evicted
+    if evicted:
+        limiter.delete(evicted)
+    if clashes:
+        clashed = np.flatnonzero(clash[:inserted])
+        items._overflow_add(slots[clashed], lanes[clashed], starts[clashed] % items.capacity)
+    if inserted:
+        limiter.insert(inserted)
+    table._wake()
+
+
+@njit(inline="always", cache=True)
+def evict(tab: tuple, kind: int, state: np.ndarray, lane: int, lo: int, hi: int, capacity: int) -> tuple[int, int]:
+    """``Table.on_overwrite_range(lane, lo, hi)``: drop the items starting at rows ``lo .. hi - 1``.
+    Returns how many, and their times sampled summed."""
+    meta, row_slot, free = tab[0], tab[2], tab[3]
+    slots, times = evict_range(meta, row_slot, free, state[NUM_FREE], lane, lo, hi, capacity)
+    m = slots.shape[0]
+    if m:
+        state[NUM_FREE] += m
+        if kind == UNIFORM:
+            state[UNIFORM_SIZE] = dense_delete(tab[6], tab[7], tab[8], state[UNIFORM_SIZE], slots)
+        else:
+            _update(tab[9], tab[10], tab[11], slots, np.zeros(m), 1.0)
+        ring_delete(tab[12], tab[13], tab[14], tab[15], slots)
+    return m, times
+
+
+@njit(inline="always", cache=True)
+def insert(tab: tuple, kind: int, alpha: float, state: np.ndarray, count: np.ndarray, episode_id: np.ndarray,
+           capacity: int, cross_episodes: bool, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
+           returns: np.ndarray, discounts: np.ndarray, slots: np.ndarray, keys: np.ndarray,
+           clash: np.ndarray) -> tuple[int, int]:
+    """``Table.insert`` of ``lanes.shape[0]`` items with priority 1 and fields (return, discount), given
+    room for all and the rate limiter's consent. Returns the first item whose window is not stored
+    (nothing inserted) or -1, and how many items share their start row with another (``clash``)."""
+    m = lanes.shape[0]
+    meta, priority, row_slot, free = tab[0], tab[1], tab[2], tab[3]
+    prios = np.ones(m)
+    bad, clashes = check_add_items(count, episode_id, capacity, cross_episodes, meta, priority, row_slot, free,
+                             state[NUM_FREE], state[NEXT_SEQ], lanes, starts, lengths, prios, slots, keys, clash)
+    if bad >= 0:
+        return bad, 0
+    ret, disc = tab[4], tab[5]
+    seqs = np.empty(m, np.int64)
+    for j in range(m):
+        s = slots[j]
+        ret[s] = returns[j, 0]
+        disc[s] = discounts[j]
+        seqs[j] = state[NEXT_SEQ] + j
+    state[NUM_FREE] -= m
+    state[NEXT_SEQ] += m
+    if kind == UNIFORM:
+        state[UNIFORM_SIZE] = dense_insert(tab[6], tab[7], tab[8], state[UNIFORM_SIZE], slots)
+    else:
+        _update(tab[9], tab[10], tab[11], slots, prios, alpha)
+    ring_push(tab[12], tab[13], tab[14], tab[15], slots, seqs)
+    return -1, clashes
+
