@@ -92,6 +92,7 @@ class NStepTransition(Adder):
         self._block: _Block | None = None  # stage()'s buffers, made on its first call
         self._direct = _direct_plan(self)  # add_steps's one-call path, when the store and table fit it
         self._direct_bufs: tuple[np.ndarray, ...] | None = None
+        self._direct_arrays: _direct.Arrays | None = None
 
     def _item_view(self) -> Any:
         """How the tables shape a sample of these items."""
@@ -154,13 +155,17 @@ class NStepTransition(Adder):
 
     add_first.__doc__ = Adder.add_first.__doc__
 
-    def _direct_table(self) -> tuple[Table, tuple[Any, ...]] | None:
-        """The one table and its arrays for the one-call paths (:mod:`rlflow.replay._direct`), or None when it
-        needs the general path (another table listens to the store, or the table's kind does not fit).
-        The caller holds the store's lock."""
+    def _direct_table(self) -> tuple[Table, _direct.Arrays] | None:
+        """The one table and its arrays for the one-call paths (:mod:`rlflow.replay._direct`), counters
+        loaded, or None when it needs the general path (another table listens to the store, or the table's
+        kind does not fit). The caller holds the store's lock."""
         table, listeners = self.tables[0], self.store._listeners
-        got = _direct.arrays(table, _ITEM_FIELDS) if len(listeners) == 1 and listeners[0] is table else None
-        return None if got is None else (table, got)
+        if len(listeners) != 1 or listeners[0] is not table:
+            return None
+        arrays = self._direct_arrays
+        if arrays is None or not arrays.of(table):
+            arrays = self._direct_arrays = _direct.Arrays(table, _ITEM_FIELDS)
+        return (table, arrays) if arrays.ready() else None
 
     def _add_first_direct(self, timestep: TimeStep) -> bool:
         """:meth:`add_first` of a one-lane store in one compiled call
@@ -177,12 +182,13 @@ class NStepTransition(Adder):
             got = self._direct_table()
             if got is None:
                 return False
-            table, (kind, _, tab, state) = got
+            table, arrays = got
+            state = arrays.state
             out = self._direct_buffers(0)[-1]
             flat = store._flat
             if KA.lane_first_direct(0, checks, obs.reshape(1, -1), store.count, store.episode_id, store.episode_step,
                                     store._next_episode, store._next_step, store.capacity, obs_col, flat["first"],
-                                    flat["last"], tab, kind, state, out) < 0:
+                                    flat["last"], arrays.tab, arrays.kind, state, out) < 0:
                 return False
             evicted, times, row = int(out[0]), int(out[1]), int(out[2])
             self._open[0] = self._episode_start[0] = row
@@ -216,7 +222,8 @@ class NStepTransition(Adder):
             got = self._direct_table()
             if got is None:
                 return False
-            table, (kind, alpha, tab, state) = got
+            table, arrays = got
+            state = arrays.state
             ended = bool(terminated) or bool(truncated)
             r, s0 = int(self._open[lane]), int(self._episode_start[lane])
             last = int(store.count[lane]) + t - 1
@@ -227,7 +234,7 @@ class NStepTransition(Adder):
                 lane, ended, bool(terminated), bool(truncated), r, s0, self.n, checks, actions.reshape(t, -1),
                 rewards.reshape(t, 1), next_obs.reshape(t, -1), store.count, store.episode_id, store.episode_step,
                 store._next_episode, store._next_step, store.capacity, act_col, rew_col, obs_col, flat["terminated"],
-                flat["truncated"], flat["first"], flat["last"], self._powers, tab, kind, alpha,
+                flat["truncated"], flat["first"], flat["last"], self._powers, arrays.tab, arrays.kind, arrays.alpha,
                 m == 0 or table.rate_limiter.can_insert(m), state, table.cross_episodes, lanes, starts, lengths,
                 returns, discounts, slots, keys, clash, out)
             if status == -2:

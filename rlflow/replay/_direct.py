@@ -5,7 +5,7 @@ items it completes. Through :class:`~rlflow.replay.Table`'s methods that is a do
 some forty Python-level steps. :func:`evict` and :func:`insert` do the same inside one compiled call:
 the same kernels (``evict_range``, ``check_add_items``, the selectors' ``dense_*``, ``ring_*`` and sum
 tree updates) in the same order, so the table ends in exactly the state the methods leave (tests
-compare the two, selector states and RNGs included). :func:`arrays` hands the kernels a table's arrays,
+compare the two, selector states and RNGs included). :class:`Arrays` hands the kernels a table's arrays,
 and :func:`settle` updates the Python-side counters (sizes, free slots, rate limiter) afterwards.
 
 Only the common tables take this path: a :class:`~rlflow.replay.Uniform` or
@@ -37,26 +37,51 @@ _F = np.zeros(1, np.float64)
 NUM_FREE, NEXT_SEQ, UNIFORM_SIZE = range(3)
 
 
-def arrays(table: Table, fields: tuple[str, str]) -> tuple[int, float, tuple[np.ndarray, ...], np.ndarray] | None:
-    """``(sampler kind, alpha, arrays, state)`` of ``table`` for :func:`evict` and :func:`insert`, or None
-    when the table needs the general path. ``fields`` name its two scalar item fields (return, discount)."""
-    sampler, remover, items = table.sampler, table.remover, table._items
-    if items.overflow or type(remover) is not Fifo:
-        return None
-    if type(sampler) is Uniform:
-        kind, alpha, sel = UNIFORM, 1.0, (sampler._items, sampler._where, sampler._live, _F, _F, _I)
-    elif type(sampler) is Prioritized:
-        tree = sampler.tree
-        kind, alpha, sel = PRIORITIZED, sampler.alpha, (_I, _I, _B, tree.sums, tree.mins, tree.offsets)
-    else:
-        return None
-    cols = items.columns
-    ret, disc = cols.get(fields[0]), cols.get(fields[1])
-    if ret is None or disc is None or ret.ndim != 1 or disc.ndim != 1 or len(cols) != 2:
-        return None
-    state = np.array([items.num_free, items.next_seq, sampler.size], np.int64)
-    return kind, alpha, (items.meta, items.priority, items.row_slot, items.free, ret, disc, *sel,
-                         remover._ring_slot, remover._ring_seq, remover._ht, remover._seq_of), state
+class Arrays:
+    """A table's arrays for :func:`evict` and :func:`insert`, gathered once: each is updated in place for the
+    life of the table's items and selectors (checkpoint restores included). ``tab`` is None when the
+    table's kind needs the general path; ``fields`` name its two scalar item fields (return, discount)."""
+
+    def __init__(self, table: Table, fields: tuple[str, str]) -> None:
+        self.items, self.sampler, self.remover = table._items, table.sampler, table.remover
+        self.kind, self.tab = UNIFORM, None
+        self.state = np.zeros(3, np.int64)
+        sampler, remover, items = self.sampler, self.remover, self.items
+        if type(remover) is not Fifo:
+            return
+        if type(sampler) is Uniform:
+            sel = (sampler._items, sampler._where, sampler._live, _F, _F, _I)
+        elif type(sampler) is Prioritized:
+            tree = sampler.tree
+            self.kind, sel = PRIORITIZED, (_I, _I, _B, tree.sums, tree.mins, tree.offsets)
+        else:
+            return
+        cols = items.columns
+        ret, disc = cols.get(fields[0]), cols.get(fields[1])
+        if ret is None or disc is None or ret.ndim != 1 or disc.ndim != 1 or len(cols) != 2:
+            return
+        self.tab = (items.meta, items.priority, items.row_slot, items.free, ret, disc, *sel, remover._ring_slot,
+                    remover._ring_seq, remover._ht, remover._seq_of)
+
+    def of(self, table: Table) -> bool:
+        """Whether these are still ``table``'s arrays."""
+        return table._items is self.items and table.sampler is self.sampler and table.remover is self.remover
+
+    def ready(self) -> bool:
+        """Whether the kernels can take the table now (its kind fits, no items share a start row); if so,
+        loads its counters into ``state``."""
+        items = self.items
+        if self.tab is None or items.overflow:
+            return False
+        state = self.state
+        state[NUM_FREE] = items.num_free
+        state[NEXT_SEQ] = items.next_seq
+        state[UNIFORM_SIZE] = self.sampler.size
+        return True
+
+    @property
+    def alpha(self) -> float:
+        return self.sampler.alpha if self.kind == PRIORITIZED else 1.0
 
 
 def settle(table: Table, state: np.ndarray, evicted: int, times: int, inserted: int = 0, clashes: int = 0,
