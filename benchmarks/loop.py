@@ -25,15 +25,23 @@ import rlflow
 from rlflow import adders, envs
 from rlflow.replay import Fifo, MinSize, StepStore, Table, Uniform
 
+_INT64 = np.dtype(np.int64)
+
 
 class RandomPolicy(rlflow.Policy):
     def __init__(self, n_actions: int, seed: int = 0) -> None:
         self.n, self.rng = n_actions, np.random.default_rng(seed)
+        self._u, self._scale = np.empty(0), np.empty(0)
 
     def act(self, observation, state, *, evaluation=False):
-        # One draw of uniforms for all lanes: numpy's ``Generator.integers`` costs about 15 us a call here
-        # whatever the size, three times this (the bare env's actions are drawn in advance).
-        return (self.rng.random(len(observation)) * self.n).astype(np.int64), None, state
+        # One draw of uniforms for all lanes, scaled and floored: about 3 us a call here, where
+        # ``Generator.integers`` costs about 10 us and a Python-int scale factor another 1.5 us
+        # (the bare env's actions are drawn in advance).
+        k = len(observation)
+        if self._u.shape[0] != k:
+            self._u, self._scale = np.empty(k), np.full(k, float(self.n))
+        self.rng.random(out=self._u)
+        return (self._u * self._scale).astype(_INT64), None, state
 
 
 def bare(env_id: str, num_envs: int, steps: int) -> float:

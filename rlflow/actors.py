@@ -12,6 +12,8 @@ from rlflow._step_kernels import count_step as _count_step
 from rlflow.core import Learner, Policy
 from rlflow.specs import SpecError
 
+_ONE = (1,)
+
 __all__ = ["Actor", "EpisodeStats", "VariableClient", "evaluate"]
 
 
@@ -47,10 +49,24 @@ class EpisodeStats:
         self.lengths = np.zeros(num_lanes, np.int64)
         self._ended_returns = np.zeros(num_lanes, np.float64)
         self._ended_lengths = np.zeros(num_lanes, np.int64)
+        self._one = num_lanes == 1
 
     def update(self, timestep: Any) -> list[tuple[float, int]]:
         """Count one step of every lane that acted; ``(return, length)`` of each episode that ended."""
         reward, first, last = timestep.reward, timestep.first, timestep.last
+        if (self._one and type(reward) is np.ndarray and reward.shape == _ONE and type(first) is np.ndarray
+                and type(last) is np.ndarray and first.shape == _ONE and last.shape == _ONE):
+            # One lane, one reward: the kernel's arithmetic on Python scalars (a kernel call costs more).
+            is_last = bool(last[0])
+            if first[0] and not is_last:
+                return []
+            ret = float(self.returns[0]) + reward.item()
+            length = int(self.lengths[0]) + 1
+            if is_last:
+                self.returns[0], self.lengths[0] = 0.0, 0
+                return [(ret, length)]
+            self.returns[0], self.lengths[0] = ret, length
+            return []
         if type(reward) is not np.ndarray:
             reward = np.asarray(reward)
         if reward.ndim > 1:  # several rewards per lane (e.g. per agent): their sum

@@ -514,7 +514,7 @@ def _run_chunks(direct: bool, n: int, chunks: list[tuple[int, str]], prioritized
     adder = adders.NStepTransition(store, [table], n=n, discount=G)
     assert adder._direct is not None
     if not direct:
-        adder._direct = None
+        adder._direct, adder._direct_insert = None, False
     rng = np.random.default_rng(seed)
     z = np.zeros(1, bool)
     obs = rng.standard_normal((1, 2)).astype(np.float32)
@@ -536,6 +536,27 @@ def _run_chunks(direct: bool, n: int, chunks: list[tuple[int, str]], prioritized
     return store, table, adder, drawn
 
 
+def _assert_same_tables(t1: Table, t2: Table) -> None:
+    """The two tables' whole states are equal (items, keys, priorities, times sampled, selector arrays and
+    RNGs, rate limiter), and so is their next sample."""
+    def flat(d, prefix=""):
+        for k, v in d.items():
+            if isinstance(v, dict):
+                yield from flat(v, f"{prefix}{k}/")
+            else:
+                yield f"{prefix}{k}", v
+    got, want = dict(flat(t1.state_dict())), dict(flat(t2.state_dict()))
+    assert got.keys() == want.keys()
+    for k in want:
+        if isinstance(want[k], np.ndarray):
+            np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+        else:
+            assert got[k] == want[k], k
+    assert t1._items.times_total == t2._items.times_total and t1.size == t2.size
+    if t2.size:
+        np.testing.assert_array_equal(t1.sample(4, timeout=5.0).keys, t2.sample(4, timeout=5.0).keys)
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.integers(1, 3), st.lists(st.tuples(st.integers(1, 7), st.sampled_from(["mid", "mid", "term", "trunc"])),
                                    min_size=1, max_size=10),
@@ -553,23 +574,49 @@ def test_add_steps_one_call_path_leaves_the_state_of_the_general_path(n, chunks,
     for got, want in ((s1.state_dict(), s2.state_dict()), (a1.state_dict(), a2.state_dict())):
         for k in want:
             np.testing.assert_array_equal(got[k], want[k], err_msg=k)
-    def flat(d, prefix=""):
-        for k, v in d.items():
-            if isinstance(v, dict):
-                yield from flat(v, f"{prefix}{k}/")
-            else:
-                yield f"{prefix}{k}", v
-    got, want = dict(flat(t1.state_dict())), dict(flat(t2.state_dict()))
-    assert got.keys() == want.keys()
-    for k in want:
-        if isinstance(want[k], np.ndarray):
-            np.testing.assert_array_equal(got[k], want[k], err_msg=k)
-        else:
-            assert got[k] == want[k], k
-    assert t1._items.times_total == t2._items.times_total
-    assert t1.size == t2.size
-    if t2.size:
-        np.testing.assert_array_equal(t1.sample(5).keys, t2.sample(5).keys)
+    _assert_same_tables(t1, t2)
+
+
+
+
+@settings(max_examples=60, deadline=None)
+@given(streams, st.integers(1, 3), st.booleans(), st.sampled_from([None, 2, 5]), st.booleans(), st.integers(1, 9))
+def test_direct_inserts_leave_the_state_of_table_insert(cfg, n, prioritized, max_size, staged, stage_steps):
+    """The adder's one-call insert (new items into one Uniform or Prioritized table with a Fifo remover)
+    leaves the table exactly as ``Table.insert`` does: keys, priorities, times sampled, selector arrays and
+    RNGs, rate limiter counts, and the next sample; for add and stage, over several lanes, episode ends,
+    ring wrap-arounds, samples and priority updates between steps, and tables too small for the new items
+    (``Table.insert`` then evicts)."""
+    capacity = n + 2 + 2 * cfg.pop("slack")
+    runs = []
+    for direct in (True, False):
+        store = StepStore(step_spec(OBS, ACT), capacity=capacity, lanes=cfg["lanes"])
+        sampler = Prioritized(0.6, 0.4, seed=1) if prioritized else Uniform(seed=1)
+        table = Table(store, sampler=sampler, remover=Fifo(seed=1), max_size=max_size)
+        adder = adders.NStepTransition(store, [table], n=n, discount=G, stage_steps=stage_steps)
+        assert adder._direct_insert
+        adder._direct_insert = direct
+        stream = Stream(cfg["lanes"], np.random.default_rng(cfg["seed"]), cfg["same_step"])
+        rng = np.random.default_rng(cfg["seed"])
+        adder.add_first(stream.reset())
+        drawn = []
+        for step in range(cfg["steps"]):
+            actions, ts, _ = stream.step(stream.random_events(cfg["p_end"]))
+            (adder.stage if staged else adder.add)(actions, ts)
+            if step % 3 == 2:
+                adder.flush()
+                if table.size:
+                    sample = table.sample(2, timeout=5.0)
+                    drawn.append(sample.keys.tolist())
+                    if prioritized:
+                        table.update_priorities(sample.keys, rng.random(2) + 0.1)
+        adder.flush()
+        runs.append((store.state_dict(), table, drawn))
+    (s1, table1, d1), (s2, table2, d2) = runs
+    assert d1 == d2
+    for k in s2:
+        np.testing.assert_array_equal(s1[k], s2[k], err_msg=k)
+    _assert_same_tables(table1, table2)
 
 
 def test_add_steps_one_call_path_rejects_bad_values_changing_nothing():
