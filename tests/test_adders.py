@@ -582,10 +582,11 @@ def test_add_steps_one_call_path_leaves_the_state_of_the_general_path(n, chunks,
 @settings(max_examples=60, deadline=None)
 @given(streams, st.integers(1, 3), st.booleans(), st.sampled_from([None, 2, 5]), st.booleans(), st.integers(1, 9))
 def test_direct_inserts_leave_the_state_of_table_insert(cfg, n, prioritized, max_size, staged, stage_steps):
-    """The adder's one-call insert (new items into one Uniform or Prioritized table with a Fifo remover)
-    leaves the table exactly as ``Table.insert`` does: keys, priorities, times sampled, selector arrays and
-    RNGs, rate limiter counts, and the next sample; for add and stage, over several lanes, episode ends,
-    ring wrap-arounds, samples and priority updates between steps, and tables too small for the new items
+    """The adder's one-call insert (new items into one Uniform or Prioritized table with a Fifo remover),
+    and one lane's add in one call, leave the store and table exactly as the general path does (``add``
+    step by step, ``Table.insert``): keys, priorities, times sampled, selector arrays and RNGs, rate
+    limiter counts, and the next sample; for add and stage, over one or several lanes, episode ends, ring
+    wrap-arounds, samples and priority updates between steps, and tables too small for the new items
     (``Table.insert`` then evicts)."""
     capacity = n + 2 + 2 * cfg.pop("slack")
     runs = []
@@ -594,8 +595,9 @@ def test_direct_inserts_leave_the_state_of_table_insert(cfg, n, prioritized, max
         sampler = Prioritized(0.6, 0.4, seed=1) if prioritized else Uniform(seed=1)
         table = Table(store, sampler=sampler, remover=Fifo(seed=1), max_size=max_size)
         adder = adders.NStepTransition(store, [table], n=n, discount=G, stage_steps=stage_steps)
-        assert adder._direct_insert
-        adder._direct_insert = direct
+        assert adder._direct_insert and adder._direct is not None
+        if not direct:  # the general path throughout: no one-call inserts, adds or add_steps
+            adder._direct, adder._direct_insert = None, False
         stream = Stream(cfg["lanes"], np.random.default_rng(cfg["seed"]), cfg["same_step"])
         rng = np.random.default_rng(cfg["seed"])
         adder.add_first(stream.reset())
@@ -617,6 +619,26 @@ def test_direct_inserts_leave_the_state_of_table_insert(cfg, n, prioritized, max
     for k in s2:
         np.testing.assert_array_equal(s1[k], s2[k], err_msg=k)
     _assert_same_tables(table1, table2)
+
+
+def test_one_lane_add_rejects_bad_values_changing_nothing():
+    """One lane's add in one call: NaN observations, infinite rewards and actions out of bounds raise the
+    general path's error and change nothing; the lane then goes on."""
+    store, table, adder, _ = _run_chunks(True, 2, [(5, "mid")], False, None, 12, 0)
+    before = ({k: v.copy() for k, v in store.state_dict().items()}, table.state_dict()["arrays"]["meta"].copy(),
+              adder.state_dict()["open"].copy())
+    z = np.zeros(1, bool)
+    good = (np.zeros(1, np.int64), np.zeros(1, np.float32), np.zeros((1, 2), np.float32))
+    for a, r, o in ((good[0], good[1], np.array([[0, np.nan]], np.float32)),
+                    (good[0], np.array([np.inf], np.float32), good[2]), (np.array([6]), good[1], good[2])):
+        with pytest.raises(SpecError):
+            adder.add(a, TimeStep(o, r, z, z, z, z))
+        for k, v in store.state_dict().items():
+            np.testing.assert_array_equal(v, before[0][k], err_msg=k)
+        np.testing.assert_array_equal(table.state_dict()["arrays"]["meta"], before[1])
+        np.testing.assert_array_equal(adder.state_dict()["open"], before[2])
+    adder.add(good[0], TimeStep(good[2], good[1], z, z, z, z))
+    assert store.count[0] == before[0]["count"][0] + 1 and table.size == 5  # n = 2: 6 steps complete 5 windows
 
 
 def test_add_steps_one_call_path_rejects_bad_values_changing_nothing():

@@ -46,6 +46,7 @@ __all__ = ["NStepTransition"]
 _BLOCK_BYTES = 32 << 20  # the most memory stage() holds steps in (observations twice: next and final)
 _FLAGS = ("terminated", "truncated", "first", "last")
 _BOOL = np.dtype(np.bool_)
+_ONE = (1,)
 _ITEM_FIELDS = ("return", "discount")
 
 
@@ -92,6 +93,7 @@ class NStepTransition(Adder):
         self._block: _Block | None = None  # stage()'s buffers, made on its first call
         self._direct = _direct_plan(self)  # add_steps's one-call path, when the store and table fit it
         self._direct_bufs: tuple[np.ndarray, ...] | None = None
+        self._one_step_fits = store.capacity - self.n - 2 >= 1  # add_steps takes one step
         self._direct_arrays: _direct.Arrays | None = None
         # Items into the one table in one compiled call (:meth:`_insert`), when no priority function needs them
         # gathered first and the reward is a scalar.
@@ -158,6 +160,23 @@ class NStepTransition(Adder):
         super().add_first(timestep, lanes)
 
     add_first.__doc__ = Adder.add_first.__doc__
+
+    def add(self, actions: Any, next_timestep: TimeStep, extras: Any = None) -> None:
+        ts = next_timestep
+        if self._direct is not None and extras is None and self.num_lanes == 1 and not self._staged:
+            # One lane going on (no flag set, the usual step): add_steps's one compiled call, for one step.
+            first, last, terminated, truncated = ts.first, ts.last, ts.terminated, ts.truncated
+            if (type(first) is np.ndarray and first.dtype is _BOOL and first.shape == _ONE
+                    and type(last) is np.ndarray and last.dtype is _BOOL and last.shape == _ONE
+                    and type(terminated) is np.ndarray and terminated.dtype is _BOOL and terminated.shape == _ONE
+                    and type(truncated) is np.ndarray and truncated.dtype is _BOOL and truncated.shape == _ONE
+                    and not (first[0] or last[0] or terminated[0] or truncated[0])
+                    and ts.final_observation is None and self._open[0] >= 0 and self._one_step_fits
+                    and self._add_steps_direct(0, 1, actions, ts.reward, ts.observation, False, False)):
+                return
+        super().add(actions, ts, extras)
+
+    add.__doc__ = Adder.add.__doc__
 
     def _direct_table(self) -> tuple[Table, _direct.Arrays] | None:
         """The one table and its arrays for the one-call paths (:mod:`rlflow.replay._direct`), counters
