@@ -11,6 +11,7 @@ from rlflow import specs as _specs
 from rlflow._step_kernels import count_step as _count_step
 from rlflow.core import Learner, Policy
 from rlflow.specs import SpecError
+from rlflow.types import ONE_LANE_NO
 
 _ONE = (1,)
 
@@ -57,6 +58,10 @@ class EpisodeStats:
         if (self._one and type(reward) is np.ndarray and reward.shape == _ONE and type(first) is np.ndarray
                 and type(last) is np.ndarray and first.shape == _ONE and last.shape == _ONE):
             # One lane, one reward: the kernel's arithmetic on Python scalars (a kernel call costs more).
+            if first is ONE_LANE_NO and last is ONE_LANE_NO:  # the episode goes on (shared flags)
+                self.returns[0] += reward.item()
+                self.lengths[0] += 1
+                return []
             is_last = bool(last[0])
             if first[0] and not is_last:
                 return []

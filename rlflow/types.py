@@ -44,6 +44,13 @@ from rlflow.specs import Field, Spec
 
 __all__ = ["TimeStep", "step_spec"]
 
+# One lane's False and True flags, shared by the one-lane TimeSteps rlflow's env wrappers and adders make
+# (so read-only): a consumer may recognise a one-lane step that neither starts nor ends an episode by
+# identity, before any dtype, shape or value check.
+ONE_LANE_NO = np.zeros(1, np.bool_)
+ONE_LANE_YES = np.ones(1, np.bool_)
+ONE_LANE_NO.flags.writeable = ONE_LANE_YES.flags.writeable = False
+
 
 @dataclass
 class TimeStep:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from adder_reference import ACT, OBS, SPEC, Stream, alive, episode_items, nstep_items, sequence_items
@@ -12,7 +14,7 @@ from rlflow import adders, specs
 from rlflow.replay import Fifo, Prioritized, StepStore, Table, Uniform
 from rlflow.replay._item_kernels import LANE, LENGTH, START, VALID
 from rlflow.specs import SpecError
-from rlflow.types import TimeStep, step_spec
+from rlflow.types import ONE_LANE_NO, ONE_LANE_YES, TimeStep, step_spec
 
 G = 0.9
 
@@ -580,8 +582,9 @@ def test_add_steps_one_call_path_leaves_the_state_of_the_general_path(n, chunks,
 
 
 @settings(max_examples=60, deadline=None)
-@given(streams, st.integers(1, 3), st.booleans(), st.sampled_from([None, 2, 5]), st.booleans(), st.integers(1, 9))
-def test_direct_inserts_leave_the_state_of_table_insert(cfg, n, prioritized, max_size, staged, stage_steps):
+@given(streams, st.integers(1, 3), st.booleans(), st.sampled_from([None, 2, 5]), st.booleans(), st.integers(1, 9),
+       st.booleans())
+def test_direct_inserts_leave_the_state_of_table_insert(cfg, n, prioritized, max_size, staged, stage_steps, shared):
     """The adder's one-call insert (new items into one Uniform or Prioritized table with a Fifo remover),
     and one lane's add in one call, leave the store and table exactly as the general path does (``add``
     step by step, ``Table.insert``): keys, priorities, times sampled, selector arrays and RNGs, rate
@@ -604,7 +607,7 @@ def test_direct_inserts_leave_the_state_of_table_insert(cfg, n, prioritized, max
         drawn = []
         for step in range(cfg["steps"]):
             actions, ts, _ = stream.step(stream.random_events(cfg["p_end"]))
-            (adder.stage if staged else adder.add)(actions, ts)
+            (adder.stage if staged else adder.add)(actions, _shared_flags(ts) if shared else ts)
             if step % 3 == 2:
                 adder.flush()
                 if table.size:
@@ -641,6 +644,31 @@ def test_one_lane_add_rejects_bad_values_changing_nothing():
     assert store.count[0] == before[0]["count"][0] + 1 and table.size == 5  # n = 2: 6 steps complete 5 windows
 
 
+def test_one_lane_stage_checks_each_step_at_once():
+    """One lane's stage (rows staged for add_steps): a bad step, or an episode end whose restart observation
+    is bad, raises at once; the steps before it are written, nothing of it is; the lane then goes on."""
+    store, table, adder, _ = _run_chunks(True, 1, [(3, "mid")], False, None, 40, 0)
+    assert adder._lane_block is not None
+    z, o = np.zeros(1, bool), np.ones(1, bool)
+    act, rew, obs = np.zeros(1, np.int64), np.zeros(1, np.float32), np.zeros((1, 2), np.float32)
+    nan = np.array([[0, np.nan]], np.float32)
+    for _ in range(2):
+        adder.stage(act, TimeStep(obs, rew, z, z, z, z))
+    assert adder._staged == 2 and store.count[0] == 4
+    with pytest.raises(SpecError):
+        adder.stage(act, TimeStep(nan, rew, z, z, z, z))
+    assert adder._staged == 0 and store.count[0] == 6 and table.size == 5  # the two good steps, written
+    with pytest.raises(SpecError):  # terminates, and the same-step restart's observation is bad
+        adder.stage(act, TimeStep(nan, rew, o, z, o, o, obs))
+    assert store.count[0] == 6 and table.size == 5 and adder._open[0] >= 0
+    adder.stage(act, TimeStep(obs + 1, rew, o, z, o, o, obs))  # terminates and restarts
+    assert adder._staged == 0 and store.count[0] == 8 and table.size == 6 and adder._open[0] == 7
+    adder.stage(act, TimeStep(obs, rew, z, z, z, z))
+    adder.flush()
+    assert store.count[0] == 9 and table.size == 7
+    np.testing.assert_array_equal(store.columns["observation"][0, 7], obs[0] + 1)
+
+
 def test_add_steps_one_call_path_rejects_bad_values_changing_nothing():
     """Bad values on the one-call path raise the general path's error and change nothing."""
     store, table, adder, _ = _run_chunks(True, 2, [(5, "mid"), (4, "mid")], False, None, 10, 0)
@@ -664,13 +692,25 @@ def test_add_steps_one_call_path_rejects_bad_values_changing_nothing():
     assert store.count[0] == before[0]["count"][0] + 3
 
 
+def _shared_flags(ts: TimeStep) -> TimeStep:
+    """``ts`` with one lane's flags replaced by the shared read-only arrays rlflow's one-env wrapper hands
+    out (which the adders recognise by identity); several lanes' flags as they are."""
+    if ts.first.shape != (1,):
+        return ts
+    def pick(flag):
+        return ONE_LANE_YES if flag[0] else ONE_LANE_NO
+    return dataclasses.replace(ts, first=pick(ts.first), last=pick(ts.last), terminated=pick(ts.terminated),
+                               truncated=pick(ts.truncated))
+
+
 @settings(max_examples=80, deadline=None)
-@given(streams, st.integers(1, 4), st.integers(1, 9), st.lists(st.integers(0, 40), max_size=4), st.booleans())
-def test_staged_steps_write_what_separate_adds_write(cfg, n, stage_steps, flush_at, with_extras):
+@given(streams, st.integers(1, 4), st.integers(1, 9), st.lists(st.integers(0, 40), max_size=4), st.booleans(),
+       st.booleans())
+def test_staged_steps_write_what_separate_adds_write(cfg, n, stage_steps, flush_at, with_extras, shared):
     """NStepTransition.stage: after a flush the store, the items (keys, windows, returns, discounts) and the
     adder's state equal those of one add per step, whatever the block size, the flush points, the ring's
     wrap-arounds and the lanes' ends; with extras (the general staging path) and without (one compiled
-    call per step)."""
+    call per step; for one lane, rows staged for add_steps), with fresh flag arrays or the shared ones."""
     capacity = n + 2 + 2 * cfg.pop("slack")
     spec = SPEC if with_extras else step_spec(OBS, ACT)
     results = []
@@ -683,6 +723,7 @@ def test_staged_steps_write_what_separate_adds_write(cfg, n, stage_steps, flush_
         for step in range(cfg["steps"]):
             actions, ts, extras = stream.step(stream.random_events(cfg["p_end"]))
             extras = extras if with_extras else None
+            ts = _shared_flags(ts) if shared else ts
             if staged:
                 adder.stage(actions, ts, extras)
                 assert adder._staged <= adder.stage_steps

@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from rlflow import specs as _specs
 from rlflow.adders import _kernels as KA
 from rlflow.adders.base import Adder, PriorityFn, StepEvents, _fast_leaves, _row_bytes, _under
 from rlflow.replay import _direct
@@ -39,7 +40,7 @@ from rlflow.replay.storage import StepStore
 from rlflow.replay.table import Table
 from rlflow.replay.views import TransitionView
 from rlflow.specs import Field, SpecError
-from rlflow.types import TimeStep
+from rlflow.types import ONE_LANE_NO, ONE_LANE_YES, TimeStep
 
 __all__ = ["NStepTransition"]
 
@@ -47,6 +48,7 @@ _BLOCK_BYTES = 32 << 20  # the most memory stage() holds steps in (observations 
 _FLAGS = ("terminated", "truncated", "first", "last")
 _BOOL = np.dtype(np.bool_)
 _ONE = (1,)
+_NO, _YES = ONE_LANE_NO, ONE_LANE_YES
 _ITEM_FIELDS = ("return", "discount")
 
 
@@ -94,6 +96,9 @@ class NStepTransition(Adder):
         self._direct = _direct_plan(self)  # add_steps's one-call path, when the store and table fit it
         self._direct_bufs: tuple[np.ndarray, ...] | None = None
         self._one_step_fits = store.capacity - self.n - 2 >= 1  # add_steps takes one step
+        # stage() of one lane: rows staged for add_steps (see _stage_lane), when the store fits its one-call path.
+        self._lane_block = _LaneBlock(self) if (self._direct is not None and self.num_lanes == 1
+                                                and self.stage_steps >= 1) else None
         self._direct_arrays: _direct.Arrays | None = None
         # Items into the one table in one compiled call (:meth:`_insert`), when no priority function needs them
         # gathered first and the reward is a scalar.
@@ -166,11 +171,12 @@ class NStepTransition(Adder):
         if self._direct is not None and extras is None and self.num_lanes == 1 and not self._staged:
             # One lane going on (no flag set, the usual step): add_steps's one compiled call, for one step.
             first, last, terminated, truncated = ts.first, ts.last, ts.terminated, ts.truncated
-            if (type(first) is np.ndarray and first.dtype is _BOOL and first.shape == _ONE
-                    and type(last) is np.ndarray and last.dtype is _BOOL and last.shape == _ONE
-                    and type(terminated) is np.ndarray and terminated.dtype is _BOOL and terminated.shape == _ONE
-                    and type(truncated) is np.ndarray and truncated.dtype is _BOOL and truncated.shape == _ONE
-                    and not (first[0] or last[0] or terminated[0] or truncated[0])
+            if (((first is _NO and last is _NO and terminated is _NO and truncated is _NO)  # shared flags
+                 or (type(first) is np.ndarray and first.dtype is _BOOL and first.shape == _ONE
+                     and type(last) is np.ndarray and last.dtype is _BOOL and last.shape == _ONE
+                     and type(terminated) is np.ndarray and terminated.dtype is _BOOL and terminated.shape == _ONE
+                     and type(truncated) is np.ndarray and truncated.dtype is _BOOL and truncated.shape == _ONE
+                     and not (first[0] or last[0] or terminated[0] or truncated[0])))
                     and ts.final_observation is None and self._open[0] >= 0 and self._one_step_fits
                     and self._add_steps_direct(0, 1, actions, ts.reward, ts.observation, False, False)):
                 return
@@ -309,6 +315,11 @@ class NStepTransition(Adder):
         through :meth:`add`, which raises on bad input, having written nothing of that step.
         """
         ts = next_timestep
+        if self._lane_block is not None and extras is None:
+            if self._stage_lane(actions, ts):
+                return
+            self.add(actions, ts, extras)  # flushes the steps before, then writes or raises the precise error
+            return
         block = self._block
         if block is None:
             if self.stage_steps < 1 or self._agent_active is not None:  # a small store, or multi-agent rows
@@ -364,10 +375,68 @@ class NStepTransition(Adder):
         if self._staged == self.stage_steps:
             self.flush()
 
+    def _stage_lane(self, actions: Any, ts: TimeStep) -> bool:
+        """:meth:`stage` of a one-lane store on the :meth:`add_steps` path: the step's action, reward and next
+        observation (the final one when the episode ends) are checked and copied to a block of rows in one
+        compiled call; the block goes to :meth:`add_steps` when full or when the episode ends (and a
+        same-step restart then goes to :meth:`add_first`). False, having staged nothing, for anything else:
+        a lone reset, flags that do not follow, inputs to convert or bad values."""
+        first, last, terminated, truncated = ts.first, ts.last, ts.terminated, ts.truncated
+        if first is _NO and last is _NO and terminated is _NO and truncated is _NO:  # goes on (shared flags)
+            ends = False
+        elif (type(first) is np.ndarray and first.dtype is _BOOL and first.shape == _ONE
+                and type(last) is np.ndarray and last.dtype is _BOOL and last.shape == _ONE
+                and type(terminated) is np.ndarray and terminated.dtype is _BOOL and terminated.shape == _ONE
+                and type(truncated) is np.ndarray and truncated.dtype is _BOOL and truncated.shape == _ONE):
+            ends = bool(last[0])
+        else:
+            return False
+        if self._open[0] < 0:
+            return False
+        blk = self._lane_block
+        act_dtype, act_shape, obs_dtype, obs_shape, rew_dtype, obs_field, checks = blk.plan
+        if ends:  # the step ends the episode; a same-step restart's observation must be good before anything
+            term, trunc, restart, nxt = bool(terminated[0]), bool(truncated[0]), bool(first[0]), ts.final_observation
+            if term == trunc and not term:
+                return False
+            if restart and not _specs.fits(obs_field, ts.observation, 1):
+                return False
+        else:
+            if first[0] or terminated[0] or truncated[0] or ts.final_observation is not None:
+                return False
+            nxt = ts.observation
+        reward = ts.reward
+        if not (type(actions) is np.ndarray and actions.dtype is act_dtype and actions.shape == act_shape
+                and type(reward) is np.ndarray and reward.dtype is rew_dtype and reward.shape == _ONE
+                and type(nxt) is np.ndarray and nxt.dtype is obs_dtype and nxt.shape == obs_shape):
+            return False
+        rows = KA.stage_row(blk.staged, checks, actions, blk.act, reward, blk.rew, nxt, blk.obs)
+        if rows < 0:
+            return False
+        self._staged = rows
+        if ends:
+            self._flush_lane(term, trunc)
+            if restart:
+                self.add_first(TimeStep(ts.observation, np.zeros(1, np.float32), _NO, _NO, _YES, _NO))
+        elif rows == self.stage_steps:
+            self._flush_lane(False, False)
+        return True
+
+    def _flush_lane(self, terminated: bool, truncated: bool) -> None:
+        """Write the rows :meth:`_stage_lane` holds through :meth:`add_steps`."""
+        n, blk = self._staged, self._lane_block
+        self._staged = 0
+        blk.staged[0] = 0
+        self.add_steps(0, blk.act[:n].reshape(n, *blk.plan[1][1:]), blk.rew[:n, 0],
+                       blk.obs[:n].reshape(n, *blk.plan[3][1:]), terminated=terminated, truncated=truncated)
+
     def flush(self) -> None:
         """Write the steps :meth:`stage` holds, and their items, as one block."""
         steps = self._staged
         if not steps:
+            return
+        if self._lane_block is not None:
+            self._flush_lane(False, False)
             return
         self._staged = 0
         b = self._block
@@ -438,6 +507,21 @@ class NStepTransition(Adder):
         if m:
             self._insert(lanes[:m], starts[:m], lengths[:m],
                          {"return": returns[:m].reshape(m, *self._reward_shape), "discount": discounts[:m]})
+
+
+class _LaneBlock:
+    """:meth:`NStepTransition._stage_lane`'s rows: ``stage_steps`` actions, rewards and next observations of
+    the one lane, in the store's dtypes, with what a step is checked against."""
+
+    def __init__(self, adder: NStepTransition) -> None:
+        k = adder.stage_steps
+        act_dtype, act_shape, rew_dtype, obs_dtype, obs_shape, checks = adder._direct[:6]
+        self.act = np.zeros((k, 1, *act_shape), act_dtype)
+        self.rew = np.zeros((k, 1), rew_dtype)
+        self.obs = np.zeros((k, 1, *obs_shape), obs_dtype)
+        self.staged = np.zeros(1, np.int64)  # rows held, as stage_row counts them
+        obs_field = next(iter(adder._obs_fields.values()))
+        self.plan = (act_dtype, (1, *act_shape), obs_dtype, (1, *obs_shape), rew_dtype, obs_field, checks)
 
 
 class _Block:

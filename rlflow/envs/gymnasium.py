@@ -40,7 +40,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import create_empty_array
 
 from rlflow.specs import Spec, from_space
-from rlflow.types import TimeStep, step_spec
+from rlflow.types import ONE_LANE_NO, ONE_LANE_YES, TimeStep, step_spec
 
 __all__ = ["GymEnvironment", "make", "to_autoreset_mode"]
 
@@ -136,9 +136,7 @@ class _OneEnv:
 
 
 # The one-env wrapper's flags: one lane's False and True, shared by every TimeStep it makes, so read-only.
-_NO = np.zeros(1, np.bool_)
-_YES = np.ones(1, np.bool_)
-_NO.flags.writeable = _YES.flags.writeable = False
+_NO, _YES = ONE_LANE_NO, ONE_LANE_YES
 
 
 def _objects(value: Any) -> np.ndarray:
