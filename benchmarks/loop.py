@@ -9,6 +9,7 @@ The two are timed in alternating rounds; the ratio of medians is reported.
     python benchmarks/loop.py                  # 1 env and a 16-env vector env, CartPole-v1
     python benchmarks/loop.py --envs 1 4 16 --rounds 7
     python benchmarks/loop.py --components --rounds 3 --steps 20000   # per part of the loop body, one env
+    python benchmarks/loop.py --adder-paths --rounds 5                 # one lane's add and stage per step
 """
 
 from __future__ import annotations
@@ -115,6 +116,42 @@ def components(env_id: str, steps: int) -> dict[str, float]:
     return {k: v / (steps - 500) / 1e3 for k, v in total.items()}
 
 
+def adder_paths(env_id: str, steps: int, rounds: int) -> dict[str, float]:
+    """Microseconds per step of one lane's ``NStepTransition.add`` and ``stage`` (flushes included) on a
+    recorded stream of ``env_id`` (random actions), through the one-call paths and with them switched off
+    (``add``: the general path; ``stage``: the multi-lane block path); best of ``rounds`` interleaved runs,
+    each on a fresh store and table."""
+    env = envs.make(env_id, num_envs=None, seed=0)
+    rng = np.random.default_rng(0)
+    first = ts = env.reset(seed=0)
+    stream = []
+    for _ in range(steps):
+        actions = rng.integers(0, env.single_action_space.n, 1)
+        ts = env.step(actions)
+        stream.append((actions, ts))
+    env.close()
+    times: dict[str, list[float]] = {}
+    for _ in range(rounds):
+        for method in ("add", "stage"):
+            for direct in (True, False):
+                store = StepStore(env.spec, capacity=steps + 8, lanes=1)
+                table = Table(store, sampler=Uniform(seed=0), remover=Fifo(), rate_limiter=MinSize(1))
+                adder = adders.NStepTransition(store, [table], n=1)
+                if not direct:
+                    if method == "add":
+                        adder._direct, adder._direct_insert = None, False
+                    adder._lane_block = None
+                adder.add_first(first)
+                write = getattr(adder, method)
+                start = time.perf_counter()
+                for actions, step in stream:
+                    write(actions, step)
+                adder.flush()
+                label = f"{method} ({'one-call paths' if direct else 'general add' if method == 'add' else 'block'})"
+                times.setdefault(label, []).append((time.perf_counter() - start) / steps * 1e6)
+    return {k: min(v) for k, v in times.items()}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--env-id", default="CartPole-v1")
@@ -123,7 +160,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--components", action="store_true",
                         help="time each call of the loop body with one env instead (median of the rounds)")
+    parser.add_argument("--adder-paths", action="store_true",
+                        help="time one lane's add and stage per step, one-call paths on and off (best of the rounds)")
     args = parser.parse_args(argv)
+    if args.adder_paths:
+        for key, us in adder_paths(args.env_id, args.steps, args.rounds).items():
+            print(f"{key:<30} {us:6.1f} us per step")
+        return 0
     if args.components:
         runs = [{**components(args.env_id, args.steps), "bare env step": 1e6 / bare(args.env_id, 1, args.steps)}
                 for _ in range(args.rounds)]
