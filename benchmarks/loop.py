@@ -139,7 +139,7 @@ def adder_paths(env_id: str, steps: int, rounds: int) -> dict[str, float]:
                 adder = adders.NStepTransition(store, [table], n=1)
                 if not direct:
                     if method == "add":
-                        adder._direct, adder._direct_insert = None, False
+                        adder._direct = None
                     adder._lane_block = None
                 adder.add_first(first)
                 write = getattr(adder, method)

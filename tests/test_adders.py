@@ -516,7 +516,7 @@ def _run_chunks(direct: bool, n: int, chunks: list[tuple[int, str]], prioritized
     adder = adders.NStepTransition(store, [table], n=n, discount=G)
     assert adder._direct is not None
     if not direct:
-        adder._direct, adder._direct_insert = None, False
+        adder._direct = None
     rng = np.random.default_rng(seed)
     z = np.zeros(1, bool)
     obs = rng.standard_normal((1, 2)).astype(np.float32)
@@ -582,40 +582,38 @@ def test_add_steps_one_call_path_leaves_the_state_of_the_general_path(n, chunks,
 
 
 @settings(max_examples=60, deadline=None)
-@given(streams, st.integers(1, 3), st.booleans(), st.sampled_from([None, 2, 5]), st.booleans(), st.integers(1, 9),
-       st.booleans())
-def test_direct_inserts_leave_the_state_of_table_insert(cfg, n, prioritized, max_size, staged, stage_steps, shared):
-    """The adder's one-call insert (new items into one Uniform or Prioritized table with a Fifo remover),
-    and one lane's add in one call, leave the store and table exactly as the general path does (``add``
-    step by step, ``Table.insert``): keys, priorities, times sampled, selector arrays and RNGs, rate
-    limiter counts, and the next sample; for add and stage, over one or several lanes, episode ends, ring
-    wrap-arounds, samples and priority updates between steps, and tables too small for the new items
-    (``Table.insert`` then evicts)."""
+@given(streams, st.integers(1, 3), st.booleans(), st.sampled_from([None, 2, 5]), st.booleans())
+def test_one_call_paths_leave_the_state_of_the_general_path(cfg, n, prioritized, max_size, shared):
+    """One lane's add through the one-call path (add_steps's compiled call, which also evicts and inserts
+    into one Uniform or Prioritized table with a Fifo remover) leaves the store and table exactly as the
+    general path does: keys, priorities, times sampled, selector arrays and RNGs, rate limiter counts, and
+    the next sample; over episode ends, ring wrap-arounds, samples and priority updates between steps,
+    and tables too small for the new items (``Table.insert`` then evicts). One lane's stage is compared
+    with add in ``test_staged_steps_write_what_separate_adds_write``."""
+    cfg["lanes"] = 1
     capacity = n + 2 + 2 * cfg.pop("slack")
     runs = []
     for direct in (True, False):
         store = StepStore(step_spec(OBS, ACT), capacity=capacity, lanes=cfg["lanes"])
         sampler = Prioritized(0.6, 0.4, seed=1) if prioritized else Uniform(seed=1)
         table = Table(store, sampler=sampler, remover=Fifo(seed=1), max_size=max_size)
-        adder = adders.NStepTransition(store, [table], n=n, discount=G, stage_steps=stage_steps)
-        assert adder._direct_insert and adder._direct is not None
-        if not direct:  # the general path throughout: no one-call inserts, adds or add_steps
-            adder._direct, adder._direct_insert = None, False
+        adder = adders.NStepTransition(store, [table], n=n, discount=G)
+        assert adder._direct is not None
+        if not direct:  # the general path throughout: no one-call add or add_steps
+            adder._direct = None
         stream = Stream(cfg["lanes"], np.random.default_rng(cfg["seed"]), cfg["same_step"])
         rng = np.random.default_rng(cfg["seed"])
         adder.add_first(stream.reset())
         drawn = []
         for step in range(cfg["steps"]):
             actions, ts, _ = stream.step(stream.random_events(cfg["p_end"]))
-            (adder.stage if staged else adder.add)(actions, _shared_flags(ts) if shared else ts)
+            adder.add(actions, _shared_flags(ts) if shared else ts)
             if step % 3 == 2:
-                adder.flush()
                 if table.size:
                     sample = table.sample(2, timeout=5.0)
                     drawn.append(sample.keys.tolist())
                     if prioritized:
                         table.update_priorities(sample.keys, rng.random(2) + 0.1)
-        adder.flush()
         runs.append((store.state_dict(), table, drawn))
     (s1, table1, d1), (s2, table2, d2) = runs
     assert d1 == d2

@@ -100,10 +100,6 @@ class NStepTransition(Adder):
         self._lane_block = _LaneBlock(self) if (self._direct is not None and self.num_lanes == 1
                                                 and self.stage_steps >= 1) else None
         self._direct_arrays: _direct.Arrays | None = None
-        # Items into the one table in one compiled call (:meth:`_insert`), when no priority function needs them
-        # gathered first and the reward is a scalar.
-        self._direct_insert = (len(self.tables) == 1 and self.tables[0].name not in self.priority_fns
-                               and self._reward_shape == () and self._agent_active is None)
 
     def _item_view(self) -> Any:
         """How the tables shape a sample of these items."""
@@ -223,31 +219,6 @@ class NStepTransition(Adder):
             self._open[0] = self._episode_start[0] = row
             _direct.settle(table, state, evicted, times)
         return True
-
-    def _insert(self, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
-                fields: dict[str, np.ndarray] | None) -> None:
-        """Insert new items (see :meth:`Adder._insert`): into one Uniform or Prioritized table with a Fifo
-        remover, room for them and the rate limiter's consent, in one compiled call that leaves the state
-        ``Table.insert`` leaves (:func:`rlflow.replay._direct.insert_items`); otherwise through the table."""
-        m = lanes.size
-        if self._direct_insert and m and fields is not None:
-            store = self.store
-            with store.lock:
-                got = self._direct_table()
-                if got is not None:
-                    table, arrays = got
-                    state = arrays.state
-                    if state[_direct.NUM_FREE] >= m and table.rate_limiter.can_insert(m):
-                        slots, keys, clash = (b[:m] for b in self._direct_buffers(m)[5:8])
-                        bad, clashes = _direct.insert_items(
-                            arrays.tab, arrays.kind, arrays.alpha, state, store.count, store.episode_id,
-                            store.capacity, table.cross_episodes, lanes, starts, lengths,
-                            fields["return"].reshape(m, 1), fields["discount"], slots, keys, clash)
-                        if bad >= 0:  # nothing inserted: the table says which window is not stored
-                            table._window_error(lanes, starts, lengths, bad)
-                        _direct.settle(table, state, 0, 0, m, clashes, slots, lanes, starts, clash)
-                        return
-        super()._insert(lanes, starts, lengths, fields)
 
     def _direct_buffers(self, m: int) -> tuple[np.ndarray, ...]:
         """Outputs of the one-call paths for ``m`` items: lanes, starts, lengths, returns, discounts, slots,

@@ -154,13 +154,3 @@ def insert(tab: tuple, kind: int, alpha: float, state: np.ndarray, count: np.nda
     return -1, clashes
 
 
-
-@njit(cache=True)
-def insert_items(tab: tuple, kind: int, alpha: float, state: np.ndarray, count: np.ndarray, episode_id: np.ndarray,
-                 capacity: int, cross_episodes: bool, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
-                 returns: np.ndarray, discounts: np.ndarray, slots: np.ndarray, keys: np.ndarray,
-                 clash: np.ndarray) -> tuple[int, int]:
-    """:func:`insert` as a call of its own (an adder's items, written already, into a table with room for
-    them and the rate limiter's consent)."""
-    return insert(tab, kind, alpha, state, count, episode_id, capacity, cross_episodes, lanes, starts, lengths,
-                  returns, discounts, slots, keys, clash)
