@@ -140,7 +140,7 @@ def adder_paths(env_id: str, steps: int, rounds: int) -> dict[str, float]:
                 if not direct:
                     if method == "add":
                         adder._direct = None
-                    adder._lane_block = None
+                    adder._lane_staging = False
                 adder.add_first(first)
                 write = getattr(adder, method)
                 start = time.perf_counter()

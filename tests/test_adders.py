@@ -646,7 +646,7 @@ def test_one_lane_stage_checks_each_step_at_once():
     """One lane's stage (rows staged for add_steps): a bad step, or an episode end whose restart observation
     is bad, raises at once; the steps before it are written, nothing of it is; the lane then goes on."""
     store, table, adder, _ = _run_chunks(True, 1, [(3, "mid")], False, None, 40, 0)
-    assert adder._lane_block is not None
+    assert adder._lane_staging
     z, o = np.zeros(1, bool), np.ones(1, bool)
     act, rew, obs = np.zeros(1, np.int64), np.zeros(1, np.float32), np.zeros((1, 2), np.float32)
     nan = np.array([[0, np.nan]], np.float32)

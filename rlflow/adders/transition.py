@@ -96,9 +96,10 @@ class NStepTransition(Adder):
         self._direct = _direct_plan(self)  # add_steps's one-call path, when the store and table fit it
         self._direct_bufs: tuple[np.ndarray, ...] | None = None
         self._one_step_fits = store.capacity - self.n - 2 >= 1  # add_steps takes one step
-        # stage() of one lane: rows staged for add_steps (see _stage_lane), when the store fits its one-call path.
-        self._lane_block = _LaneBlock(self) if (self._direct is not None and self.num_lanes == 1
-                                                and self.stage_steps >= 1) else None
+        # stage() of one lane: rows staged for add_steps (see _stage_lane), when the store fits its one-call path;
+        # the rows' buffers are made on the first call.
+        self._lane_staging = self._direct is not None and self.num_lanes == 1 and self.stage_steps >= 1
+        self._lane_block: _LaneBlock | None = None
         self._direct_arrays: _direct.Arrays | None = None
 
     def _item_view(self) -> Any:
@@ -286,8 +287,8 @@ class NStepTransition(Adder):
         through :meth:`add`, which raises on bad input, having written nothing of that step.
         """
         ts = next_timestep
-        if self._lane_block is not None and extras is None:
-            if self._stage_lane(actions, ts):
+        if self._lane_staging:
+            if extras is None and self._stage_lane(actions, ts):
                 return
             self.add(actions, ts, extras)  # flushes the steps before, then writes or raises the precise error
             return
@@ -365,10 +366,12 @@ class NStepTransition(Adder):
         if self._open[0] < 0:
             return False
         blk = self._lane_block
+        if blk is None:
+            blk = self._lane_block = _LaneBlock(self)
         act_dtype, act_shape, obs_dtype, obs_shape, rew_dtype, obs_field, checks = blk.plan
         if ends:  # the step ends the episode; a same-step restart's observation must be good before anything
             term, trunc, restart, nxt = bool(terminated[0]), bool(truncated[0]), bool(first[0]), ts.final_observation
-            if term == trunc and not term:
+            if term == trunc:  # an end needs exactly one of the two: the general path says what is wrong
                 return False
             if restart and not _specs.fits(obs_field, ts.observation, 1):
                 return False
@@ -406,7 +409,7 @@ class NStepTransition(Adder):
         steps = self._staged
         if not steps:
             return
-        if self._lane_block is not None:
+        if self._lane_staging:
             self._flush_lane(False, False)
             return
         self._staged = 0

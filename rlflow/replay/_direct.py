@@ -152,5 +152,3 @@ def insert(tab: tuple, kind: int, alpha: float, state: np.ndarray, count: np.nda
         _update(tab[9], tab[10], tab[11], slots, prios, alpha)
     ring_push(tab[12], tab[13], tab[14], tab[15], slots, seqs)
     return -1, clashes
-
-
