@@ -624,16 +624,20 @@ def test_one_call_paths_leave_the_state_of_the_general_path(cfg, n, prioritized,
 
 def test_one_lane_add_rejects_bad_values_changing_nothing():
     """One lane's add in one call: NaN observations, infinite rewards and actions out of bounds raise the
-    general path's error and change nothing; the lane then goes on."""
+    general path's error and change nothing, also on a step that ends the episode and starts the next;
+    the lane then goes on."""
     store, table, adder, _ = _run_chunks(True, 2, [(5, "mid")], False, None, 12, 0)
     before = ({k: v.copy() for k, v in store.state_dict().items()}, table.state_dict()["arrays"]["meta"].copy(),
               adder.state_dict()["open"].copy())
-    z = np.zeros(1, bool)
+    z, y = np.zeros(1, bool), np.ones(1, bool)
     good = (np.zeros(1, np.int64), np.zeros(1, np.float32), np.zeros((1, 2), np.float32))
-    for a, r, o in ((good[0], good[1], np.array([[0, np.nan]], np.float32)),
-                    (good[0], np.array([np.inf], np.float32), good[2]), (np.array([6]), good[1], good[2])):
+    nan = np.array([[0, np.nan]], np.float32)
+    for a, r, o, end in ((good[0], good[1], nan, False), (good[0], np.array([np.inf], np.float32), good[2], False),
+                         (np.array([6]), good[1], good[2], False),
+                         (good[0], good[1], nan, True),  # ends, and the next episode's first observation is bad
+                         (good[0], np.array([np.nan], np.float32), good[2], True)):
         with pytest.raises(SpecError):
-            adder.add(a, TimeStep(o, r, z, z, z, z))
+            adder.add(a, TimeStep(o, r, y, z, y, y, good[2]) if end else TimeStep(o, r, z, z, z, z))
         for k, v in store.state_dict().items():
             np.testing.assert_array_equal(v, before[0][k], err_msg=k)
         np.testing.assert_array_equal(table.state_dict()["arrays"]["meta"], before[1])

@@ -309,11 +309,11 @@ def _copy_rows(col: np.ndarray, base: int, pos: int, data: np.ndarray, capacity:
 @njit(**_OPTS)
 def lane_steps_direct(lane: int, ended: bool, terminated: bool, truncated: bool, open_row: int, episode_start: int,
                       n: int, checks: np.ndarray, actions: np.ndarray, rewards: np.ndarray, next_obs: np.ndarray,
-                      count: np.ndarray, episode_id: np.ndarray, episode_step: np.ndarray, next_episode: np.ndarray,
-                      next_step: np.ndarray, capacity: int, act_col: np.ndarray, rew_col: np.ndarray,
-                      obs_col: np.ndarray, term_col: np.ndarray, trunc_col: np.ndarray, first_col: np.ndarray,
-                      last_col: np.ndarray, powers: np.ndarray, tab: tuple, kind: int, alpha: float,
-                      may_insert: bool, state: np.ndarray, cross_episodes: bool, lanes: np.ndarray,
+                      restart: np.ndarray, count: np.ndarray, episode_id: np.ndarray, episode_step: np.ndarray,
+                      next_episode: np.ndarray, next_step: np.ndarray, capacity: int, act_col: np.ndarray,
+                      rew_col: np.ndarray, obs_col: np.ndarray, term_col: np.ndarray, trunc_col: np.ndarray,
+                      first_col: np.ndarray, last_col: np.ndarray, powers: np.ndarray, tab: tuple, kind: int,
+                      alpha: float, may_insert: bool, state: np.ndarray, cross_episodes: bool, lanes: np.ndarray,
                       starts: np.ndarray, lengths: np.ndarray, returns: np.ndarray, discounts: np.ndarray,
                       slots: np.ndarray, keys: np.ndarray, clash: np.ndarray, out: np.ndarray) -> int:
     """``NStepTransition.add_steps`` in one call, for a store whose action, reward and observation are one
@@ -327,14 +327,20 @@ def lane_steps_direct(lane: int, ended: bool, terminated: bool, truncated: bool,
     completed, the last new row and how many new items share a start row with another. Returns -2 (bad
     values: nothing changed), 1 (items inserted), 0 (rows written, items left in the outputs for the
     caller to insert) or -3 (a window not stored: a bug).
+
+    ``restart`` (``(1, width)``, or ``(0, width)`` for none) is the first observation of the episode that
+    starts in the same step as the last one ends (``ended``): its row is written after the final row and
+    its overwritten items evicted with the others, before any item is inserted, as ``add`` of a step that
+    ends one episode and starts the next does.
     """
     if not (_values_ok(actions, int(checks[0]), checks[1], checks[2])
             and _values_ok(rewards, int(checks[3]), checks[4], checks[5])
-            and _values_ok(next_obs, int(checks[6]), checks[7], checks[8])):
+            and _values_ok(next_obs, int(checks[6]), checks[7], checks[8])
+            and (restart.shape[0] == 0 or _values_ok(restart, int(checks[6]), checks[7], checks[8]))):
         return -2
     t = rewards.shape[0]
     row0 = count[lane]
-    lo, hi = max(row0 - capacity, 0), row0 + t - capacity
+    lo, hi = max(row0 - capacity, 0), row0 + t + restart.shape[0] - capacity
     evicted, times = 0, 0
     if hi > lo:
         evicted, times = _direct.evict(tab, kind, state, lane, lo, hi, capacity)
@@ -348,6 +354,12 @@ def lane_steps_direct(lane: int, ended: bool, terminated: bool, truncated: bool,
         p = base + wrap(last, capacity)
         act_col[p, :] = 0
         rew_col[p, :] = 0
+        if restart.shape[0]:
+            r = _mark_row(episode_id, episode_step, next_episode, next_step, count, lane, True, capacity)
+            _copy_rows(obs_col, base, r, restart, capacity)
+            p = base + wrap(r, capacity)
+            first_col[p] = True
+            last_col[p] = False
     lo = max(episode_start, open_row + 1 - n)
     hi = last if ended else last - n + 1
     m = 0

@@ -95,6 +95,7 @@ class NStepTransition(Adder):
         self._block: _Block | None = None  # stage()'s buffers, made on its first call
         self._direct = _direct_plan(self)  # add_steps's one-call path, when the store and table fit it
         self._direct_bufs: tuple[np.ndarray, ...] | None = None
+        self._no_restart = None if self._direct is None else np.zeros((0, self._direct[8].shape[1]), self._direct[3])
         self._one_step_fits = store.capacity - self.n - 2 >= 1  # add_steps takes one step
         # stage() of one lane: rows staged for add_steps (see _stage_lane), when the store fits its one-call path;
         # the rows' buffers are made on the first call.
@@ -177,7 +178,23 @@ class NStepTransition(Adder):
                     and ts.final_observation is None and self._open[0] >= 0 and self._one_step_fits
                     and self._add_steps_direct(0, 1, actions, ts.reward, ts.observation, False, False)):
                 return
+            if self._add_end_direct(actions, ts):
+                return
         super().add(actions, ts, extras)
+
+    def _add_end_direct(self, actions: Any, ts: TimeStep) -> bool:
+        """One lane's :meth:`add` of a step that ends the episode (and, with ``first``, starts the next) in
+        one compiled call; False, having changed nothing, for anything the general path must see."""
+        first, last, terminated, truncated = ts.first, ts.last, ts.terminated, ts.truncated
+        if not (type(first) is np.ndarray and first.dtype is _BOOL and first.shape == _ONE
+                and type(last) is np.ndarray and last.dtype is _BOOL and last.shape == _ONE
+                and type(terminated) is np.ndarray and terminated.dtype is _BOOL and terminated.shape == _ONE
+                and type(truncated) is np.ndarray and truncated.dtype is _BOOL and truncated.shape == _ONE
+                and last[0] and terminated[0] != truncated[0] and ts.final_observation is not None
+                and self._open[0] >= 0 and self._one_step_fits):
+            return False
+        return self._add_steps_direct(0, 1, actions, ts.reward, ts.final_observation, bool(terminated[0]),
+                                      bool(truncated[0]), ts.observation if first[0] else None)
 
     add.__doc__ = Adder.add.__doc__
 
@@ -233,15 +250,24 @@ class NStepTransition(Adder):
         return bufs
 
     def _add_steps_direct(self, lane: int, t: int, actions: Any, rewards: Any, next_obs: Any, terminated: bool,
-                          truncated: bool) -> bool:
+                          truncated: bool, restart: Any = None) -> bool:
         """:meth:`add_steps` in one compiled call (:func:`~rlflow.adders._kernels.lane_steps_direct`), which
-        updates the table in place (:mod:`rlflow.replay._direct`). Returns False, having changed nothing,
-        when the inputs or the table need the general path (which converts them or raises)."""
+        updates the table in place (:mod:`rlflow.replay._direct`); with ``restart`` (``[1, ...]``, the episode
+        ending here) also the next episode's first observation, as ``add`` of a step that ends one episode
+        and starts the next. Returns False, having changed nothing, when the inputs or the table need the
+        general path (which converts them or raises)."""
         act_dtype, act_shape, rew_dtype, obs_dtype, obs_shape, checks, act_col, rew_col, obs_col = self._direct
         if not (type(actions) is np.ndarray and actions.dtype is act_dtype and actions.shape == (t, *act_shape)
                 and type(rewards) is np.ndarray and rewards.dtype is rew_dtype and rewards.ndim == 1
                 and type(next_obs) is np.ndarray and next_obs.dtype is obs_dtype
                 and next_obs.shape == (t, *obs_shape)):
+            return False
+        if restart is None:
+            restart = self._no_restart
+        elif (type(restart) is np.ndarray and restart.dtype is obs_dtype and restart.shape == (1, *obs_shape)
+              and (terminated or truncated)):
+            restart = restart.reshape(1, -1)
+        else:
             return False
         store = self.store
         with store.lock:
@@ -258,16 +284,18 @@ class NStepTransition(Adder):
             flat = store._flat
             status = KA.lane_steps_direct(
                 lane, ended, bool(terminated), bool(truncated), r, s0, self.n, checks, actions.reshape(t, -1),
-                rewards.reshape(t, 1), next_obs.reshape(t, -1), store.count, store.episode_id, store.episode_step,
-                store._next_episode, store._next_step, store.capacity, act_col, rew_col, obs_col, flat["terminated"],
-                flat["truncated"], flat["first"], flat["last"], self._powers, arrays.tab, arrays.kind, arrays.alpha,
-                m == 0 or table.rate_limiter.can_insert(m), state, table.cross_episodes, lanes, starts, lengths,
-                returns, discounts, slots, keys, clash, out)
+                rewards.reshape(t, 1), next_obs.reshape(t, -1), restart, store.count,
+                store.episode_id, store.episode_step, store._next_episode, store._next_step, store.capacity, act_col,
+                rew_col, obs_col, flat["terminated"], flat["truncated"], flat["first"], flat["last"], self._powers,
+                arrays.tab, arrays.kind, arrays.alpha, m == 0 or table.rate_limiter.can_insert(m), state,
+                table.cross_episodes, lanes, starts, lengths, returns, discounts, slots, keys, clash, out)
             if status == -2:
                 return False
             evicted, times, made, last, clashes = out.tolist()
             inserted = made if status == 1 else 0
             self._open[lane] = -1 if ended else last
+            if restart.shape[0]:  # the next episode's first row follows the final row
+                self._open[lane] = self._episode_start[lane] = last + 1
             _direct.settle(table, state, evicted, times, inserted, clashes, slots, lanes, starts, clash)
             if status == -3:
                 raise RuntimeError(f"add_steps: lane {lane}'s new items are not stored (a broken invariant)")
@@ -389,20 +417,25 @@ class NStepTransition(Adder):
             return False
         self._staged = rows
         if ends:
-            self._flush_lane(term, trunc)
-            if restart:
-                self.add_first(TimeStep(ts.observation, np.zeros(1, np.float32), _NO, _NO, _YES, _NO))
+            self._flush_lane(term, trunc, ts.observation if restart else None)
         elif rows == self.stage_steps:
             self._flush_lane(False, False)
         return True
 
-    def _flush_lane(self, terminated: bool, truncated: bool) -> None:
-        """Write the rows :meth:`_stage_lane` holds through :meth:`add_steps`."""
+    def _flush_lane(self, terminated: bool, truncated: bool, restart: Any = None) -> None:
+        """Write the rows :meth:`_stage_lane` holds through :meth:`add_steps` (one compiled call, which also
+        starts the next episode with ``restart`` when given), or through its general path and
+        :meth:`add_first`."""
         n, blk = self._staged, self._lane_block
         self._staged = 0
         blk.staged[0] = 0
-        self.add_steps(0, blk.act[:n].reshape(n, *blk.plan[1][1:]), blk.rew[:n, 0],
-                       blk.obs[:n].reshape(n, *blk.plan[3][1:]), terminated=terminated, truncated=truncated)
+        acts, rews = blk.act[:n].reshape(n, *blk.plan[1][1:]), blk.rew[:n, 0]
+        obs = blk.obs[:n].reshape(n, *blk.plan[3][1:])
+        if self._direct is not None and self._add_steps_direct(0, n, acts, rews, obs, terminated, truncated, restart):
+            return
+        self.add_steps(0, acts, rews, obs, terminated=terminated, truncated=truncated)
+        if restart is not None:
+            self.add_first(TimeStep(restart, np.zeros(1, np.float32), _NO, _NO, _YES, _NO))
 
     def flush(self) -> None:
         """Write the steps :meth:`stage` holds, and their items, as one block."""
