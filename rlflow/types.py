@@ -42,7 +42,7 @@ import numpy as np
 
 from rlflow.specs import Field, Spec
 
-__all__ = ["TimeStep", "step_spec"]
+__all__ = ["ONE_LANE_NO", "ONE_LANE_YES", "TimeStep", "step_spec"]
 
 # One lane's False and True flags, shared by the one-lane TimeSteps rlflow's env wrappers and adders make
 # (so read-only): a consumer may recognise a one-lane step that neither starts nor ends an episode by
