@@ -663,6 +663,10 @@ def test_one_lane_stage_checks_each_step_at_once():
     with pytest.raises(SpecError):  # terminates, and the same-step restart's observation is bad
         adder.stage(act, TimeStep(nan, rew, o, z, o, o, obs))
     assert store.count[0] == 6 and table.size == 5 and adder._open[0] >= 0
+    for term, trunc in ((o, z), (z, o)):  # an end flag without last
+        with pytest.raises(SpecError, match="expected last =="):
+            adder.stage(act, TimeStep(obs, rew, term, trunc, z, z))
+    assert store.count[0] == 6 and table.size == 5 and adder._staged == 0
     adder.stage(act, TimeStep(obs + 1, rew, o, z, o, o, obs))  # terminates and restarts
     assert adder._staged == 0 and store.count[0] == 8 and table.size == 6 and adder._open[0] == 7
     adder.stage(act, TimeStep(obs, rew, z, z, z, z))

@@ -167,34 +167,20 @@ class NStepTransition(Adder):
     def add(self, actions: Any, next_timestep: TimeStep, extras: Any = None) -> None:
         ts = next_timestep
         if self._direct is not None and extras is None and self.num_lanes == 1 and not self._staged:
-            # One lane going on (no flag set, the usual step): add_steps's one compiled call, for one step.
-            first, last, terminated, truncated = ts.first, ts.last, ts.terminated, ts.truncated
-            if (((first is _NO and last is _NO and terminated is _NO and truncated is _NO)  # shared flags
-                 or (type(first) is np.ndarray and first.dtype is _BOOL and first.shape == _ONE
-                     and type(last) is np.ndarray and last.dtype is _BOOL and last.shape == _ONE
-                     and type(terminated) is np.ndarray and terminated.dtype is _BOOL and terminated.shape == _ONE
-                     and type(truncated) is np.ndarray and truncated.dtype is _BOOL and truncated.shape == _ONE
-                     and not (first[0] or last[0] or terminated[0] or truncated[0])))
-                    and ts.final_observation is None and self._open[0] >= 0 and self._one_step_fits
-                    and self._add_steps_direct(0, 1, actions, ts.reward, ts.observation, False, False)):
-                return
-            if self._add_end_direct(actions, ts):
-                return
+            # One lane: a step that goes on, or ends the episode (and may start the next), in add_steps's one
+            # compiled call; a lone reset and anything else the general path must see go there.
+            flags = _lane_flags(ts)
+            if flags is not None and self._open[0] >= 0 and self._one_step_fits:
+                first, last, terminated, truncated = flags
+                if not (first or last or terminated or truncated):
+                    if ts.final_observation is None and self._add_steps_direct(0, 1, actions, ts.reward,
+                                                                               ts.observation, False, False):
+                        return
+                elif last and terminated != truncated and ts.final_observation is not None:
+                    if self._add_steps_direct(0, 1, actions, ts.reward, ts.final_observation, terminated,
+                                              truncated, ts.observation if first else None):
+                        return
         super().add(actions, ts, extras)
-
-    def _add_end_direct(self, actions: Any, ts: TimeStep) -> bool:
-        """One lane's :meth:`add` of a step that ends the episode (and, with ``first``, starts the next) in
-        one compiled call; False, having changed nothing, for anything the general path must see."""
-        first, last, terminated, truncated = ts.first, ts.last, ts.terminated, ts.truncated
-        if not (type(first) is np.ndarray and first.dtype is _BOOL and first.shape == _ONE
-                and type(last) is np.ndarray and last.dtype is _BOOL and last.shape == _ONE
-                and type(terminated) is np.ndarray and terminated.dtype is _BOOL and terminated.shape == _ONE
-                and type(truncated) is np.ndarray and truncated.dtype is _BOOL and truncated.shape == _ONE
-                and last[0] and terminated[0] != truncated[0] and ts.final_observation is not None
-                and self._open[0] >= 0 and self._one_step_fits):
-            return False
-        return self._add_steps_direct(0, 1, actions, ts.reward, ts.final_observation, bool(terminated[0]),
-                                      bool(truncated[0]), ts.observation if first[0] else None)
 
     add.__doc__ = Adder.add.__doc__
 
@@ -378,33 +364,25 @@ class NStepTransition(Adder):
     def _stage_lane(self, actions: Any, ts: TimeStep) -> bool:
         """:meth:`stage` of a one-lane store on the :meth:`add_steps` path: the step's action, reward and next
         observation (the final one when the episode ends) are checked and copied to a block of rows in one
-        compiled call; the block goes to :meth:`add_steps` when full or when the episode ends (and a
-        same-step restart then goes to :meth:`add_first`). False, having staged nothing, for anything else:
-        a lone reset, flags that do not follow, inputs to convert or bad values."""
-        first, last, terminated, truncated = ts.first, ts.last, ts.terminated, ts.truncated
-        if first is _NO and last is _NO and terminated is _NO and truncated is _NO:  # goes on (shared flags)
-            ends = False
-        elif (type(first) is np.ndarray and first.dtype is _BOOL and first.shape == _ONE
-                and type(last) is np.ndarray and last.dtype is _BOOL and last.shape == _ONE
-                and type(terminated) is np.ndarray and terminated.dtype is _BOOL and terminated.shape == _ONE
-                and type(truncated) is np.ndarray and truncated.dtype is _BOOL and truncated.shape == _ONE):
-            ends = bool(last[0])
-        else:
+        compiled call; the block goes to :meth:`add_steps`'s one-call path when full or when the episode ends
+        (with a same-step restart's first row). False, having staged nothing, for anything else: a lone
+        reset, flags that do not follow, inputs to convert or bad values."""
+        flags = _lane_flags(ts)
+        if flags is None or self._open[0] < 0:
             return False
-        if self._open[0] < 0:
-            return False
+        restart, ends, term, trunc = flags
         blk = self._lane_block
         if blk is None:
             blk = self._lane_block = _LaneBlock(self)
         act_dtype, act_shape, obs_dtype, obs_shape, rew_dtype, obs_field, checks = blk.plan
         if ends:  # the step ends the episode; a same-step restart's observation must be good before anything
-            term, trunc, restart, nxt = bool(terminated[0]), bool(truncated[0]), bool(first[0]), ts.final_observation
+            nxt = ts.final_observation
             if term == trunc:  # an end needs exactly one of the two: the general path says what is wrong
                 return False
             if restart and not _specs.fits(obs_field, ts.observation, 1):
                 return False
         else:
-            if first[0] or terminated[0] or truncated[0] or ts.final_observation is not None:
+            if restart or term or trunc or ts.final_observation is not None:
                 return False
             nxt = ts.observation
         reward = ts.reward
@@ -514,6 +492,23 @@ class NStepTransition(Adder):
         if m:
             self._insert(lanes[:m], starts[:m], lengths[:m],
                          {"return": returns[:m].reshape(m, *self._reward_shape), "discount": discounts[:m]})
+
+
+_GOING_ON = (False, False, False, False)
+
+
+def _lane_flags(ts: TimeStep) -> tuple[bool, bool, bool, bool] | None:
+    """One lane's ``first, last, terminated, truncated`` as bools (the shared one-lane arrays known by identity),
+    or None when they are not ``[1]`` bool arrays."""
+    first, last, terminated, truncated = ts.first, ts.last, ts.terminated, ts.truncated
+    if first is _NO and last is _NO and terminated is _NO and truncated is _NO:
+        return _GOING_ON
+    if not (type(first) is np.ndarray and first.dtype is _BOOL and first.shape == _ONE
+            and type(last) is np.ndarray and last.dtype is _BOOL and last.shape == _ONE
+            and type(terminated) is np.ndarray and terminated.dtype is _BOOL and terminated.shape == _ONE
+            and type(truncated) is np.ndarray and truncated.dtype is _BOOL and truncated.shape == _ONE):
+        return None
+    return bool(first[0]), bool(last[0]), bool(terminated[0]), bool(truncated[0])
 
 
 class _LaneBlock:
