@@ -11,6 +11,7 @@ rlflow's learning curves.
 
     python benchmarks/learning.py                                  # every configuration, 3 seeds
     python benchmarks/learning.py --configs dqn-cartpole --seeds 0 1 2 --out runs/learning
+    python benchmarks/learning.py --configs dqn-acrobot --seeds 0 0 --steps 10000   # a quick time ratio
 
 Needs the ``bench`` extra (Stable-Baselines3). Not a test: a CartPole run takes minutes.
 """
@@ -174,6 +175,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", nargs="*", type=int, default=[0, 1, 2])
     parser.add_argument("--no-sb3", action="store_true", help="run rlflow only")
     parser.add_argument("--out", type=Path, default=Path("runs/learning"))
+    parser.add_argument("--steps", type=int, default=None,
+                        help="env steps of every run instead of each configuration's own (a quick wall-clock "
+                             "comparison; the targets are for the full budgets)")
     args = parser.parse_args(argv)
     rows = ["| algorithm | env | steps | target | rlflow final return: median (min..max) | rlflow best evaluation: "
             "median (min..max) | SB3 final return: median (min..max) | rlflow s / SB3 s (median) |",
@@ -181,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     curves: dict[str, list[Any]] = {}
     warm_up()
     for name in args.configs:
-        cfg = CONFIGS[name]
+        cfg = CONFIGS[name] if args.steps is None else replace(CONFIGS[name], steps=args.steps)
         ours, best, theirs, ratios = [], [], [], []
         for seed in args.seeds:
             ret, secs, result = run_rlflow(cfg, seed, args.out)
