@@ -86,6 +86,24 @@ def make_env(args: Args, num_envs: int, seed: int | None) -> ParallelEnvironment
                                 for _ in range(num_envs)], seed=seed)
 
 
+def paper_scale(team_return: float, n_agents: int, steps: int) -> float:
+    """An mpe2 ``simple_spread`` team return (default ``local_ratio`` 0.5) on the scale of the MAPPO paper
+    and EPyMARL: their team return sums, over agents and steps, ``-D - c_i`` with ``D`` the sum over
+    landmarks of the nearest agent's distance and ``c_i`` the agents agent ``i`` touches, itself included
+    (the original MPE counts an agent as colliding with itself). mpe2 gives agent ``i`` the mean of the
+    global ``-D`` and its own ``-(c_i - 1)``, so each agent-step's paper reward is twice mpe2's minus 1:
+    ``2 * team_return - n_agents * steps`` for episodes of ``steps`` steps."""
+    return 2.0 * team_return - n_agents * steps
+
+
+def report_team(result: rlflow.RunResult, n_agents: int, args: Any) -> None:
+    """Print the final evaluation per agent (MPE's usual figure) and, on ``simple_spread``, on the MAPPO
+    paper's scale (:func:`paper_scale`)."""
+    print(f"per-agent return: {result.final_evaluation / n_agents:.2f}")
+    if "spread" in args.env_id:
+        print(f"on the MAPPO paper's scale: {paper_scale(result.final_evaluation, n_agents, args.max_cycles):.1f}")
+
+
 def team_dims(env: ParallelEnvironment) -> tuple[int, int, int]:
     """``(obs_dim, state_dim, n_actions)`` of one agent: its flat observation, the global state (every
     agent's observation together when the env has no state), its discrete actions."""
@@ -357,7 +375,7 @@ def main(args: Args) -> rlflow.RunResult:
     net = MAPPONet(obs_dim, state_dim, n_actions, env.num_agents, args)
     result = train("MAPPO" if args.critic == "centralised" else "IPPO", args, env, eval_env, TeamPolicy(net),
                    MAPPOLearner(net, args), adder, table)
-    print(f"per-agent return: {result.final_evaluation / env.num_agents:.2f}")
+    report_team(result, env.num_agents, args)
     return result
 
 

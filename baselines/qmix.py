@@ -30,7 +30,7 @@ from torch import nn
 
 import rlflow
 from baselines import RunArgs, train
-from baselines.mappo import make_env, team_dims
+from baselines.mappo import make_env, report_team, team_dims
 from rlflow import adders
 from rlflow.replay import Fifo, SampleToInsertRatio, StepStore, Table, Uniform
 
@@ -280,7 +280,7 @@ def main(args: Args) -> rlflow.RunResult:
         else VDNMixer()
     result = train(args.mixer.upper(), args, env, eval_env, EpsilonGreedy(agent, args),
                    QMIXLearner(agent, mixer, args), adder, table)
-    print(f"per-agent return: {result.final_evaluation / env.num_agents:.2f}")
+    report_team(result, env.num_agents, args)
     return result
 
 

@@ -9,8 +9,10 @@ Configurations (each baseline's defaults unless noted):
 - ``selfplay-tictactoe``: self-play DQN, evaluated against a uniformly random legal player with seats
   alternating; target: wins >= 90% and losses < 5%.
 
-For MPE the table gives the final evaluation (10 greedy episodes) per agent, and the team's return
-(summed over agents, the scale the MAPPO paper and EPyMARL report on); median and range over seeds.
+For MPE the table gives the final evaluation (10 greedy episodes) per agent, and the same evaluation on
+the scale the MAPPO paper and EPyMARL report (their team return, summed over agents, with collisions
+counted per agent including itself: ``baselines.mappo.paper_scale``; uniform random play scores about
+-233 there); median and range over seeds.
 
     python benchmarks/learning_marl.py --configs selfplay-tictactoe --seeds 1 2 3
     python benchmarks/learning_marl.py --configs mappo-spread --seeds 1 2 3 --steps 2000000
@@ -54,7 +56,10 @@ def run(name: str, seed: int, steps: int | None, out: Path) -> dict[str, float]:
     if module_name == "selfplay_dqn":
         return {**result, "seconds": seconds}
     team = float(result.final_evaluation)
-    return {"per_agent": team / args.n_agents, "team": team, "seconds": seconds}
+    from baselines.mappo import paper_scale
+
+    return {"per_agent": team / args.n_agents, "paper": paper_scale(team, args.n_agents, args.max_cycles),
+            "seconds": seconds}
 
 
 def summary(values: list[float], fmt: str = "{:.2f}") -> str:
@@ -78,8 +83,8 @@ def main(argv: list[str] | None = None) -> int:
             text = (f"win {summary([r['win'] * 100 for r in results], '{:.1f}%')}, "
                     f"loss {summary([r['loss'] * 100 for r in results], '{:.1f}%')}")
         else:
-            text = (f"per-agent return {summary([r['per_agent'] for r in results])}; team return "
-                    f"{summary([r['team'] for r in results])}")
+            text = (f"per-agent return {summary([r['per_agent'] for r in results])}; on the MAPPO paper's "
+                    f"scale {summary([r['paper'] for r in results], '{:.1f}')}")
         lines.append(f"| {name} | {' '.join(map(str, args.seeds))} | {text} | {minutes:.1f} |")
         print(lines[-1], flush=True)
     out.mkdir(parents=True, exist_ok=True)
