@@ -10,6 +10,7 @@ The two are timed in alternating rounds; the ratio of medians is reported.
     python benchmarks/loop.py --envs 1 4 16 --rounds 7
     python benchmarks/loop.py --components --rounds 3 --steps 20000   # per part of the loop body, one env
     python benchmarks/loop.py --adder-paths --rounds 5                 # one lane's add and stage per step
+    python benchmarks/loop.py --ladder --rounds 5                      # one env: rlflow's parts one by one
 """
 
 from __future__ import annotations
@@ -116,6 +117,60 @@ def components(env_id: str, steps: int) -> dict[str, float]:
     return {k: v / (steps - 500) / 1e3 for k, v in total.items()}
 
 
+LADDER = ("hand-written loop (no checks)", "+ rlflow's env wrapper", "+ Actor (action check)",
+          "+ adder.stage", "+ EpisodeStats")
+
+
+def ladder(env_id: str, level: int, steps: int) -> float:
+    """Env steps per second of a hand-written one-env loop whose parts are rlflow's up to ``level``
+    (:data:`LADDER`): level 0 is the random policy, the plain env, its observation batched to ``[1, ...]``,
+    the step's action, reward and observation copied into preallocated rows, and the episode's return and
+    length counted, in plain Python with no checks; each level swaps one part for rlflow's."""
+    from rlflow.actors import Actor, EpisodeStats
+
+    env = envs.make(env_id, num_envs=None, seed=0)
+    raw, policy = env.env, RandomPolicy(int(env.single_action_space.n))
+    store = StepStore(env.spec, capacity=steps + 8, lanes=1)
+    adder = adders.NStepTransition(store, [Table(store, sampler=Uniform(seed=0), remover=Fifo(),
+                                                 rate_limiter=MinSize(1))], n=1)
+    actor = Actor(policy, env.action_spec, 1, env.single_action_space)
+    stats = EpisodeStats(1)
+    ts = env.reset(seed=0)
+    adder.add_first(ts)
+    obs = ts.observation
+    rows_obs = np.zeros((64, *obs.shape[1:]), obs.dtype)
+    rows_act, rows_rew = np.zeros(64, np.int64), np.zeros(64, np.float32)
+    k, ret, length = 0, 0.0, 0
+    start = time.perf_counter()
+    for _ in range(steps):
+        if level >= 2:
+            actions = actor.select_action(ts.observation, first=ts.first)[0]
+        else:
+            actions = policy.act(obs, None)[0]
+        if level >= 1:
+            ts = env.step(actions)
+            obs, reward, done = ts.observation, ts.reward[0], ts.last[0]
+        else:
+            o, reward, terminated, truncated, _ = raw.step(actions[0])
+            done = terminated or truncated
+            if done:
+                o, _ = raw.reset()
+            obs = np.array(o, rows_obs.dtype)[None]
+        if level >= 3:
+            adder.stage(actions, ts)
+        else:
+            rows_obs[k], rows_act[k], rows_rew[k] = obs[0], actions[0], reward
+            k = (k + 1) % 64
+        if level >= 4:
+            stats.update(ts)
+        else:
+            ret, length = (0.0, 0) if done else (ret + reward, length + 1)
+    adder.flush()
+    seconds = time.perf_counter() - start
+    env.close()
+    return steps / seconds
+
+
 def adder_paths(env_id: str, steps: int, rounds: int) -> dict[str, float]:
     """Microseconds per step of one lane's ``NStepTransition.add`` and ``stage`` (flushes included) on a
     recorded stream of ``env_id`` (random actions), through the one-call paths and with them switched off
@@ -162,7 +217,24 @@ def main(argv: list[str] | None = None) -> int:
                         help="time each call of the loop body with one env instead (median of the rounds)")
     parser.add_argument("--adder-paths", action="store_true",
                         help="time one lane's add and stage per step, one-call paths on and off (best of the rounds)")
+    parser.add_argument("--ladder", action="store_true",
+                        help="one env: a hand-written loop with rlflow's parts swapped in one by one, against the "
+                             "bare env and rlflow.run (median of the rounds)")
     args = parser.parse_args(argv)
+    if args.ladder:
+        times: dict[str, list[float]] = {}
+        for r in range(args.rounds + 1):  # the first round warms up
+            rates = {"bare env": bare(args.env_id, 1, args.steps),
+                     **{name: ladder(args.env_id, i, args.steps) for i, name in enumerate(LADDER)},
+                     "rlflow.run": loop(args.env_id, 1, args.steps)}
+            for key, rate in rates.items():
+                if r:
+                    times.setdefault(key, []).append(1e6 / rate)
+        base = statistics.median(times["bare env"])
+        print("| loop | us per step | bare / loop |\n|---|---:|---:|")
+        for key, us in times.items():
+            print(f"| {key} | {statistics.median(us):.1f} | {base / statistics.median(us):.0%} |")
+        return 0
     if args.adder_paths:
         for key, us in adder_paths(args.env_id, args.steps, args.rounds).items():
             print(f"{key:<30} {us:6.1f} us per step")
