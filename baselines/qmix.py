@@ -33,6 +33,7 @@ from baselines import RunArgs, train
 from baselines.mappo import make_env, report_team, team_dims
 from rlflow import adders
 from rlflow.replay import Fifo, SampleToInsertRatio, StepStore, Table, Uniform
+from rlflow.returns import ValueNormalizer
 
 
 @dataclass
@@ -57,6 +58,10 @@ class Args(RunArgs):
     hypernet_embed: int = 64
     target_update_period: int = 200  # learner steps
     max_grad_norm: float = 10.0
+    # TD targets on the team reward minus its running mean, over its running standard deviation (EPyMARL's
+    # standardise_rewards). The shift keeps the best policy only where no episode terminates (simple_spread
+    # only truncates).
+    standardise_rewards: bool = False
     eval_every: int = 100_000
     logdir: str = "runs/qmix"
 
@@ -139,8 +144,16 @@ def masked_max(q: torch.Tensor, mask: torch.Tensor | None) -> tuple[torch.Tensor
     return torch.where(legal, best, 0.0), torch.where(legal, arg, 0)
 
 
+def team_reward(rows: dict, mask: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(reward [B, L - 1], valid [B, L - 1])``: each step's reward summed over agents, and the steps that
+    are transitions (rows ``t`` and ``t + 1`` in the episode, row ``t`` not its final row)."""
+    reward = torch.as_tensor(rows["reward"][:, :-1]).float().sum(-1)
+    return reward, torch.as_tensor(mask[:, :-1] & mask[:, 1:] & ~rows["last"][:, :-1])
+
+
 def td_loss(agent: AgentNet, target_agent: AgentNet, mixer: nn.Module, target_mixer: nn.Module, rows: dict,
-            mask: np.ndarray, gamma: float) -> tuple[torch.Tensor, dict[str, float]]:
+            mask: np.ndarray, gamma: float, reward: torch.Tensor | None = None
+            ) -> tuple[torch.Tensor, dict[str, float]]:
     """The masked mean squared TD error of ``Q_tot`` on padded episodes ``[B, L, A, ...]``.
 
     Step ``t`` (rows ``t`` and ``t + 1`` both in the episode, row ``t`` not its final row) has the target
@@ -148,7 +161,8 @@ def td_loss(agent: AgentNet, target_agent: AgentNet, mixer: nn.Module, target_mi
     mixer, state ``t + 1``) the target agents' Q of the actions the online agents rate best at ``t + 1``
     among the legal ones (double Q). Agents not active at ``t`` add 0 to the mixer's input; at ``t + 1``
     an agent adds its target Q if it acts there or was cut (truncated) arriving there, from its final
-    observation, and 0 if it terminated or was gone before.
+    observation, and 0 if it terminated or was gone before. ``reward [B, L - 1]`` replaces the team
+    reward (e.g. standardised).
     """
     obs = rows["observation"]
     o = torch.as_tensor(obs["obs"]).float()
@@ -170,11 +184,12 @@ def td_loss(agent: AgentNet, target_agent: AgentNet, mixer: nn.Module, target_mi
         target_q = q_next_target[:, 1:].gather(-1, best[..., None]).squeeze(-1) * goes_on
         state = team_state(obs)
         q_tot_next = target_mixer(target_q, state[:, 1:])
-        reward = torch.as_tensor(rows["reward"][:, :-1]).float().sum(-1)
+        team, valid = team_reward(rows, mask)
+        if reward is None:
+            reward = team
         terminated = torch.as_tensor(rows["terminated"][:, :-1])
         y = reward + gamma * torch.where(terminated, 0.0, q_tot_next)
     q_tot = mixer(chosen, team_state(obs)[:, :-1])
-    valid = torch.as_tensor(mask[:, :-1] & mask[:, 1:] & ~rows["last"][:, :-1])
     err = (q_tot - y)[valid]
     loss = err.pow(2).mean()
     return loss, {"loss": loss.item(), "q_tot": q_tot[valid].mean().item()}
@@ -231,10 +246,17 @@ class QMIXLearner(rlflow.Learner):
         self.params = [*agent.parameters(), *mixer.parameters()]
         self.optimizer = torch.optim.Adam(self.params, lr=args.learning_rate, fused=True)
         self.updates = 0
+        # the exact running mean and variance of every sampled step's team reward
+        self.reward_norm = ValueNormalizer(beta=None) if args.standardise_rewards else None
 
     def step(self, sample):
+        reward = None
+        if self.reward_norm is not None:
+            reward, valid = team_reward(sample.data, sample.mask)
+            self.reward_norm.update(reward[valid])
+            reward = self.reward_norm.normalize(reward)
         loss, metrics = td_loss(self.agent, self.target_agent, self.mixer, self.target_mixer, sample.data,
-                                sample.mask, self.args.gamma)
+                                sample.mask, self.args.gamma, reward)
         self.optimizer.zero_grad()
         loss.backward()
         nn.utils.clip_grad_norm_(self.params, self.args.max_grad_norm)
@@ -251,12 +273,15 @@ class QMIXLearner(rlflow.Learner):
     def state_dict(self):
         return {"agent": self.agent.state_dict(), "mixer": self.mixer.state_dict(),
                 "target_agent": self.target_agent.state_dict(), "target_mixer": self.target_mixer.state_dict(),
-                "optimizer": self.optimizer.state_dict(), "updates": self.updates}
+                "optimizer": self.optimizer.state_dict(), "updates": self.updates,
+                "reward_norm": None if self.reward_norm is None else self.reward_norm.state_dict()}
 
     def load_state_dict(self, state):
         for name in ("agent", "mixer", "target_agent", "target_mixer", "optimizer"):
             getattr(self, name).load_state_dict(state[name])
         self.updates = state["updates"]
+        if self.reward_norm is not None:
+            self.reward_norm.load_state_dict(state["reward_norm"])
 
 
 def main(args: Args) -> rlflow.RunResult:

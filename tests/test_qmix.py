@@ -59,6 +59,40 @@ def test_td_loss_by_hand(end, died, expected):
     assert loss.item() == pytest.approx(expected)
 
 
+def test_td_loss_takes_the_rewards_it_is_given():
+    # As the terminated case above, with team rewards (-1, 2) given instead of the rows' (3, 1): step 0's
+    # y = -1 + .5 * 4 = 1 (error 2), step 1's y = 2 (error 2): loss 4.
+    loss, _ = qmix.td_loss(constant_agent(), constant_agent(), qmix.VDNMixer(), qmix.VDNMixer(), episode("terminated"),
+                           np.ones((1, 3), bool), 0.5, reward=torch.tensor([[-1.0, 2.0]]))
+    assert loss.item() == pytest.approx(4.0)
+
+
+def test_the_learner_standardises_the_sampled_team_rewards(monkeypatch):
+    args = qmix.Args(hidden=4, mixing_embed=2, hypernet_embed=4, target_update_period=10**6, standardise_rewards=True)
+    rows, mask = episode("truncated"), np.array([[True, True, True]])
+    reward, valid = qmix.team_reward(rows, mask)
+    assert reward.tolist() == [[3.0, 1.0]] and valid.tolist() == [[True, True]]
+    mask = np.array([[True, True, False]])  # padding: step 1 is no transition, its reward is not counted
+    assert qmix.team_reward(rows, mask)[1].tolist() == [[True, False]]
+
+    agent, mixer = constant_agent(), qmix.VDNMixer()
+    learner = qmix.QMIXLearner(agent, mixer, args)
+    given, real = [], qmix.td_loss
+    monkeypatch.setattr(qmix, "td_loss", lambda *a: given.append(a[-1]) or real(*a))
+    learner.step(type("Sample", (), {"data": rows, "mask": np.ones((1, 3), bool)}))
+    learner.step(type("Sample", (), {"data": rows, "mask": mask}))
+    # first batch: rewards 3 and 1, mean 2, variance 1 -> (1, -1); then the 3 of the second batch joins:
+    # mean 7/3, variance 8/9 -> (3 - 7/3) / sqrt(8/9) and (1 - 7/3) / sqrt(8/9)
+    assert given[0][0].tolist() == pytest.approx([1.0, -1.0])
+    assert given[1][0].tolist() == pytest.approx([(2 / 3) / math.sqrt(8 / 9), (-4 / 3) / math.sqrt(8 / 9)])
+    state = learner.state_dict()
+    other = qmix.QMIXLearner(constant_agent(), qmix.VDNMixer(), args)
+    other.load_state_dict(state)
+    assert other.reward_norm.mean == pytest.approx(7 / 3) and other.reward_norm.var == pytest.approx(8 / 9)
+    off = qmix.QMIXLearner(constant_agent(), qmix.VDNMixer(), qmix.Args())  # off by default
+    assert off.reward_norm is None and off.state_dict()["reward_norm"] is None
+
+
 def test_padding_and_masks_are_left_out():
     rows = episode("terminated")
     mask = np.array([[True, True, False]])  # a padded row: the same as the final row here
@@ -90,3 +124,34 @@ def test_qmix_runs_and_logs(tmp_path, mixer):
     assert result.env_steps == 400 and result.learner_steps > 10
     rows = read_csv(tmp_path / "learner.csv")
     assert rows and all(math.isfinite(float(r["loss"])) for r in rows)
+
+
+def test_sampled_mpe_episodes_stay_whole_after_the_rings_wrap():
+    # QMIX's data path on real MPE steps: episodes of 26 rows in rings of 3 episodes per lane, written
+    # through 12 episodes (every ring wraps three times), sampled all along. A sampled episode's rows must be
+    # one episode in order: first only on row 0, last only on row 25, and each row's position the one before
+    # it moved by that row's velocity (MPE's observation: velocity, then position; dt 0.1).
+    from rlflow import adders
+    from rlflow.replay import Fifo, MinSize, StepStore, Table, Uniform
+
+    env = qmix.make_env(qmix.Args(), 2, 0)
+    store = StepStore(env.spec, capacity=26 * 3, lanes=2)
+    table = Table(store, sampler=Uniform(seed=0), remover=Fifo(), rate_limiter=MinSize(1))
+    adder = adders.Episode(store, [table], max_length=26)
+    adder.add_first(env.reset(seed=0))
+    rng = np.random.default_rng(0)
+    sampled = 0
+    for step in range(25 * 12):
+        actions = rng.integers(0, 5, (2, 3))
+        adder.add(actions, env.step(actions))
+        if table.size and step % 5 == 0:
+            s = table.sample(4)
+            obs, first, last = s.data["observation"]["obs"], s.data["first"], s.data["last"]
+            for b in range(4):
+                assert s.mask[b].all()
+                assert first[b].tolist() == [True] + [False] * 25
+                assert last[b].tolist() == [False] * 25 + [True]
+                velocity, position = obs[b, :, :, 0:2], obs[b, :, :, 2:4]
+                np.testing.assert_allclose(position[1:] - position[:-1], velocity[:-1] * 0.1, atol=1e-5)
+                sampled += 1
+    assert sampled > 200 and store.count.min() > 3 * 3 * 26  # sampled long after every ring wrapped
