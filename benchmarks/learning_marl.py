@@ -12,7 +12,7 @@ Configurations (each baseline's defaults unless noted):
 For MPE the table gives the final evaluation (10 greedy episodes) per agent, and the same evaluation on
 the scale the MAPPO paper and EPyMARL report (their team return, summed over agents, with collisions
 counted per agent including itself: ``baselines.mappo.paper_scale``; uniform random play scores about
--233 there); median and range over seeds.
+-238 there on mpe2, -233 in the papers); median and range over seeds.
 
     python benchmarks/learning_marl.py --configs selfplay-tictactoe --seeds 1 2 3
     python benchmarks/learning_marl.py --configs mappo-spread --seeds 1 2 3 --steps 2000000
