@@ -56,7 +56,8 @@ class Args(RunArgs):
     hidden: int = 64
     mixing_embed: int = 32
     hypernet_embed: int = 64
-    target_update_period: int = 200  # learner steps
+    target_update_period: int = 200  # learner steps between copies of the networks into the targets
+    target_tau: float = 0.0  # > 0: soft updates instead, target <- tau * online + (1 - tau) * target every step
     max_grad_norm: float = 10.0
     # TD targets on the team reward minus its running mean, over its running standard deviation (EPyMARL's
     # standardise_rewards). The shift keeps the best policy only where no episode terminates (simple_spread
@@ -244,6 +245,7 @@ class QMIXLearner(rlflow.Learner):
         self.agent, self.mixer, self.args = agent, mixer, args
         self.target_agent, self.target_mixer = copy.deepcopy(agent), copy.deepcopy(mixer)
         self.params = [*agent.parameters(), *mixer.parameters()]
+        self.target_params = [*self.target_agent.parameters(), *self.target_mixer.parameters()]
         self.optimizer = torch.optim.Adam(self.params, lr=args.learning_rate, fused=True)
         self.updates = 0
         # the exact running mean and variance of every sampled step's team reward
@@ -262,7 +264,12 @@ class QMIXLearner(rlflow.Learner):
         nn.utils.clip_grad_norm_(self.params, self.args.max_grad_norm)
         self.optimizer.step()
         self.updates += 1
-        if self.updates % self.args.target_update_period == 0:
+        tau = self.args.target_tau
+        if tau > 0:
+            with torch.no_grad():
+                for p, p_target in zip(self.params, self.target_params, strict=True):
+                    p_target.lerp_(p, tau)
+        elif self.updates % self.args.target_update_period == 0:
             self.target_agent.load_state_dict(self.agent.state_dict())
             self.target_mixer.load_state_dict(self.mixer.state_dict())
         return metrics

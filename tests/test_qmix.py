@@ -155,3 +155,33 @@ def test_sampled_mpe_episodes_stay_whole_after_the_rings_wrap():
                 np.testing.assert_allclose(position[1:] - position[:-1], velocity[:-1] * 0.1, atol=1e-5)
                 sampled += 1
     assert sampled > 200 and store.count.min() > 3 * 3 * 26  # sampled long after every ring wrapped
+
+
+@pytest.mark.parametrize("mixer", ["qmix", "vdn"])
+def test_target_networks_follow_by_copies_or_soft_updates(mixer):
+    def params(*nets):
+        return [p.detach().clone() for net in nets for p in net.parameters()]
+
+    rows, mask = episode("truncated"), np.ones((1, 3), bool)
+    sample = type("Sample", (), {"data": rows, "mask": mask})
+    for tau in (0.0, 0.25):
+        torch.manual_seed(0)
+        args = qmix.Args(mixer=mixer, hidden=4, mixing_embed=2, hypernet_embed=4, target_update_period=2,
+                         target_tau=tau)
+        agent = qmix.AgentNet(obs_dim=1, n_actions=2, n_agents=2, hidden=4)
+        mix = qmix.QMixer(2, 4, 2, 4) if mixer == "qmix" else qmix.VDNMixer()
+        learner = qmix.QMIXLearner(agent, mix, args)
+        start = params(agent, mix)
+        learner.step(sample)
+        first = params(agent, mix)
+        after_one = params(learner.target_agent, learner.target_mixer)
+        learner.step(sample)
+        after_two = params(learner.target_agent, learner.target_mixer)
+        if tau == 0:  # a copy every second step: the start, then the online networks after step 2
+            expect_one, expect_two = start, params(agent, mix)
+        else:  # target <- target + tau (online - target) after every step
+            expect_one = [s + tau * (f - s) for s, f in zip(start, first, strict=True)]
+            expect_two = [t + tau * (o - t) for t, o in zip(expect_one, params(agent, mix), strict=True)]
+        for got, want in zip(after_one + after_two, expect_one + expect_two, strict=True):
+            torch.testing.assert_close(got, want)
+        assert any(not torch.equal(s, f) for s, f in zip(start, first, strict=True))  # the step moved the nets
