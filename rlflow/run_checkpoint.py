@@ -6,7 +6,11 @@ A checkpoint is a directory ``<checkpoint_dir>/step-<env steps>`` holding
   selector and RNG state, and rate-limiter counter);
 - ``run.pt``: the adder's lanes, the learner's and policy's ``state_dict()``, the loop's counters, its
   finished episodes and evaluations, the per-lane episode statistics, and torch's global RNG state,
-  saved with ``torch.save`` and loaded with ``weights_only=True`` (tensors, arrays and plain values only).
+  saved with ``torch.save`` and loaded with ``weights_only=True``. State dicts may hold tensors, numpy
+  arrays and scalars of numbers, and plain values (numbers, strings, None) in dicts, lists and tuples.
+  Numpy values are stored as their bytes (a uint8 tensor), dtype and shape, and come back as numpy
+  values of the same dtype, shape and type. A numpy array of objects is refused when saving, naming
+  where it is, and the previous checkpoint stays the latest; other objects fail the loading.
 
 The directory is written under a temporary name and renamed into place, then ``latest`` (a one-line
 file naming it) is replaced atomically: a crash while saving leaves the previous checkpoint as the
@@ -43,6 +47,7 @@ def save_run(checkpoint_dir: str | Path, env_steps: int, store: Any, table: Any,
     """Write a checkpoint of ``store``, ``table`` and the run ``state``; returns its directory."""
     import torch
 
+    state = _encode(state, "state")  # before anything is written: a refused value leaves the last checkpoint
     root = Path(checkpoint_dir)
     root.mkdir(parents=True, exist_ok=True)
     name = f"step-{env_steps:012d}"
@@ -83,7 +88,51 @@ def load_run(path: str | Path, store: Any, table: Any) -> dict[str, Any]:
                                                 f"got {got}")
     replay_checkpoint.load(path / "replay.ckpt", store, [table])
     torch.set_rng_state(state["torch_rng"])
-    return state
+    return _decode(state)
+
+
+_NUMPY = "__rlflow_numpy__"  # marks an encoded numpy value: {_NUMPY: its bytes (a uint8 tensor), "dtype", ...}
+
+
+def _encode(value: Any, where: str) -> Any:
+    """``value`` with its numpy arrays and scalars encoded as plain values (containers are rebuilt only
+    where something inside changed, so a module's ``OrderedDict`` state keeps its type and metadata)."""
+    if isinstance(value, np.ndarray | np.generic):
+        arr = np.asarray(value)
+        if arr.dtype.hasobject or arr.dtype.names is not None:
+            raise TypeError(f"run checkpoint: {where} is a numpy value of dtype {arr.dtype}: expected numbers "
+                            "(objects and structured dtypes cannot be stored)")
+        import torch
+
+        raw = np.frombuffer(np.ascontiguousarray(arr).tobytes(), np.uint8).copy()
+        return {_NUMPY: torch.from_numpy(raw), "dtype": arr.dtype.str, "shape": list(arr.shape),
+                "scalar": isinstance(value, np.generic)}
+    if isinstance(value, dict):
+        out = {k: _encode(v, f"{where}[{k!r}]") for k, v in value.items()}
+        return value if all(out[k] is value[k] for k in value) else out
+    if isinstance(value, list | tuple):
+        items = [_encode(v, f"{where}[{i}]") for i, v in enumerate(value)]
+        if all(a is b for a, b in zip(items, value, strict=True)):
+            return value
+        return items if isinstance(value, list) else tuple(items)
+    return value
+
+
+def _decode(value: Any) -> Any:
+    """The inverse of :func:`_encode`."""
+    if isinstance(value, dict):
+        if _NUMPY in value:
+            arr = np.frombuffer(value[_NUMPY].numpy().tobytes(), np.dtype(value["dtype"])).reshape(value["shape"])
+            arr = arr.copy()
+            return arr[()] if value["scalar"] else arr
+        out = {k: _decode(v) for k, v in value.items()}
+        return value if all(out[k] is value[k] for k in value) else out
+    if isinstance(value, list | tuple):
+        items = [_decode(v) for v in value]
+        if all(a is b for a, b in zip(items, value, strict=True)):
+            return value
+        return items if isinstance(value, list) else tuple(items)
+    return value
 
 
 def to_lists(state: dict[str, Any]) -> dict[str, Any]:

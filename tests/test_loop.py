@@ -452,3 +452,62 @@ def test_episode_stats_match_a_plain_reference(data):
         got = stats.update(ts)
         assert [(pytest.approx(r), n) for r, n in expected] == got
         assert all(type(r) is float and type(n) is int for r, n in got)
+
+
+def test_numpy_state_round_trips_through_a_run_checkpoint(tmp_path):
+    # Learners and policies keep numpy arrays and scalars in their state (running statistics, RNG draws);
+    # a run checkpoint loads with weights_only=True, which refuses them as they are: they come back encoded
+    # and decoded, same dtype, shape, values and type, and modules' OrderedDict states are left as they are.
+    from collections import OrderedDict
+
+    import torch
+
+    from rlflow import run_checkpoint
+    from rlflow.returns import ValueNormalizer
+
+    table = prioritized_setup()[1]
+    norm = ValueNormalizer()
+    norm.update(np.array([1.0, 2.0, 4.0]))
+    module_state = torch.nn.Linear(2, 1).state_dict()
+    learner = {"matrix": np.arange(6, dtype=np.float32).reshape(2, 3), "flags": np.array([True, False]),
+               "empty": np.zeros((0, 4), np.int16), "zero_d": np.array(7, np.uint8), "f64": np.float64(2.5),
+               "i32": np.int32(-3), "nested": [1, (np.int64(4), "x"), {"b": np.array([1.5], np.float16)}],
+               "norm": norm.state_dict(), "module": module_state, "plain": {"n": 3, "s": "abc", "none": None}}
+    run_checkpoint.save_run(tmp_path, 10, table.store, table, {"learner": learner})
+    table = prioritized_setup()[1]
+    back = run_checkpoint.load_run(run_checkpoint.latest(tmp_path), table.store, table)["learner"]
+
+    def same(a, b):
+        assert type(a) is type(b), (a, b)
+        if isinstance(a, np.ndarray | np.generic):
+            assert a.dtype == b.dtype and np.shape(a) == np.shape(b) and np.array_equal(a, b)
+        elif isinstance(a, dict):
+            assert list(a) == list(b)
+            for k in a:
+                same(a[k], b[k])
+        elif isinstance(a, list | tuple):
+            assert len(a) == len(b)
+            for x, y in zip(a, b, strict=True):
+                same(x, y)
+        elif isinstance(a, torch.Tensor):
+            assert torch.equal(a, b)
+        else:
+            assert a == b
+
+    same(learner, back)
+    assert isinstance(back["module"], OrderedDict) and back["zero_d"].shape == ()
+    other = ValueNormalizer()
+    other.load_state_dict(back["norm"])
+    assert other.mean == norm.mean and other.var == norm.var
+
+
+def test_a_state_that_cannot_be_stored_is_refused_keeping_the_last_checkpoint(tmp_path):
+    from rlflow import run_checkpoint
+
+    table = prioritized_setup()[1]
+    first = run_checkpoint.save_run(tmp_path, 10, table.store, table, {"learner": {"ok": np.zeros(2)}})
+    bad = np.empty(2, object)
+    with pytest.raises(TypeError, match=r"state\['learner'\]\['stats'\]\[1\] is a numpy value of dtype object"):
+        run_checkpoint.save_run(tmp_path, 20, table.store, table, {"learner": {"stats": [1, bad]}})
+    assert run_checkpoint.latest(tmp_path) == first
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["latest", first.name]  # nothing half-written

@@ -143,3 +143,13 @@ def test_paper_scale_matches_the_original_mpe_reward():
         assert mappo.paper_scale(mpe2_team, 3, 25) == pytest.approx(paper_team, rel=1e-9, abs=1e-9)
     # uniform random play: the papers put it at about -233; mpe2 gives -238.2 over these 100 episodes
     assert -245 < np.mean([p for _, p in episodes]) < -228
+
+
+def test_mappo_with_its_value_normaliser_resumes_from_a_run_checkpoint(tmp_path):
+    # The learner's state holds the value normaliser's numpy statistics: a run checkpoint must load them.
+    args = mappo.Args(total_steps=200, num_envs=2, n_steps=10, n_epochs=1, hidden=(8,), eval_every=10**6,
+                      eval_episodes=1, max_cycles=10, logdir=str(tmp_path), progress=False, checkpoint_every=100)
+    first = mappo.main(args)
+    assert first.learner_steps > 0
+    resumed = mappo.main(mappo.Args(**{**vars(args), "total_steps": 300, "resume": True}))
+    assert resumed.env_steps == 300 and resumed.learner_steps > first.learner_steps
