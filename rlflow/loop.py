@@ -196,7 +196,7 @@ def run(env: Any, policy: Policy, learner: Learner | None, adder: Any, table: An
             "env_steps": result.env_steps, "learner_steps": result.learner_steps,
             "episodes": result.episodes, "evaluations": result.evaluations,
             "counters": {k: (None if v == math.inf else v) for k, v in counters.items()},
-            "adder": run_checkpoint.to_lists(adder.state_dict()),
+            "adder": adder.state_dict(),
             "learner": learner.state_dict() if learner is not None else {}, "policy": policy.state_dict()})
         saved[0] = result.env_steps
 

@@ -47,7 +47,7 @@ def save_run(checkpoint_dir: str | Path, env_steps: int, store: Any, table: Any,
     """Write a checkpoint of ``store``, ``table`` and the run ``state``; returns its directory."""
     import torch
 
-    state = _encode(state, "state")  # before anything is written: a refused value leaves the last checkpoint
+    state = _walk(state, _encode_numpy, "state")  # before anything is written: a refusal keeps the last checkpoint
     root = Path(checkpoint_dir)
     root.mkdir(parents=True, exist_ok=True)
     name = f"step-{env_steps:012d}"
@@ -88,53 +88,47 @@ def load_run(path: str | Path, store: Any, table: Any) -> dict[str, Any]:
                                                 f"got {got}")
     replay_checkpoint.load(path / "replay.ckpt", store, [table])
     torch.set_rng_state(state["torch_rng"])
-    return _decode(state)
+    return _walk(state, _decode_numpy, "state")
 
 
 _NUMPY = "__rlflow_numpy__"  # marks an encoded numpy value: {_NUMPY: its bytes (a uint8 tensor), "dtype", ...}
 
 
-def _encode(value: Any, where: str) -> Any:
-    """``value`` with its numpy arrays and scalars encoded as plain values (containers are rebuilt only
-    where something inside changed, so a module's ``OrderedDict`` state keeps its type and metadata)."""
-    if isinstance(value, np.ndarray | np.generic):
-        arr = np.asarray(value)
-        if arr.dtype.hasobject or arr.dtype.names is not None:
-            raise TypeError(f"run checkpoint: {where} is a numpy value of dtype {arr.dtype}: expected numbers "
-                            "(objects and structured dtypes cannot be stored)")
-        import torch
-
-        raw = np.frombuffer(np.ascontiguousarray(arr).tobytes(), np.uint8).copy()
-        return {_NUMPY: torch.from_numpy(raw), "dtype": arr.dtype.str, "shape": list(arr.shape),
-                "scalar": isinstance(value, np.generic)}
+def _walk(value: Any, leaf: Any, where: str) -> Any:
+    """``value`` with ``leaf(x, where)`` applied to every value inside its dicts, lists and tuples, ``leaf``
+    first (it returns ``x`` itself to look inside, or a replacement). A container is rebuilt only where
+    something inside changed, so a module's ``OrderedDict`` state keeps its type and metadata."""
+    out = leaf(value, where)
+    if out is not value:
+        return out
     if isinstance(value, dict):
-        out = {k: _encode(v, f"{where}[{k!r}]") for k, v in value.items()}
-        return value if all(out[k] is value[k] for k in value) else out
+        new = {k: _walk(v, leaf, f"{where}[{k!r}]") for k, v in value.items()}
+        return value if all(new[k] is value[k] for k in value) else new
     if isinstance(value, list | tuple):
-        items = [_encode(v, f"{where}[{i}]") for i, v in enumerate(value)]
+        items = [_walk(v, leaf, f"{where}[{i}]") for i, v in enumerate(value)]
         if all(a is b for a, b in zip(items, value, strict=True)):
             return value
         return items if isinstance(value, list) else tuple(items)
     return value
 
 
-def _decode(value: Any) -> Any:
-    """The inverse of :func:`_encode`."""
-    if isinstance(value, dict):
-        if _NUMPY in value:
-            arr = np.frombuffer(value[_NUMPY].numpy().tobytes(), np.dtype(value["dtype"])).reshape(value["shape"])
-            arr = arr.copy()
-            return arr[()] if value["scalar"] else arr
-        out = {k: _decode(v) for k, v in value.items()}
-        return value if all(out[k] is value[k] for k in value) else out
-    if isinstance(value, list | tuple):
-        items = [_decode(v) for v in value]
-        if all(a is b for a, b in zip(items, value, strict=True)):
-            return value
-        return items if isinstance(value, list) else tuple(items)
-    return value
+def _encode_numpy(value: Any, where: str) -> Any:
+    """A numpy array or scalar as plain values a ``weights_only`` load accepts; anything else as it is."""
+    if not isinstance(value, np.ndarray | np.generic):
+        return value
+    arr = np.asarray(value)
+    if arr.dtype.hasobject or arr.dtype.names is not None:
+        raise TypeError(f"run checkpoint: {where} is a numpy value of dtype {arr.dtype}: expected numbers "
+                        "(objects and structured dtypes cannot be stored)")
+    import torch
+
+    raw = torch.from_numpy(np.ascontiguousarray(arr).reshape(-1).view(np.uint8).copy())
+    return {_NUMPY: raw, "dtype": arr.dtype.str, "shape": list(arr.shape), "scalar": isinstance(value, np.generic)}
 
 
-def to_lists(state: dict[str, Any]) -> dict[str, Any]:
-    """A state dict's numpy arrays as plain lists, which ``weights_only`` loading accepts."""
-    return {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in state.items()}
+def _decode_numpy(value: Any, where: str) -> Any:
+    """The numpy value :func:`_encode_numpy` made of it; anything else as it is."""
+    if not (isinstance(value, dict) and _NUMPY in value):
+        return value
+    arr = value[_NUMPY].numpy().view(np.dtype(value["dtype"])).reshape(value["shape"]).copy()
+    return arr[()] if value["scalar"] else arr
