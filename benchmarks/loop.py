@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -85,19 +86,26 @@ def loop(env_id: str, num_envs: int, steps: int) -> float:
     return result.env_steps / seconds
 
 
-def components(env_id: str, steps: int) -> dict[str, float]:
-    """Microseconds per call of each part of the loop body with one env (what ``rlflow.run`` does per step
-    without a learner), timed call by call; the first 500 steps warm up."""
+def one_env_parts(env_id: str, steps: int) -> tuple[Any, ...]:
+    """What ``rlflow.run``'s body uses with one env and no learner, reset and ready for ``steps`` steps:
+    ``(env, policy, actor, adder, stats, first TimeStep)``."""
     from rlflow.actors import Actor, EpisodeStats
 
     env = envs.make(env_id, num_envs=None, seed=0)
     store = StepStore(env.spec, capacity=steps + 8, lanes=1)
     table = Table(store, sampler=Uniform(seed=0), remover=Fifo(), rate_limiter=MinSize(1))
     adder = adders.NStepTransition(store, [table], n=1)
-    actor = Actor(RandomPolicy(int(env.single_action_space.n)), env.action_spec, 1, env.single_action_space)
-    stats = EpisodeStats(1)
+    policy = RandomPolicy(int(env.single_action_space.n))
+    actor = Actor(policy, env.action_spec, 1, env.single_action_space)
     ts = env.reset(seed=0)
     adder.add_first(ts)
+    return env, policy, actor, adder, EpisodeStats(1), ts
+
+
+def components(env_id: str, steps: int) -> dict[str, float]:
+    """Microseconds per call of each part of the loop body with one env (what ``rlflow.run`` does per step
+    without a learner), timed call by call; the first 500 steps warm up."""
+    env, _, actor, adder, stats, ts = one_env_parts(env_id, steps)
     total = dict.fromkeys(("policy and action check", "env.step", "adder.stage", "episode statistics"), 0)
     clock = time.perf_counter_ns
     for i in range(steps):
@@ -126,18 +134,8 @@ def ladder(env_id: str, level: int, steps: int) -> float:
     (:data:`LADDER`): level 0 is the random policy, the plain env, its observation batched to ``[1, ...]``,
     the step's action, reward and observation copied into preallocated rows, and the episode's return and
     length counted, in plain Python with no checks; each level swaps one part for rlflow's."""
-    from rlflow.actors import Actor, EpisodeStats
-
-    env = envs.make(env_id, num_envs=None, seed=0)
-    raw, policy = env.env, RandomPolicy(int(env.single_action_space.n))
-    store = StepStore(env.spec, capacity=steps + 8, lanes=1)
-    adder = adders.NStepTransition(store, [Table(store, sampler=Uniform(seed=0), remover=Fifo(),
-                                                 rate_limiter=MinSize(1))], n=1)
-    actor = Actor(policy, env.action_spec, 1, env.single_action_space)
-    stats = EpisodeStats(1)
-    ts = env.reset(seed=0)
-    adder.add_first(ts)
-    obs = ts.observation
+    env, policy, actor, adder, stats, ts = one_env_parts(env_id, steps)
+    raw, obs = env.env, ts.observation
     rows_obs = np.zeros((64, *obs.shape[1:]), obs.dtype)
     rows_act, rows_rew = np.zeros(64, np.int64), np.zeros(64, np.float32)
     k, ret, length = 0, 0.0, 0
