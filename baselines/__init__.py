@@ -20,6 +20,7 @@ class RunArgs:
     checkpoint_every: int = 0  # env steps between run checkpoints under <logdir>/checkpoints (0: none)
     resume: bool = False  # continue from the latest checkpoint under <logdir>/checkpoints
     progress: bool = True
+    evaluate: str = ""  # a saved learner.pt: evaluate it over eval_episodes episodes instead of training
 
 
 class RandomStartPolicy(rlflow.Policy):
@@ -56,6 +57,34 @@ class RandomStartPolicy(rlflow.Policy):
     def load_state_dict(self, state):
         self.steps = state["steps"]
         self.rng.bit_generator.state = state["rng"]
+
+
+def evaluate_saved(args: Any, eval_env: Any, policy: Any, learner: Any) -> rlflow.RunResult:
+    """Load the learner state saved at ``args.evaluate`` (a run's ``learner.pt``), hand its parameters to the
+    policy and run ``args.eval_episodes`` evaluation episodes (seeded by ``args.seed``); prints their mean
+    and standard error. The flags that shape the networks must be the ones the run was made with: a
+    mismatch raises, naming the flags that differ."""
+    from rlflow.actors import evaluate
+    from rlflow.run_checkpoint import load_state
+
+    saved = load_state(args.evaluate)
+    try:
+        learner.load_state_dict(saved["learner"])
+    except (KeyError, RuntimeError, ValueError) as exc:
+        run_flags = set(asdict(RunArgs())) | {"logdir", "total_steps"}
+        differ = {k: (v, getattr(args, k, None)) for k, v in saved.get("args", {}).items()
+                  if k not in run_flags and v != getattr(args, k, None) and not (
+                      isinstance(v, list) and tuple(v) == getattr(args, k, None))}
+        raise ValueError(f"{args.evaluate}: its learner state does not fit this learner ({type(exc).__name__}: "
+                         f"{exc}); flags saved vs given: {differ or 'none differ'}") from None
+    policy.set_params(learner.get_params())
+    returns = np.asarray(evaluate(eval_env, policy, args.eval_episodes, seed=args.seed), np.float64)
+    eval_env.close()
+    mean = float(returns.mean())
+    sem = float(returns.std(ddof=1) / np.sqrt(returns.size)) if returns.size > 1 else float("nan")
+    print(f"evaluation of {args.evaluate}: mean return {mean:.2f} +- {sem:.2f} (standard error) over "
+          f"{returns.size} episodes")
+    return rlflow.RunResult(evaluations=[(0, mean)])
 
 
 def continuous_replay(args: Any, capacity: int) -> tuple[Any, ...]:
@@ -100,16 +129,20 @@ def rollout_queue(step_spec: Any, num_envs: int, n_steps: int) -> tuple[Any, Any
 
 def train(name: str, args: Any, env: Any, eval_env: Any, policy: Any, learner: Any, adder: Any,
           table: Any) -> rlflow.RunResult:
-    """Run ``rlflow.run`` with the baseline's common flags, then save the learner, plot and report."""
-    import torch
+    """Run ``rlflow.run`` with the baseline's common flags, then save the learner, plot and report; with
+    ``args.evaluate``, evaluate that saved learner instead (:func:`evaluate_saved`)."""
+    from rlflow.run_checkpoint import save_state
 
+    if args.evaluate:
+        env.close()
+        return evaluate_saved(args, eval_env, policy, learner)
     result = rlflow.run(env, policy, learner, adder, table, steps=args.total_steps, batch_size=args.batch_size,
                         eval_env=eval_env, eval_every=args.eval_every, eval_episodes=args.eval_episodes,
                         logdir=args.logdir, progress=args.progress, seed=args.seed,
                         checkpoint_every=args.checkpoint_every, resume=args.resume)
     env.close()
     eval_env.close()
-    torch.save({"args": asdict(args), "learner": learner.state_dict()}, Path(args.logdir) / "learner.pt")
+    save_state(Path(args.logdir) / "learner.pt", {"args": asdict(args), "learner": learner.state_dict()})
     plot = rlflow.plot_run(result, Path(args.logdir) / "learning_curve.png", title=f"{name} on {args.env_id}")
     print(f"final evaluation: mean return {result.final_evaluation:.1f} over {args.eval_episodes} episodes "
           f"({result.env_steps} env steps, {result.learner_steps} learner steps); plot: {plot}")

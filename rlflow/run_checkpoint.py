@@ -28,7 +28,7 @@ import numpy as np
 
 from rlflow.replay import checkpoint as replay_checkpoint
 
-__all__ = ["FORMAT", "VERSION", "latest", "load_run", "save_run"]
+__all__ = ["FORMAT", "VERSION", "latest", "load_run", "load_state", "save_run", "save_state"]
 
 FORMAT = "rlflow.run"
 VERSION = 1
@@ -88,6 +88,36 @@ def load_run(path: str | Path, store: Any, table: Any) -> dict[str, Any]:
                                                 f"got {got}")
     replay_checkpoint.load(path / "replay.ckpt", store, [table])
     torch.set_rng_state(state["torch_rng"])
+    return _walk(state, _decode_numpy, "state")
+
+
+def save_state(path: str | Path, state: dict[str, Any]) -> None:
+    """Write ``state`` (e.g. ``{"args": ..., "learner": learner.state_dict()}``) to ``path`` for
+    :func:`load_state`: tensors, numbers, strings and containers as they are, numpy values encoded as in
+    a run checkpoint. Written to a temporary file and renamed, so ``path`` is never half-written; a value
+    that cannot be stored raises before anything is written."""
+    import torch
+
+    state = _walk(state, _encode_numpy, "state")
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with tmp.open("wb") as f:
+        torch.save(state, f)
+    os.replace(tmp, path)
+
+
+def load_state(path: str | Path) -> dict[str, Any]:
+    """The state :func:`save_state` wrote to ``path``, numpy values restored; read with
+    ``torch.load(weights_only=True)``, so the file runs no code."""
+    import torch
+
+    try:
+        state = torch.load(path, weights_only=True)
+    except Exception as exc:
+        raise replay_checkpoint.CheckpointError(f"{path}: cannot be read as a saved state: "
+                                                f"{type(exc).__name__}: {exc}") from None
+    if not isinstance(state, dict):
+        raise replay_checkpoint.CheckpointError(f"{path}: expected a dict of state, got {type(state).__name__}")
     return _walk(state, _decode_numpy, "state")
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -9,8 +10,11 @@ import pytest
 import torch
 
 from baselines import dqn
+from rlflow import envs
+from rlflow.actors import evaluate
 from rlflow.loggers import read_csv
 from rlflow.replay import Transition
+from rlflow.run_checkpoint import load_state
 
 
 def linear_q(weight) -> dqn.QNetwork:
@@ -62,10 +66,28 @@ def test_dqn_runs_and_logs(tmp_path, options):
     assert losses and all(math.isfinite(v) for v in losses)
     assert [int(r["step"]) for r in read_csv(tmp_path / "eval.csv")] == [200, 400]
     assert (tmp_path / "learning_curve.png").stat().st_size > 0
-    saved = torch.load(tmp_path / "learner.pt", weights_only=False)
+    saved = load_state(tmp_path / "learner.pt")
     learner = dqn.DQNLearner(dqn.QNetwork(4, 2, (16,), args.dueling), args)
     learner.load_state_dict(saved["learner"])
     assert learner.steps == result.learner_steps
+
+
+def test_a_saved_learner_is_evaluated_without_training(tmp_path, capsys):
+    args = dqn.Args(total_steps=300, learning_starts=100, samples_per_insert=8.0, batch_size=16, hidden=(16,),
+                    eval_every=300, eval_episodes=1, logdir=str(tmp_path / "run"), progress=False)
+    dqn.main(args)
+    saved = str(tmp_path / "run" / "learner.pt")
+    again = dataclasses.replace(args, evaluate=saved, eval_episodes=4, seed=7, logdir=str(tmp_path / "eval"))
+    result = dqn.main(again)
+    assert result.env_steps == 0 and result.learner_steps == 0 and not (tmp_path / "eval").exists()
+    # the saved network's own greedy returns over the same seeded episodes
+    learner = dqn.DQNLearner(dqn.QNetwork(4, 2, (16,), False), args)
+    learner.load_state_dict(load_state(saved)["learner"])
+    by_hand = evaluate(envs.make("CartPole-v1", num_envs=None), dqn.EpsilonGreedy(learner.q, 2, args), 4, seed=7)
+    assert result.final_evaluation == pytest.approx(np.mean(by_hand))
+    assert f"mean return {np.mean(by_hand):.2f} +- " in capsys.readouterr().out
+    with pytest.raises(ValueError, match=r"flags saved vs given: \{'hidden': \(\(16,\), \(8,\)\)\}"):
+        dqn.main(dataclasses.replace(again, hidden=(8,)))
 
 
 # --------------------------------------------------------------------------- TD3

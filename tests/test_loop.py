@@ -499,10 +499,16 @@ def test_numpy_state_round_trips_through_a_run_checkpoint(tmp_path):
     other = ValueNormalizer()
     other.load_state_dict(back["norm"])
     assert other.mean == norm.mean and other.var == norm.var
+    # a saved state file (the baselines' learner.pt) takes the same values the same way
+    run_checkpoint.save_state(tmp_path / "learner.pt", {"learner": learner, "args": {"hidden": (64, 64)}})
+    saved = run_checkpoint.load_state(tmp_path / "learner.pt")
+    same(learner, saved["learner"])
+    assert saved["args"] == {"hidden": (64, 64)}
 
 
 def test_a_state_that_cannot_be_stored_is_refused_keeping_the_last_checkpoint(tmp_path):
     from rlflow import run_checkpoint
+    from rlflow.replay import CheckpointError
 
     table = prioritized_setup()[1]
     first = run_checkpoint.save_run(tmp_path, 10, table.store, table, {"learner": {"ok": np.zeros(2)}})
@@ -511,3 +517,15 @@ def test_a_state_that_cannot_be_stored_is_refused_keeping_the_last_checkpoint(tm
         run_checkpoint.save_run(tmp_path, 20, table.store, table, {"learner": {"stats": [1, bad]}})
     assert run_checkpoint.latest(tmp_path) == first
     assert sorted(p.name for p in tmp_path.iterdir()) == ["latest", first.name]  # nothing half-written
+    # a state file: the refusal leaves the file written before as it was
+    path = tmp_path / "state" / "learner.pt"
+    path.parent.mkdir()
+    run_checkpoint.save_state(path, {"learner": {"ok": np.zeros(2)}})
+    before = path.read_bytes()
+    with pytest.raises(TypeError, match=r"state\['learner'\]\['stats'\]\[1\] is a numpy value of dtype object"):
+        run_checkpoint.save_state(path, {"learner": {"stats": [1, bad]}})
+    assert path.read_bytes() == before and [p.name for p in path.parent.iterdir()] == ["learner.pt"]
+    np.testing.assert_array_equal(run_checkpoint.load_state(path)["learner"]["ok"], np.zeros(2))
+    path.write_bytes(b"not a state")
+    with pytest.raises(CheckpointError, match="cannot be read as a saved state"):
+        run_checkpoint.load_state(path)
