@@ -14,7 +14,9 @@ and the masked TD loss on the team reward (the sum of the agents' rewards) (:fun
 hand). A step's target bootstraps from the next row, also after a time limit (the true final
 observation is stored), and not after termination. Hyperparameters follow EPyMARL's MPE settings
 (learning rate 5e-4 with Adam, gamma 0.99, batch 32 episodes, 5,000-episode buffer, epsilon 1 -> 0.05
-over 50,000 steps, hidden 64, mixing embedding 32, target update every 200 learner steps).
+over 50,000 steps, hidden 64, mixing embedding 32, target update every 200 learner steps). One
+departure: the hypernetworks take the state through a LayerNorm (``--no-state-norm`` for the original
+mixer), without which QMIX's ``Q_tot`` diverges on simple_spread (see baselines/README.md).
 
 Episode returns in the logs are team returns (the sum over agents).
 """
@@ -33,7 +35,7 @@ from baselines import RunArgs, train
 from baselines.mappo import make_env, report_team, team_dims
 from rlflow import adders
 from rlflow.replay import Fifo, SampleToInsertRatio, StepStore, Table, Uniform
-from rlflow.returns import ValueNormalizer
+from rlflow.returns import ValueNormalizer, lambda_returns
 
 
 @dataclass
@@ -56,8 +58,12 @@ class Args(RunArgs):
     hidden: int = 64
     mixing_embed: int = 32
     hypernet_embed: int = 64
+    # The hypernetworks see the state through a LayerNorm. Without it QMIX's Q_tot diverges on simple_spread:
+    # the mixing weights grow with the state as agents drift out, and the targets climb with them.
+    state_norm: bool = True
     target_update_period: int = 200  # learner steps between copies of the networks into the targets
     target_tau: float = 0.0  # > 0: soft updates instead, target <- tau * online + (1 - tau) * target every step
+    td_lambda: float = 0.0  # > 0: TD(lambda) targets over each episode (0: one-step targets)
     max_grad_norm: float = 10.0
     # TD targets on the team reward minus its running mean, over its running standard deviation (EPyMARL's
     # standardise_rewards). The shift keeps the best policy only where no episode terminates (simple_spread
@@ -100,9 +106,11 @@ class QMixer(nn.Module):
     """QMIX's mixer: ``Q_tot = w2 . elu(w1 . q + b1) + b2`` with non-negative ``w1, w2`` made by
     hypernetworks from the global state (monotonic in every agent's Q)."""
 
-    def __init__(self, n_agents: int, state_dim: int, embed: int, hypernet_embed: int) -> None:
+    def __init__(self, n_agents: int, state_dim: int, embed: int, hypernet_embed: int,
+                 state_norm: bool = False) -> None:
         super().__init__()
         self.n_agents, self.embed = n_agents, embed
+        self.norm = nn.LayerNorm(state_dim) if state_norm else nn.Identity()
         self.w1 = nn.Sequential(nn.Linear(state_dim, hypernet_embed), nn.ReLU(), nn.Linear(hypernet_embed,
                                                                                         embed * n_agents))
         self.b1 = nn.Linear(state_dim, embed)
@@ -112,7 +120,7 @@ class QMixer(nn.Module):
     def forward(self, q: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
         """``q [..., A]``, ``state [..., S]`` -> ``[...]``."""
         lead = q.shape[:-1]
-        s = state.reshape(-1, state.shape[-1])
+        s = self.norm(state.reshape(-1, state.shape[-1]))
         w1 = self.w1(s).abs().view(-1, self.n_agents, self.embed)
         hidden = nn.functional.elu(torch.bmm(q.reshape(-1, 1, self.n_agents), w1) + self.b1(s).unsqueeze(1))
         w2 = self.w2(s).abs().view(-1, self.embed, 1)
@@ -153,7 +161,7 @@ def team_reward(rows: dict, mask: np.ndarray) -> tuple[torch.Tensor, torch.Tenso
 
 
 def td_loss(agent: AgentNet, target_agent: AgentNet, mixer: nn.Module, target_mixer: nn.Module, rows: dict,
-            mask: np.ndarray, gamma: float, reward: torch.Tensor | None = None
+            mask: np.ndarray, gamma: float, reward: torch.Tensor | None = None, td_lambda: float = 0.0
             ) -> tuple[torch.Tensor, dict[str, float]]:
     """The masked mean squared TD error of ``Q_tot`` on padded episodes ``[B, L, A, ...]``.
 
@@ -164,6 +172,10 @@ def td_loss(agent: AgentNet, target_agent: AgentNet, mixer: nn.Module, target_mi
     an agent adds its target Q if it acts there or was cut (truncated) arriving there, from its final
     observation, and 0 if it terminated or was gone before. ``reward [B, L - 1]`` replaces the team
     reward (e.g. standardised).
+
+    ``td_lambda > 0``: the TD(lambda) target ``y_t = r_t + gamma * ((1 - lambda) Q_tot'(t + 1) + lambda
+    y_{t+1})`` within the episode, and the one-step target above at its last step (terminated or cut):
+    :func:`rlflow.returns.lambda_returns` over the episode's steps with ``Q_tot'`` as the values.
     """
     obs = rows["observation"]
     o = torch.as_tensor(obs["obs"]).float()
@@ -189,7 +201,14 @@ def td_loss(agent: AgentNet, target_agent: AgentNet, mixer: nn.Module, target_mi
         if reward is None:
             reward = team
         terminated = torch.as_tensor(rows["terminated"][:, :-1])
-        y = reward + gamma * torch.where(terminated, 0.0, q_tot_next)
+        if td_lambda > 0:
+            # step t's episode goes on when step t + 1 is a transition too; the returns run time-first
+            ends = torch.cat([~valid[:, 1:], torch.ones_like(valid[:, :1])], 1) | terminated
+            values = torch.cat([torch.zeros_like(q_tot_next[:, :1]), q_tot_next[:, :-1]], 1)
+            y = lambda_returns(reward.T, values.T, q_tot_next.T, terminated.T, (ends & ~terminated).T, gamma,
+                               td_lambda).T
+        else:
+            y = reward + gamma * torch.where(terminated, 0.0, q_tot_next)
     q_tot = mixer(chosen, team_state(obs)[:, :-1])
     err = (q_tot - y)[valid]
     loss = err.pow(2).mean()
@@ -258,7 +277,7 @@ class QMIXLearner(rlflow.Learner):
             self.reward_norm.update(reward[valid])
             reward = self.reward_norm.normalize(reward)
         loss, metrics = td_loss(self.agent, self.target_agent, self.mixer, self.target_mixer, sample.data,
-                                sample.mask, self.args.gamma, reward)
+                                sample.mask, self.args.gamma, reward, self.args.td_lambda)
         self.optimizer.zero_grad()
         loss.backward()
         nn.utils.clip_grad_norm_(self.params, self.args.max_grad_norm)
@@ -308,8 +327,8 @@ def main(args: Args) -> rlflow.RunResult:
     adder = adders.Episode(store, [table], max_length=rows)
 
     agent = AgentNet(obs_dim, n_actions, env.num_agents, args.hidden)
-    mixer = QMixer(env.num_agents, state_dim, args.mixing_embed, args.hypernet_embed) if args.mixer == "qmix" \
-        else VDNMixer()
+    mixer = QMixer(env.num_agents, state_dim, args.mixing_embed, args.hypernet_embed, args.state_norm) \
+        if args.mixer == "qmix" else VDNMixer()
     result = train(args.mixer.upper(), args, env, eval_env, EpsilonGreedy(agent, args),
                    QMIXLearner(agent, mixer, args), adder, table)
     report_team(result, env.num_agents, args)

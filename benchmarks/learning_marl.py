@@ -9,10 +9,10 @@ Configurations (each baseline's defaults unless noted):
 - ``selfplay-tictactoe``: self-play DQN, evaluated against a uniformly random legal player with seats
   alternating; target: wins >= 90% and losses < 5%.
 
-For MPE the table gives the final evaluation (10 greedy episodes) per agent, and the same evaluation on
-the scale the MAPPO paper and EPyMARL report (their team return, summed over agents, with collisions
-counted per agent including itself: ``baselines.mappo.paper_scale``; uniform random play scores about
--238 there on mpe2, -233 in the papers); median and range over seeds.
+For MPE the table gives the final evaluation (10 greedy episodes, or ``--eval-episodes``) per agent, and
+the same evaluation on the scale the MAPPO paper and EPyMARL report (their team return, summed over
+agents, with collisions counted per agent including itself: ``baselines.mappo.paper_scale``; uniform
+random play scores about -238 there on mpe2, -233 in the papers); median and range over seeds.
 
     python benchmarks/learning_marl.py --configs selfplay-tictactoe --seeds 1 2 3
     python benchmarks/learning_marl.py --configs mappo-spread --seeds 1 2 3 --steps 2000000
@@ -42,11 +42,13 @@ CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
-def run(name: str, seed: int, steps: int | None, out: Path) -> dict[str, float]:
+def run(name: str, seed: int, steps: int | None, out: Path, eval_episodes: int | None = None) -> dict[str, float]:
     import importlib
 
     module_name, options = CONFIGS[name]
     module = importlib.import_module(f"baselines.{module_name}")
+    if eval_episodes is not None:
+        options = {**options, ("eval_games" if module_name == "selfplay_dqn" else "eval_episodes"): eval_episodes}
     args = module.Args(seed=seed, progress=False, logdir=str(out / f"{name}-seed{seed}"), **options)
     if steps is not None:
         args = replace(args, **({"total_turns": steps} if module_name == "selfplay_dqn" else {"total_steps": steps}))
@@ -72,12 +74,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--configs", nargs="*", default=list(CONFIGS), choices=list(CONFIGS))
     parser.add_argument("--seeds", nargs="*", type=int, default=[1, 2, 3])
     parser.add_argument("--steps", type=int, default=None, help="env steps (turns for self-play) instead of defaults")
+    parser.add_argument("--eval-episodes", type=int, default=None,
+                        help="episodes per evaluation (games for self-play; defaults: 10 episodes, 200 games)")
     parser.add_argument("--out", default="runs/learning_marl")
     args = parser.parse_args(argv)
     out = Path(args.out)
     lines = ["| config | seeds | result: median [min, max] | minutes per run |", "|---|---|---|---:|"]
     for name in args.configs:
-        results = [run(name, seed, args.steps, out) for seed in args.seeds]
+        results = [run(name, seed, args.steps, out, args.eval_episodes) for seed in args.seeds]
         minutes = statistics.median(r["seconds"] for r in results) / 60
         if "win" in results[0]:
             text = (f"win {summary([r['win'] * 100 for r in results], '{:.1f}%')}, "

@@ -59,6 +59,44 @@ def test_td_loss_by_hand(end, died, expected):
     assert loss.item() == pytest.approx(expected)
 
 
+@pytest.mark.parametrize(("end", "lam", "mask", "expected"), [
+    # Q = (1, 2) per agent, VDN, gamma .5, Q_tot' = 4 at every next row; Q_tot = 3 at step 0, 4 at step 1.
+    # Truncated, lambda .5: y1 = 1 + .5 * 4 = 3; y0 = 3 + .5 * (.5 * 4 + .5 * 3) = 4.75: (1.75^2 + 1) / 2.
+    ("truncated", 0.5, (True, True, True), (1.75**2 + 1.0) / 2),
+    # Terminated: y1 = 1; y0 = 3 + .5 * (.5 * 4 + .5 * 1) = 4.25: (1.25^2 + 3^2) / 2.
+    ("terminated", 0.5, (True, True, True), (1.25**2 + 9.0) / 2),
+    # lambda 1: y0 = 3 + .5 * y1 = 3.5 (the Monte Carlo return): (.5^2 + 9) / 2.
+    ("terminated", 1.0, (True, True, True), (0.25 + 9.0) / 2),
+    # The final row is padding: step 0 is the episode's last transition, its one-step target 5: loss 4.
+    ("terminated", 0.5, (True, True, False), 4.0),
+])
+def test_td_lambda_targets_by_hand(end, lam, mask, expected):
+    loss, _ = qmix.td_loss(constant_agent(), constant_agent(), qmix.VDNMixer(), qmix.VDNMixer(), episode(end),
+                           np.array([mask]), 0.5, td_lambda=lam)
+    assert loss.item() == pytest.approx(expected)
+
+
+
+def test_td_lambda_keeps_the_episodes_of_a_batch_apart():
+    # the truncated and the terminated episode above in one batch of two, lambda .5: the mean of their four
+    # squared errors (1.75, 1) and (1.25, 3)
+    a, b = episode("truncated"), episode("terminated")
+    rows = {k: np.concatenate([a[k], b[k]]) for k in ("action", "reward", "terminated", "truncated", "last")}
+    rows["observation"] = {k: np.concatenate([a["observation"][k], b["observation"][k]]) for k in a["observation"]}
+    loss, _ = qmix.td_loss(constant_agent(), constant_agent(), qmix.VDNMixer(), qmix.VDNMixer(), rows,
+                           np.ones((2, 3), bool), 0.5, td_lambda=0.5)
+    assert loss.item() == pytest.approx((1.75**2 + 1.0 + 1.25**2 + 9.0) / 4)
+
+
+def test_the_learner_passes_its_td_lambda(monkeypatch):
+    args = qmix.Args(hidden=4, mixing_embed=2, hypernet_embed=4, td_lambda=0.7)
+    learner = qmix.QMIXLearner(constant_agent(), qmix.VDNMixer(), args)
+    given, real = [], qmix.td_loss
+    monkeypatch.setattr(qmix, "td_loss", lambda *a: given.append(a[-1]) or real(*a))
+    learner.step(type("Sample", (), {"data": episode("truncated"), "mask": np.ones((1, 3), bool)}))
+    assert given == [0.7]
+
+
 def test_td_loss_takes_the_rewards_it_is_given():
     # As the terminated case above, with team rewards (-1, 2) given instead of the rows' (3, 1): step 0's
     # y = -1 + .5 * 4 = 1 (error 2), step 1's y = 2 (error 2): loss 4.
@@ -78,7 +116,7 @@ def test_the_learner_standardises_the_sampled_team_rewards(monkeypatch):
     agent, mixer = constant_agent(), qmix.VDNMixer()
     learner = qmix.QMIXLearner(agent, mixer, args)
     given, real = [], qmix.td_loss
-    monkeypatch.setattr(qmix, "td_loss", lambda *a: given.append(a[-1]) or real(*a))
+    monkeypatch.setattr(qmix, "td_loss", lambda *a: given.append(a[7]) or real(*a))
     learner.step(type("Sample", (), {"data": rows, "mask": np.ones((1, 3), bool)}))
     learner.step(type("Sample", (), {"data": rows, "mask": mask}))
     # first batch: rewards 3 and 1, mean 2, variance 1 -> (1, -1); then the 3 of the second batch joins:
@@ -115,15 +153,34 @@ def test_the_qmix_mixer_is_monotonic_and_masked_max_never_nan():
     assert best.tolist() == [1.0, 0.0] and arg.tolist() == [0, 0]
 
 
-@pytest.mark.parametrize("mixer", ["qmix", "vdn"])
-def test_qmix_runs_and_logs(tmp_path, mixer):
-    args = qmix.Args(mixer=mixer, total_steps=400, num_envs=2, max_cycles=10, batch_size=4, learning_starts=4,
+def test_a_normalised_state_keeps_the_mixer_from_growing_with_the_state():
+    """With ``state_norm`` the hypernetworks see the state's direction, not its scale or offset: a state
+    pushed far out (agents drifting off) mixes the agents' Q as the state it came from does; without
+    it the mixer's output grows with the state."""
+    torch.manual_seed(0)
+    q, state = torch.randn(64, 3), torch.randn(64, 4)
+    far = 50 * state + 3
+    normed = qmix.QMixer(n_agents=3, state_dim=4, embed=8, hypernet_embed=16, state_norm=True)
+    torch.testing.assert_close(normed(q, far), normed(q, state), atol=1e-4, rtol=1e-4)
+    q_grad = q.clone().requires_grad_()
+    normed(q_grad, far).sum().backward()
+    assert (q_grad.grad >= 0).all()  # still monotonic
+    plain = qmix.QMixer(n_agents=3, state_dim=4, embed=8, hypernet_embed=16)
+    assert (plain(q, far) - plain(q, state)).abs().mean() > 1.0
+
+
+@pytest.mark.parametrize(("mixer", "state_norm"), [("qmix", False), ("qmix", True), ("vdn", False)])
+def test_qmix_runs_and_logs(tmp_path, mixer, state_norm):
+    args = qmix.Args(mixer=mixer, state_norm=state_norm, td_lambda=0.5 if state_norm else 0.0, total_steps=400,
+                     num_envs=2, max_cycles=10, batch_size=4, learning_starts=4,
                      samples_per_insert=4.0, hidden=8, mixing_embed=4, hypernet_embed=8, eval_every=200,
                      eval_episodes=1, logdir=str(tmp_path), progress=False)
     result = qmix.main(args)
     assert result.env_steps == 400 and result.learner_steps > 10
     rows = read_csv(tmp_path / "learner.csv")
     assert rows and all(math.isfinite(float(r["loss"])) for r in rows)
+    mixer_state = torch.load(tmp_path / "learner.pt", weights_only=False)["learner"]["mixer"]
+    assert ("norm.weight" in mixer_state) == state_norm
 
 
 def test_sampled_mpe_episodes_stay_whole_after_the_rings_wrap():
