@@ -39,6 +39,7 @@ from rlflow import adders
 from rlflow.envs import AECEnvironment
 from rlflow.loggers import make_logger
 from rlflow.replay import Fifo, SampleToInsertRatio, StepStore, Table, Uniform
+from rlflow.run_checkpoint import load_state, save_state
 
 
 @dataclass
@@ -119,6 +120,9 @@ def play_random(q: QNetwork, args: Args, games: int, seed: int) -> dict[str, flo
 
 
 def main(args: Args) -> dict[str, float]:
+    if args.checkpoint_every or args.resume:  # the loop below is this file's own, not rlflow.run
+        raise ValueError(f"selfplay_dqn: run checkpoints are not supported; got checkpoint_every="
+                         f"{args.checkpoint_every}, resume={args.resume} (expected 0 and False)")
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)
     probe = AECEnvironment([make_game(args)])
@@ -132,6 +136,12 @@ def main(args: Args) -> dict[str, float]:
     obs_dim = int(np.prod(probe.observation_spec["observation"].shape))
     n_actions = int(probe.single_action_space.n)
     q = QNetwork(obs_dim, n_actions, args.hidden, dueling=False)
+    if args.evaluate:  # a saved q.pt against the random player, nothing trained
+        q.load_state_dict(load_state(args.evaluate)["q"])
+        final = play_random(q, args, args.eval_games, seed=args.seed)
+        print(f"evaluation of {args.evaluate} against a random player over {args.eval_games} games: "
+              f"win {final['win']:.1%}, draw {final['draw']:.1%}, loss {final['loss']:.1%}")
+        return final
     target = QNetwork(obs_dim, n_actions, args.hidden, dueling=False)
     target.load_state_dict(q.state_dict())
     optimizer = torch.optim.Adam(q.parameters(), lr=args.learning_rate, fused=True)
@@ -182,7 +192,7 @@ def main(args: Args) -> dict[str, float]:
     bar.close()
     logger.close()
     result.env_steps, result.learner_steps = turns, learner_steps
-    torch.save({"args": asdict(args), "q": q.state_dict()}, Path(args.logdir) / "q.pt")
+    save_state(Path(args.logdir) / "q.pt", {"args": asdict(args), "q": q.state_dict()})
     plot = rlflow.plot_run(result, Path(args.logdir) / "learning_curve.png",
                            title=f"self-play DQN on {args.game} (eval: wins - losses against random)")
     final = play_random(q, args, args.eval_games, seed=99_999)

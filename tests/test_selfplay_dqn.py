@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -38,3 +40,8 @@ def test_selfplay_runs_and_evaluates(tmp_path):
     final = selfplay_dqn.main(args)
     assert final["win"] + final["draw"] + final["loss"] == pytest.approx(1.0)
     assert (tmp_path / "eval.csv").exists() and (tmp_path / "learning_curve.png").exists()
+    # the saved network evaluated on its own: the run's final evaluation used seed 99_999
+    again = dataclasses.replace(args, evaluate=str(tmp_path / "q.pt"), seed=99_999, logdir=str(tmp_path / "eval"))
+    assert selfplay_dqn.main(again) == final and not (tmp_path / "eval").exists()
+    with pytest.raises(ValueError, match="run checkpoints are not supported; got checkpoint_every=10"):
+        selfplay_dqn.main(dataclasses.replace(args, checkpoint_every=10))
