@@ -73,8 +73,7 @@ def evaluate_saved(args: Any, eval_env: Any, policy: Any, learner: Any) -> rlflo
     except (KeyError, RuntimeError, ValueError) as exc:
         run_flags = set(asdict(RunArgs())) | {"logdir", "total_steps"}
         differ = {k: (v, getattr(args, k, None)) for k, v in saved.get("args", {}).items()
-                  if k not in run_flags and v != getattr(args, k, None) and not (
-                      isinstance(v, list) and tuple(v) == getattr(args, k, None))}
+                  if k not in run_flags and v != getattr(args, k, None)}
         raise ValueError(f"{args.evaluate}: its learner state does not fit this learner ({type(exc).__name__}: "
                          f"{exc}); flags saved vs given: {differ or 'none differ'}") from None
     policy.set_params(learner.get_params())
