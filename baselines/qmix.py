@@ -203,10 +203,9 @@ def td_loss(agent: AgentNet, target_agent: AgentNet, mixer: nn.Module, target_mi
         terminated = torch.as_tensor(rows["terminated"][:, :-1])
         if td_lambda > 0:
             # step t's episode goes on when step t + 1 is a transition too; the returns run time-first
-            ends = torch.cat([~valid[:, 1:], torch.ones_like(valid[:, :1])], 1) | terminated
+            cut = torch.cat([~valid[:, 1:], torch.ones_like(valid[:, :1])], 1) & ~terminated
             values = torch.cat([torch.zeros_like(q_tot_next[:, :1]), q_tot_next[:, :-1]], 1)
-            y = lambda_returns(reward.T, values.T, q_tot_next.T, terminated.T, (ends & ~terminated).T, gamma,
-                               td_lambda).T
+            y = lambda_returns(reward.T, values.T, q_tot_next.T, terminated.T, cut.T, gamma, td_lambda).T
         else:
             y = reward + gamma * torch.where(terminated, 0.0, q_tot_next)
     q_tot = mixer(chosen, team_state(obs)[:, :-1])
