@@ -3,6 +3,7 @@ between learner and policy (:class:`VariableClient`), per-lane episode statistic
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -43,35 +44,56 @@ class VariableClient:
 
 
 class EpisodeStats:
-    """Per-lane return and length of the episodes in progress; hands out those that end."""
+    """Per-lane return and length of the episodes in progress; hands out those that end.
+
+    ``returns`` and ``lengths`` (``[E]`` float64 and int64) are the episodes in progress; :meth:`reset`
+    starts every lane over (a run restarting its envs). One lane counts in Python scalars, the others in
+    a compiled kernel over arrays."""
 
     def __init__(self, num_lanes: int) -> None:
-        self.returns = np.zeros(num_lanes, np.float64)
-        self.lengths = np.zeros(num_lanes, np.int64)
+        self._one = num_lanes == 1
+        self._ret, self._len = 0.0, 0  # one lane
+        self._returns = np.zeros(num_lanes, np.float64)
+        self._lengths = np.zeros(num_lanes, np.int64)
         self._ended_returns = np.zeros(num_lanes, np.float64)
         self._ended_lengths = np.zeros(num_lanes, np.int64)
-        self._one = num_lanes == 1
+
+    @property
+    def returns(self) -> np.ndarray:
+        """The return of each lane's episode in progress (a copy)."""
+        return np.array([self._ret]) if self._one else self._returns.copy()
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """The length of each lane's episode in progress (a copy)."""
+        return np.array([self._len], np.int64) if self._one else self._lengths.copy()
+
+    def reset(self) -> None:
+        """Forget the episodes in progress: every lane starts over at return 0, length 0."""
+        self._ret, self._len = 0.0, 0
+        self._returns[:] = 0.0
+        self._lengths[:] = 0
 
     def update(self, timestep: Any) -> list[tuple[float, int]]:
         """Count one step of every lane that acted; ``(return, length)`` of each episode that ended."""
         reward, first, last = timestep.reward, timestep.first, timestep.last
-        if (self._one and type(reward) is np.ndarray and reward.shape == _ONE and type(first) is np.ndarray
-                and type(last) is np.ndarray and first.shape == _ONE and last.shape == _ONE):
+        if self._one and type(reward) is np.ndarray and reward.shape == _ONE:
             # One lane, one reward: the kernel's arithmetic on Python scalars (a kernel call costs more).
             if first is ONE_LANE_NO and last is ONE_LANE_NO:  # the episode goes on (shared flags)
-                self.returns[0] += reward.item()
-                self.lengths[0] += 1
+                self._ret += reward.item()
+                self._len += 1
                 return []
-            is_last = bool(last[0])
-            if first[0] and not is_last:
+            if (type(first) is np.ndarray and type(last) is np.ndarray and first.shape == _ONE
+                    and last.shape == _ONE):
+                is_last = bool(last[0])
+                if first[0] and not is_last:
+                    return []
+                ret, length = self._ret + reward.item(), self._len + 1
+                if is_last:
+                    self._ret, self._len = 0.0, 0
+                    return [(ret, length)]
+                self._ret, self._len = ret, length
                 return []
-            ret = float(self.returns[0]) + reward.item()
-            length = int(self.lengths[0]) + 1
-            if is_last:
-                self.returns[0], self.lengths[0] = 0.0, 0
-                return [(ret, length)]
-            self.returns[0], self.lengths[0] = ret, length
-            return []
         if type(reward) is not np.ndarray:
             reward = np.asarray(reward)
         if reward.ndim > 1:  # several rewards per lane (e.g. per agent): their sum
@@ -80,7 +102,11 @@ class EpisodeStats:
             first = np.asarray(first, np.bool_)
         if type(last) is not np.ndarray or last.dtype != np.bool_:
             last = np.asarray(last, np.bool_)
-        m = _count_step(reward, first, last, self.returns, self.lengths, self._ended_returns, self._ended_lengths)
+        if self._one:  # one lane given in another form: the kernel, on the scalars
+            self._returns[0], self._lengths[0] = self._ret, self._len
+        m = _count_step(reward, first, last, self._returns, self._lengths, self._ended_returns, self._ended_lengths)
+        if self._one:
+            self._ret, self._len = float(self._returns[0]), int(self._lengths[0])
         if not m:
             return []
         return list(zip(self._ended_returns[:m].tolist(), self._ended_lengths[:m].tolist(), strict=True))
@@ -99,6 +125,13 @@ class Actor:
         self._action_spec = action_spec
         self._action_fields = _specs.flatten_spec({"action": action_spec})
         self._simple = action_spec if isinstance(action_spec, _specs.Field) else None
+        # One integer action in all (one lane, a Discrete space): its dtype, shape and bounds, checked inline.
+        self._one_int = None
+        simple = self._simple
+        if simple is not None and simple.dtype.kind in "iu" and self.num_lanes * math.prod(simple.shape) == 1:
+            self._one_int = (simple.dtype, (self.num_lanes, *simple.shape),
+                             -math.inf if simple.low is None else simple.low,
+                             math.inf if simple.high is None else simple.high)
         self._space = action_space
         self.state = policy.initial_state(self.num_lanes)
 
@@ -115,6 +148,10 @@ class Actor:
             raise TypeError(f"{type(self.policy).__name__}.act returned {type(out).__name__}: expected a tuple "
                             "(actions, extras, state)")
         actions, extras, self.state = out
+        one = self._one_int
+        if (one is not None and type(actions) is np.ndarray and actions.dtype is one[0] and actions.shape == one[1]
+                and one[2] <= actions.item() <= one[3]):
+            return actions, extras
         if self._simple is not None and _specs.fits(self._simple, actions, self.num_lanes):
             return actions, extras
         try:

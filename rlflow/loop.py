@@ -190,8 +190,7 @@ def run(env: Any, policy: Policy, learner: Learner | None, adder: Any, table: An
         # End the episodes in progress (truncated: they bootstrap), save, and restart the envs: a resumed
         # run starts from exactly this state, so it continues as the uninterrupted run does.
         adder.truncate()
-        stats.returns[:] = 0.0
-        stats.lengths[:] = 0
+        stats.reset()
         run_checkpoint.save_run(checkpoint_dir, result.env_steps, table.store, table, {
             "env_steps": result.env_steps, "learner_steps": result.learner_steps,
             "episodes": result.episodes, "evaluations": result.evaluations,
@@ -199,6 +198,11 @@ def run(env: Any, policy: Policy, learner: Learner | None, adder: Any, table: An
             "adder": adder.state_dict(),
             "learner": learner.state_dict() if learner is not None else {}, "policy": policy.state_dict()})
         saved[0] = result.env_steps
+
+    def due() -> float:
+        """The env step of the next log row, evaluation or checkpoint."""
+        evaluates = counters["next_eval"] if eval_env is not None else math.inf
+        return min(counters["next_log"], evaluates, counters["next_checkpoint"])
 
     def restart_envs() -> Any:
         ts = env.reset(seed=None if seed is None else seed + result.env_steps)
@@ -217,6 +221,7 @@ def run(env: Any, policy: Policy, learner: Learner | None, adder: Any, table: An
             if client is not None:
                 client.update(result.env_steps, force=True)
             ts = restart_envs()
+            next_event = due()
             while result.env_steps < steps:
                 if stop.reason or (max_seconds is not None and time.monotonic() - start > max_seconds):
                     result.stopped = stop.reason or "max_seconds"
@@ -232,12 +237,15 @@ def run(env: Any, policy: Policy, learner: Learner | None, adder: Any, table: An
                 ts = env.step(actions)
                 write(actions, ts, extras)
                 result.env_steps += lanes
-                bar.update(lanes)
+                if progress:
+                    bar.update(lanes)
                 for ret, length in stats.update(ts):
                     result.episodes.append((result.env_steps, ret, length))
                     emit("train", {"return": ret, "length": length})
                 if client is not None:
                     client.update(result.env_steps)
+                if result.env_steps < next_event:
+                    continue
                 if result.env_steps >= counters["next_log"]:
                     counters["next_log"] += log_every
                     if pending:
@@ -254,6 +262,7 @@ def run(env: Any, policy: Policy, learner: Learner | None, adder: Any, table: An
                     checkpoint()
                     if result.env_steps < steps:
                         ts = restart_envs()
+                next_event = due()
             flush()
             if pending:  # the learner metrics since the last row
                 emit("learner", {k: float(np.mean(v)) for k, v in pending.items()})
@@ -281,8 +290,7 @@ def _restore(state: dict[str, Any], adder: Any, learner: Learner | None, policy:
     result.episodes = [tuple(e) for e in state["episodes"]]
     result.evaluations = [tuple(e) for e in state["evaluations"]]
     counters.update({k: (math.inf if v is None else v) for k, v in state["counters"].items()})
-    stats.returns[:] = 0.0
-    stats.lengths[:] = 0
+    stats.reset()
 
 
 def _learn(learner: Learner, table: Any, batch_size: int, result: RunResult, pending: dict[str, list[float]]) -> None:

@@ -142,8 +142,9 @@ def test_bad_policy_output_names_the_policy_and_the_space():
         def act(self, observation, state, *, evaluation=False):
             return self.actions, None, state
 
-    for actions, match in [(np.array([5]), "expected values <= 1"), (np.array([0, 1]), r"expected shape \(1,\)"),
-                           (np.array([0.5]), "expected dtype int64")]:
+    for actions, match in [(np.array([5]), "expected values <= 1"), (np.array([-1]), "expected values >= 0"),
+                           (np.array([0, 1]), r"expected shape \(1,\)"), (np.array([0.5]), "expected dtype int64"),
+                           (np.array([[1]]), r"expected shape \(1,\)")]:
         before = len(table.store)
         with pytest.raises(SpecError, match=rf"Bad.act returned actions .*Discrete\(2\).*{match}"):
             rlflow.run(env, Bad(actions), CountingLearner(4), adder, table, steps=5, batch_size=4, progress=False)
@@ -452,6 +453,34 @@ def test_episode_stats_match_a_plain_reference(data):
         got = stats.update(ts)
         assert [(pytest.approx(r), n) for r, n in expected] == got
         assert all(type(r) is float and type(n) is int for r, n in got)
+
+
+def test_episode_stats_of_one_lane_in_progress_and_reset():
+    # One lane counts in Python scalars while its steps come as one reward and the shared flags, and in the
+    # kernel otherwise (here: a per-agent reward); the episode in progress carries across the two.
+    from rlflow.actors import EpisodeStats
+
+    stats = EpisodeStats(1)
+    yes, no = ONE_LANE_YES, ONE_LANE_NO
+    assert stats.update(TimeStep(None, np.zeros(1, np.float32), no, no, yes, no)) == []  # the reset
+    assert stats.update(TimeStep(None, np.array([1.5], np.float32), no, no, no, no)) == []
+    assert stats.update(TimeStep(None, np.array([[0.25, 0.25]]), no, no, np.array([False]), np.array([False]))) == []
+    assert stats.returns.tolist() == [2.0] and stats.lengths.tolist() == [2]
+    assert stats.update(TimeStep(None, np.array([3.0], np.float32), no, no, no, no)) == []
+    got = stats.update(TimeStep(None, np.array([[1.0, 1.0]]), yes, yes, yes, yes))  # ends, restarts
+    assert got == [(7.0, 4)] and stats.returns.tolist() == [0.0] and stats.lengths.tolist() == [0]
+    stats.update(TimeStep(None, np.array([2.0], np.float32), no, no, no, no))
+    stats.returns[0] = 99.0  # a copy: the count is not touched
+    assert stats.returns.tolist() == [2.0] and stats.lengths.dtype == np.int64
+    stats.reset()
+    assert stats.returns.tolist() == [0.0] and stats.lengths.tolist() == [0]
+    assert stats.update(TimeStep(None, np.array([1.0], np.float32), no, yes, no, yes)) == [(1.0, 1)]
+    several = EpisodeStats(2)
+    several.update(TimeStep(None, np.array([1.0, 2.0]), np.zeros(2, bool), np.zeros(2, bool), np.zeros(2, bool),
+                            np.zeros(2, bool)))
+    assert several.returns.tolist() == [1.0, 2.0] and several.lengths.tolist() == [1, 1]
+    several.reset()
+    assert several.returns.tolist() == [0.0, 0.0] and several.lengths.tolist() == [0, 0]
 
 
 def test_numpy_state_round_trips_through_a_run_checkpoint(tmp_path):
