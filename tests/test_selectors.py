@@ -236,3 +236,32 @@ def test_kernels_prefetch_on_this_platform():
     from rlflow.replay import _prefetch
 
     assert _prefetch.prefetch is _prefetch._llvm_prefetch
+
+
+@settings(max_examples=60, deadline=None)
+@given(ops=ops, n=st.integers(1, 40))
+def test_uniform_draw_rows_is_sample_then_each_draws_row(ops, n):
+    """The tables' one-call draw gives the draws, probabilities and weights of ``sample_with_weights`` (same
+    seed, same random numbers), a copy of each draw's metadata row as of that draw, and counts each draw in
+    the metadata's times column, in both regimes (at least half the slots live, and fewer)."""
+    from rlflow.replay import _kernels as K
+
+    a, b = Uniform(seed=3), Uniform(seed=3)
+    a.bind(CAP)
+    b.bind(CAP)
+    ref = apply(a, ops)
+    apply(b, ops)
+    if not ref:
+        return
+    meta = np.arange(CAP * 6, dtype=np.int64).reshape(CAP, 6) * 7
+    expect_meta = meta.copy()
+    slots, rows, probs, weights = a.draw_rows(n, meta, 5)
+    want_slots, want_probs, want_weights = b.sample_with_weights(n)
+    want_rows = K.draw_rows(expect_meta, want_slots, 5)
+    assert slots.tolist() == want_slots.tolist() and set(slots.tolist()) <= set(ref)
+    assert probs.dtype == want_probs.dtype and probs.tolist() == want_probs.tolist() == [1 / len(ref)] * n
+    assert weights.dtype == np.float32 and weights.tolist() == want_weights.tolist() == [1.0] * n
+    assert rows.tolist() == want_rows.tolist() and np.array_equal(meta, expect_meta)
+    # each row is the slot's row as of its draw: a slot drawn twice shows one more sample the second time
+    for j, s in enumerate(slots.tolist()):
+        assert rows[j, 5] == s * 42 + 35 + 1 + slots[:j].tolist().count(s)

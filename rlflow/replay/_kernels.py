@@ -213,6 +213,29 @@ def uniform_pick(uniforms: np.ndarray, live: np.ndarray, items: np.ndarray, coun
 
 
 @njit(**_OPTS)
+def uniform_draw_rows(uniforms: np.ndarray, live: np.ndarray, items: np.ndarray, count: int, meta: np.ndarray,
+                      times_col: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`uniform_pick` and :func:`draw_rows` in one call, with the draws' probabilities (``1 / count``,
+    float64) and importance weights (1, float32): what a uniform table's sample takes of its selector and
+    items, each draw's metadata row prefetched as soon as its slot is known."""
+    capacity = live.shape[0]
+    n = uniforms.shape[0] // 2
+    slots = np.empty(n, np.int64)
+    for j in range(n):
+        s = min(int(uniforms[j] * capacity), capacity - 1)
+        if not live[s]:
+            s = items[min(int(uniforms[n + j] * count), count - 1)]
+        slots[j] = s
+        prefetch(meta, s * meta.shape[1])
+    out = np.empty((n, meta.shape[1]), np.int64)
+    for j in range(n):
+        s = slots[j]
+        meta[s, times_col] += 1
+        out[j] = meta[s]
+    return slots, out, np.full(n, 1.0 / count), np.ones(n, np.float32)
+
+
+@njit(**_OPTS)
 def ring_delete(ring_slot: np.ndarray, ring_seq: np.ndarray, ht: np.ndarray, seq_of: np.ndarray,
                 slots: np.ndarray) -> None:
     """Mark items dead and drop dead entries at both ends of the ring while they are cache-hot.

@@ -149,6 +149,15 @@ class Uniform(Selector):
             slots = self._items[self._below(self.size, n)]
         return slots, np.full(n, 1.0 / self.size)
 
+    def draw_rows(self, n: int, meta: np.ndarray, times_col: int) -> tuple[np.ndarray, ...]:
+        """:meth:`sample_with_weights` of ``n`` draws and a copy of each draw's row of the items' ``meta``,
+        whose ``times_col`` counts the draw: ``(slots, rows, probabilities, weights)``, the same draws (and
+        random numbers) as :meth:`sample`; one compiled call while at least half the slots are live."""
+        if 2 * self.size >= self.capacity:
+            return K.uniform_draw_rows(self.rng.random(2 * n), self._live, self._items, self.size, meta, times_col)
+        slots, probs, weights = self.sample_with_weights(n)
+        return slots, K.draw_rows(meta, slots, times_col), probs, weights
+
     def _arrays(self) -> dict[str, np.ndarray]:
         return {"items": self._items[: self.size].copy()}
 
