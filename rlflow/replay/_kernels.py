@@ -215,24 +215,12 @@ def uniform_pick(uniforms: np.ndarray, live: np.ndarray, items: np.ndarray, coun
 @njit(**_OPTS)
 def uniform_draw_rows(uniforms: np.ndarray, live: np.ndarray, items: np.ndarray, count: int, meta: np.ndarray,
                       times_col: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`uniform_pick` and :func:`draw_rows` in one call, with the draws' probabilities (``1 / count``,
+    """:func:`uniform_pick` then :func:`draw_rows` in one call, with the draws' probabilities (``1 / count``,
     float64) and importance weights (1, float32): what a uniform table's sample takes of its selector and
-    items, each draw's metadata row prefetched as soon as its slot is known."""
-    capacity = live.shape[0]
-    n = uniforms.shape[0] // 2
-    slots = np.empty(n, np.int64)
-    for j in range(n):
-        s = min(int(uniforms[j] * capacity), capacity - 1)
-        if not live[s]:
-            s = items[min(int(uniforms[n + j] * count), count - 1)]
-        slots[j] = s
-        prefetch(meta, s * meta.shape[1])
-    out = np.empty((n, meta.shape[1]), np.int64)
-    for j in range(n):
-        s = slots[j]
-        meta[s, times_col] += 1
-        out[j] = meta[s]
-    return slots, out, np.full(n, 1.0 / count), np.ones(n, np.float32)
+    items."""
+    slots = uniform_pick(uniforms, live, items, count)
+    return slots, draw_rows(meta, slots, times_col), np.full(slots.shape[0], 1.0 / count), np.ones(
+        slots.shape[0], np.float32)
 
 
 @njit(**_OPTS)
