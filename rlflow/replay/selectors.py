@@ -93,6 +93,12 @@ class Selector(ABC):
         slots, probabilities = self.sample(n)
         return slots, probabilities, np.ones(slots.size, np.float32)
 
+    def draw_rows(self, n: int, meta: np.ndarray, times_col: int) -> tuple[np.ndarray, ...]:
+        """:meth:`sample_with_weights` of ``n`` draws and a copy of each draw's row of the items' ``meta``,
+        whose ``times_col`` counts the draw: ``(slots, rows, probabilities, weights)``."""
+        slots, probs, weights = self.sample_with_weights(n)
+        return slots, K.draw_rows(meta, slots, times_col), probs, weights
+
     def config(self) -> dict[str, Any]:
         return {"seed": self.seed}
 
@@ -150,13 +156,11 @@ class Uniform(Selector):
         return slots, np.full(n, 1.0 / self.size)
 
     def draw_rows(self, n: int, meta: np.ndarray, times_col: int) -> tuple[np.ndarray, ...]:
-        """:meth:`sample_with_weights` of ``n`` draws and a copy of each draw's row of the items' ``meta``,
-        whose ``times_col`` counts the draw: ``(slots, rows, probabilities, weights)``, the same draws (and
-        random numbers) as :meth:`sample`; one compiled call while at least half the slots are live."""
+        """The base class's, with the same draws and random numbers, in one compiled call while at least
+        half the slots are live."""
         if 2 * self.size >= self.capacity:
             return K.uniform_draw_rows(self.rng.random(2 * n), self._live, self._items, self.size, meta, times_col)
-        slots, probs, weights = self.sample_with_weights(n)
-        return slots, K.draw_rows(meta, slots, times_col), probs, weights
+        return super().draw_rows(n, meta, times_col)
 
     def _arrays(self) -> dict[str, np.ndarray]:
         return {"items": self._items[: self.size].copy()}

@@ -402,13 +402,8 @@ class Table:
         """Slots, item metadata, probabilities, weights and times sampled of ``n`` sequential draws."""
         limit = self.max_times_sampled
         items = self._items
-        if limit is None and type(self.sampler) is Uniform:  # the most common case: one compiled call
+        if limit is None and not self.sampler.deterministic:  # the common case: one draw of n
             slots, meta, probs, weights = self.sampler.draw_rows(n, items.meta, TIMES)
-            items.times_total += n
-            return slots, meta, probs, weights, meta[:, TIMES]
-        if limit is None and not self.sampler.deterministic:  # one draw of n
-            slots, probs, weights = self.sampler.sample_with_weights(n)
-            meta = K.draw_rows(items.meta, slots, TIMES)
             items.times_total += n
             return slots, meta, probs, weights, meta[:, TIMES]
         parts: list[tuple[np.ndarray, ...]] = []
