@@ -1,6 +1,6 @@
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from rlflow.replay.selectors import Fifo, Lifo, MaxHeap, MinHeap, Prioritized, Uniform
@@ -238,9 +238,11 @@ def test_kernels_prefetch_on_this_platform():
     assert _prefetch.prefetch is _prefetch._llvm_prefetch
 
 
-@settings(max_examples=60, deadline=None)
-@given(ops=ops, n=st.integers(1, 40))
-def test_uniform_draw_rows_is_sample_then_each_draws_row(ops, n):
+@settings(max_examples=80, deadline=None)
+@given(live=st.sets(st.integers(0, CAP - 1), min_size=1), ops=ops, n=st.integers(1, 40))
+@example(live=set(range(CAP)), ops=[], n=5)  # every slot live: the one-call kernel
+@example(live={2, 5}, ops=[], n=5)  # fewer than half: the packed array
+def test_uniform_draw_rows_is_sample_then_each_draws_row(live, ops, n):
     """The tables' one-call draw gives the draws, probabilities and weights of ``sample_with_weights`` (same
     seed, same random numbers), a copy of each draw's metadata row as of that draw, and counts each draw in
     the metadata's times column, in both regimes (at least half the slots live, and fewer)."""
@@ -249,6 +251,7 @@ def test_uniform_draw_rows_is_sample_then_each_draws_row(ops, n):
     a, b = Uniform(seed=3), Uniform(seed=3)
     a.bind(CAP)
     b.bind(CAP)
+    ops = [(0, slot, 1.0) for slot in sorted(live)] + ops  # start from a drawn set of live slots
     ref = apply(a, ops)
     apply(b, ops)
     if not ref:
