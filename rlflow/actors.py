@@ -52,7 +52,7 @@ class EpisodeStats:
 
     def __init__(self, num_lanes: int) -> None:
         self._one = num_lanes == 1
-        self._ret, self._len = 0.0, 0  # one lane
+        self._ret, self._len = 0.0, 0  # with one lane; with more, the arrays below
         self._returns = np.zeros(num_lanes, np.float64)
         self._lengths = np.zeros(num_lanes, np.int64)
         self._ended_returns = np.zeros(num_lanes, np.float64)
@@ -77,23 +77,11 @@ class EpisodeStats:
     def update(self, timestep: Any) -> list[tuple[float, int]]:
         """Count one step of every lane that acted; ``(return, length)`` of each episode that ended."""
         reward, first, last = timestep.reward, timestep.first, timestep.last
-        if self._one and type(reward) is np.ndarray and reward.shape == _ONE:
-            # One lane, one reward: the kernel's arithmetic on Python scalars (a kernel call costs more).
-            if first is ONE_LANE_NO and last is ONE_LANE_NO:  # the episode goes on (shared flags)
-                self._ret += reward.item()
-                self._len += 1
-                return []
-            if (type(first) is np.ndarray and type(last) is np.ndarray and first.shape == _ONE
-                    and last.shape == _ONE):
-                is_last = bool(last[0])
-                if first[0] and not is_last:
-                    return []
-                ret, length = self._ret + reward.item(), self._len + 1
-                if is_last:
-                    self._ret, self._len = 0.0, 0
-                    return [(ret, length)]
-                self._ret, self._len = ret, length
-                return []
+        if (self._one and first is ONE_LANE_NO and last is ONE_LANE_NO and type(reward) is np.ndarray
+                and reward.shape == _ONE):  # one lane going on (the env wrapper's shared flags)
+            self._ret += reward.item()
+            self._len += 1
+            return []
         if type(reward) is not np.ndarray:
             reward = np.asarray(reward)
         if reward.ndim > 1:  # several rewards per lane (e.g. per agent): their sum
@@ -102,11 +90,17 @@ class EpisodeStats:
             first = np.asarray(first, np.bool_)
         if type(last) is not np.ndarray or last.dtype != np.bool_:
             last = np.asarray(last, np.bool_)
-        if self._one:  # one lane given in another form: the kernel, on the scalars
-            self._returns[0], self._lengths[0] = self._ret, self._len
+        if self._one:  # the kernel's arithmetic on Python scalars (a kernel call costs more)
+            is_last = bool(last[0])
+            if first[0] and not is_last:  # a reset: no action belongs to this call
+                return []
+            ret, length = self._ret + reward[0].item(), self._len + 1
+            if is_last:
+                self._ret, self._len = 0.0, 0
+                return [(ret, length)]
+            self._ret, self._len = ret, length
+            return []
         m = _count_step(reward, first, last, self._returns, self._lengths, self._ended_returns, self._ended_lengths)
-        if self._one:
-            self._ret, self._len = float(self._returns[0]), int(self._lengths[0])
         if not m:
             return []
         return list(zip(self._ended_returns[:m].tolist(), self._ended_lengths[:m].tolist(), strict=True))
