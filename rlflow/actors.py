@@ -3,7 +3,6 @@ between learner and policy (:class:`VariableClient`), per-lane episode statistic
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -119,13 +118,6 @@ class Actor:
         self._action_spec = action_spec
         self._action_fields = _specs.flatten_spec({"action": action_spec})
         self._simple = action_spec if isinstance(action_spec, _specs.Field) else None
-        # One integer action in all (one lane, a Discrete space): its dtype, shape and bounds, checked inline.
-        self._one_int = None
-        simple = self._simple
-        if simple is not None and simple.dtype.kind in "iu" and self.num_lanes * math.prod(simple.shape) == 1:
-            self._one_int = (simple.dtype, (self.num_lanes, *simple.shape),
-                             -math.inf if simple.low is None else simple.low,
-                             math.inf if simple.high is None else simple.high)
         self._space = action_space
         self.state = policy.initial_state(self.num_lanes)
 
@@ -142,10 +134,6 @@ class Actor:
             raise TypeError(f"{type(self.policy).__name__}.act returned {type(out).__name__}: expected a tuple "
                             "(actions, extras, state)")
         actions, extras, self.state = out
-        one = self._one_int
-        if (one is not None and type(actions) is np.ndarray and actions.dtype is one[0] and actions.shape == one[1]
-                and one[2] <= actions.item() <= one[3]):
-            return actions, extras
         if self._simple is not None and _specs.fits(self._simple, actions, self.num_lanes):
             return actions, extras
         try:
