@@ -52,7 +52,7 @@ ONE_LANE_YES = np.ones(1, np.bool_)
 ONE_LANE_NO.flags.writeable = ONE_LANE_YES.flags.writeable = False
 
 
-@dataclass
+@dataclass(slots=True)  # slots: cheaper to make and to read, on every env step
 class TimeStep:
     """One environment call for ``E`` lanes (see the module docstring for the flag table).
 
