@@ -153,3 +153,45 @@ def test_mappo_with_its_value_normaliser_resumes_from_a_run_checkpoint(tmp_path)
     assert first.learner_steps > 0
     resumed = mappo.main(mappo.Args(**{**vars(args), "total_steps": 300, "resume": True}))
     assert resumed.env_steps == 300 and resumed.learner_steps > first.learner_steps
+
+
+@pytest.mark.parametrize("anneal", [False, True])
+def test_the_learning_rate_falls_linearly_to_zero_when_annealed(tmp_path, anneal):
+    from rlflow.run_checkpoint import load_state
+
+    # 200 joint steps of 2 envs x 10 steps: 10 learner updates; update u (from 0) trains at lr * (1 - u / 10).
+    args = mappo.Args(total_steps=200, num_envs=2, n_steps=10, n_epochs=1, hidden=(8,), eval_every=10**6,
+                      eval_episodes=1, max_cycles=10, anneal_lr=anneal, learning_rate=1e-3, logdir=str(tmp_path),
+                      progress=False)
+    result = mappo.main(args)
+    saved = load_state(tmp_path / "learner.pt")["learner"]
+    assert saved["updates"] == result.learner_steps == 10
+    lr = saved["optimizer"]["param_groups"][0]["lr"]
+    assert lr == pytest.approx(1e-3 * (1 - 9 / 10) if anneal else 1e-3)
+
+
+def test_team_rewards_give_every_agent_the_mean_over_agents():
+    reward = np.array([[[1.0, -2.0, 4.0], [0.0, 0.0, -3.0]]], np.float32)  # [E=1, T=2, A=3]
+    team = mappo.team_rewards(reward)
+    np.testing.assert_array_equal(team, [[[1.0, 1.0, 1.0], [-1.0, -1.0, -1.0]]])
+    assert team.dtype == np.float32 and team.flags.writeable
+
+
+def test_mappo_with_team_rewards_trains_every_agent_on_the_team_reward(tmp_path, monkeypatch):
+    seen = []
+
+    def spy(values, rows, mask, gamma, lam):
+        seen.append(np.asarray(rows["reward"]))
+        return real(values, rows, mask, gamma, lam)
+
+    real = mappo.agent_targets
+    monkeypatch.setattr(mappo, "agent_targets", spy)
+    for team in (False, True):
+        seen.clear()
+        args = mappo.Args(total_steps=200, num_envs=2, n_steps=10, n_epochs=1, hidden=(8,), eval_every=10**6,
+                          eval_episodes=1, max_cycles=10, team_reward=team, logdir=str(tmp_path / str(team)),
+                          progress=False)
+        assert mappo.main(args).learner_steps == len(seen) == 10
+        rewards = np.concatenate(seen)  # [E, T + 1, A] per update
+        same = np.all(rewards == rewards[..., :1])
+        assert same == team  # simple_spread's agents' own rewards differ (collisions); the team's are one
