@@ -204,3 +204,47 @@ def test_take_column_equals_numpy_take(shape, dtype, index_shape, seed):
     assert got.dtype == ref.dtype and got.shape == ref.shape
     np.testing.assert_array_equal(got, ref)
     assert ("x" in store._small_rows) == (len(shape) > 0 and np.dtype(dtype).itemsize * int(np.prod(shape)) <= 512)
+
+
+@settings(max_examples=80, deadline=None)
+@given(shape=st.sampled_from([(), (1,), (3,), (2, 3), (0,), (4, 84)]),
+       dtype=st.sampled_from([np.float32, np.float64, np.int64, np.uint8, np.bool_]),
+       capacity=st.integers(2, 9), length=st.integers(0, 9), batch=st.integers(0, 6), seed=st.integers(0, 2**16))
+def test_take_windows_equals_a_plain_gather(shape, dtype, capacity, length, batch, seed):
+    """StepStore.take_windows (what padded sequences and episodes are gathered with): each row where the
+    ring holds it (wrapping at most once), zeros and a False mask from the item's valid length on, for any
+    dtype, row shape, start and length."""
+    from rlflow.replay._item_kernels import LANE, LENGTH, START, VALID
+
+    rng = np.random.default_rng(seed)
+    length = min(length, capacity)
+    store = StepStore({"x": Field(shape, dtype), "y": Field((), np.int64)}, capacity=capacity, lanes=3)
+    store.columns["x"][:] = (rng.random(store.columns["x"].shape) * 200).astype(dtype)
+    store.columns["y"][:] = rng.integers(-9, 9, store.columns["y"].shape)
+    meta = np.zeros((batch, 6), np.int64)
+    meta[:, LANE] = rng.integers(0, 3, batch)
+    meta[:, START] = rng.integers(0, 4 * capacity, batch)
+    meta[:, VALID] = rng.integers(0, length + 1, batch)
+    meta[:, LENGTH] = length
+    data, mask = store.take_windows(meta)
+    if not batch:
+        return
+    for name in ("x", "y"):
+        col = store.columns[name]
+        assert data[name].shape == (batch, length, *col.shape[2:]) and data[name].dtype == col.dtype
+        for b in range(batch):
+            lane, start, valid = meta[b, LANE], meta[b, START], meta[b, VALID]
+            for i in range(length):
+                expect = col[lane, (start + i) % capacity] if i < valid else np.zeros_like(col[0, 0])
+                np.testing.assert_array_equal(data[name][b, i], expect)
+                assert mask[b, i] == (i < valid)
+
+
+def test_a_field_of_no_values_is_stored_and_gathered():
+    store = StepStore({"x": Field((0,), np.float32), "y": Field((), np.int64)}, capacity=4, lanes=2)
+    for v in range(5):
+        store.append({"x": np.zeros((2, 0), np.float32), "y": np.array([v, 10 + v])})
+    got = store.gather([0, 1], [4, 3])
+    assert got["x"].shape == (2, 0) and got["y"].tolist() == [4, 13]
+    data, mask = store.gather_windows([1], [2], [3])
+    assert data["x"].shape == (1, 3, 0) and data["y"].tolist() == [[12, 13, 14]] and mask.all()

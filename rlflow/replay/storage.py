@@ -96,8 +96,8 @@ class StepStore:
             raise ValueError(f"backend must be 'memory' or 'disk', got {backend!r}")
         # Flat views (lanes * capacity, ...) for one-index gathers, and the same rows as raw bytes
         # (lanes * capacity, row bytes) for the compiled write kernels.
-        self._flat = {n: c.reshape(-1, *self.fields[n].shape) for n, c in self.columns.items()}
-        rows = self.num_lanes * self.capacity
+        rows = self.num_lanes * self.capacity  # explicit: -1 cannot be inferred for a field of no values
+        self._flat = {n: c.reshape(rows, *self.fields[n].shape) for n, c in self.columns.items()}
         # Columns of small rows, as (rows, values per row), for the compiled gather (which prefetches
         # every row before copying any; large rows are copied by np.take, whose memcpy streams them).
         # Small rows of the dtypes the compiled gather types (not float16, complex or structured: np.take).
