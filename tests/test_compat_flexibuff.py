@@ -218,3 +218,19 @@ def test_as_torch_and_sum_batch_rewards():
     n = fb.sample_transitions(idx=[1, 2])
     np.testing.assert_allclose(FlexibleBuffer.sum_batch_rewards(n, 1), n.global_rewards + n.global_auxiliary_rewards
                                + n.individual_rewards[1] + n.individual_auxiliary_rewards[1])
+
+
+def test_sample_episodes_draws_distinct_episodes_uniformly():
+    fb = FlexibleBuffer(num_steps=64, obs_size=1, global_reward=True, seed=0)
+    for e in range(10):  # ten episodes of 2 steps, episode e's rewards are e
+        for t in range(2):
+            fb.save_transition(obs=[[e]], obs_=[[e]], global_reward=e, terminated=t == 1)
+    counts = np.zeros(10)
+    for _ in range(2000):
+        got = [int(b.global_rewards[0]) for b in fb.sample_episodes(max_batch_size=100, n_episodes=3)]
+        assert len(got) == 3 and len(set(got)) == 3  # distinct
+        counts[got] += 1
+    np.testing.assert_allclose(counts / 2000, 0.3, atol=0.04)  # each episode in 3 of 10 draws
+    cut = fb.sample_episodes(max_batch_size=5)  # 2 + 2 + the third cut to 1 step
+    assert [b.global_rewards.size for b in cut] == [2, 2, 1]
+    assert fb.sample_episodes(max_batch_size=0) == []

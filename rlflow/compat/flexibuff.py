@@ -393,14 +393,17 @@ class FlexibleBuffer:
         :class:`FlexiBatch` of its steps in time order, until they hold ``max_batch_size`` steps (the last
         one cut to fit) or ``n_episodes`` are taken. Only episodes whose every step is still stored."""
         self._drop_overwritten()
-        episodes = list(self._episodes)
+        episodes = self._episodes
         limit = len(episodes) if n_episodes is None else min(int(n_episodes), len(episodes))
+        # Every episode holds a step, so at most max_batch_size are taken: draw only those, distinct, in
+        # O(draws) (not a permutation of every stored episode, which cost more than the copies).
+        draws = max(min(limit, int(max_batch_size)), 0)
         out: list[FlexiBatch] = []
         total = 0
-        for j in self.rng.permutation(len(episodes)):
-            if total >= max_batch_size or len(out) >= limit:
+        for j in self.rng.choice(len(episodes), size=draws, replace=False) if draws else ():
+            if total >= max_batch_size:
                 break
-            start, length = episodes[j]
+            start, length = episodes[int(j)]
             length = min(length, int(max_batch_size) - total)
             out.append(self._batch((start + np.arange(length)) % self.mem_size, as_torch, device))
             total += length
