@@ -122,12 +122,14 @@ def transitions_contenders(steps: int, pool: Pool, rng: np.random.Generator) -> 
     _, table = fill_rlflow(lambda s, t: adders.MultiAgentTransition(s, [t], n=1, discount=0.99), steps, pool)
     out.append(("rlflow", lambda: table.sample(256)))
     n = table.size
-    # the numpy limit: the same bytes from preallocated step-major arrays
-    obs = np.zeros((n + 1, A, OBS), f32)
-    state = np.zeros((n + 1, STATE), f32)
-    act = np.zeros((n, A), np.int64)
-    rew = np.zeros((n, A), f32)
-    flags = np.zeros((n + 1, 3, A), np.bool_)
+    # the numpy limit: the same bytes from preallocated step-major arrays, written once (np.ones), so that
+    # they are backed by memory of their own: untouched np.zeros pages all map to one zero page, which
+    # the gather would read from the cache
+    obs = np.ones((n + 1, A, OBS), f32)
+    state = np.ones((n + 1, STATE), f32)
+    act = np.ones((n, A), np.int64)
+    rew = np.ones((n, A), f32)
+    flags = np.ones((n + 1, 3, A), np.bool_)
     r = np.random.default_rng(1)
 
     def limit() -> Any:
@@ -152,11 +154,11 @@ def episodes_contenders(steps: int, pool: Pool, rng: np.random.Generator) -> lis
     _, table = fill_rlflow(lambda s, t: adders.Episode(s, [t], max_length=EP + 1), steps, pool)
     out.append(("rlflow", lambda: table.sample(32)))
     n_eps = table.size
-    obs = np.zeros((n_eps * (EP + 1), A, OBS), f32)
-    state = np.zeros((n_eps * (EP + 1), STATE), f32)
-    act = np.zeros((n_eps * (EP + 1), A), np.int64)
-    rew = np.zeros((n_eps * (EP + 1), A), f32)
-    flags = np.zeros((n_eps * (EP + 1), 3, A), np.bool_)
+    obs = np.ones((n_eps * (EP + 1), A, OBS), f32)  # written, as in transitions_contenders
+    state = np.ones((n_eps * (EP + 1), STATE), f32)
+    act = np.ones((n_eps * (EP + 1), A), np.int64)
+    rew = np.ones((n_eps * (EP + 1), A), f32)
+    flags = np.ones((n_eps * (EP + 1), 3, A), np.bool_)
     r = np.random.default_rng(1)
 
     def limit() -> Any:
@@ -247,6 +249,12 @@ def _fill_flexibuff_arrays(fb: Any, steps: int, pool: Pool) -> None:
     st = np.tile(pool.state[:, :EP].reshape(-1, STATE), (reps, 1))[:steps]
     fb.state[...] = st
     fb.state_[...] = np.roll(st, -1, axis=0)
+    # Its other arrays (actions, rewards, flags, masks) are written too, so that, as every contender's,
+    # they are backed by memory of their own: untouched np.zeros pages all map to one zero page.
+    for name, arr in vars(fb).items():
+        if (isinstance(arr, np.ndarray) and arr.size >= steps and arr.dtype.kind in "biuf"
+                and name not in ("obs", "obs_", "state", "state_")):
+            arr[...] = 1
 
 
 class HarlStyle:
@@ -259,13 +267,13 @@ class HarlStyle:
         self.next_obs = [np.roll(o, -1, axis=0) for o in self.obs]
         self.share_obs = np.tile(pool.state[:, :EP].reshape(-1, STATE), (reps, 1))[:steps]
         self.next_share_obs = np.roll(self.share_obs, -1, axis=0)
-        self.actions = [np.zeros((steps, 1), f32) for _ in range(A)]
+        self.actions = [np.ones((steps, 1), f32) for _ in range(A)]  # written (np.ones), not zero pages
         self.available = [np.ones((steps, 5), f32) for _ in range(A)]
         self.next_available = [np.ones((steps, 5), f32) for _ in range(A)]
         self.valid = [np.ones((steps, 1), f32) for _ in range(A)]
-        self.reward = np.zeros((steps, 1), f32)
-        self.done = np.zeros((steps, 1), f32)
-        self.term = np.zeros((steps, 1), f32)
+        self.reward = np.ones((steps, 1), f32)
+        self.done = np.ones((steps, 1), f32)
+        self.term = np.ones((steps, 1), f32)
         self.size = steps
         self.rng = np.random.default_rng(0)
 
