@@ -4,6 +4,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlflow.replay import StepStore
+from rlflow.replay.storage import _SMALL_ROW
 from rlflow.specs import Field, SpecError
 
 SPEC = {"obs": Field((2,), np.float32), "act": Field((), np.int64), "flag": (Field((), np.bool_),)}
@@ -203,7 +204,7 @@ def test_take_column_equals_numpy_take(shape, dtype, index_shape, seed):
     got = store.take_column("x", idx)
     assert got.dtype == ref.dtype and got.shape == ref.shape
     np.testing.assert_array_equal(got, ref)
-    assert ("x" in store._small_rows) == (len(shape) > 0 and np.dtype(dtype).itemsize * int(np.prod(shape)) <= 512)
+    assert ("x" in store._small_rows) == (len(shape) > 0 and np.dtype(dtype).itemsize * int(np.prod(shape)) <= _SMALL_ROW)
 
 
 @settings(max_examples=80, deadline=None)
