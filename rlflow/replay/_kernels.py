@@ -224,6 +224,18 @@ def uniform_draw_rows(uniforms: np.ndarray, live: np.ndarray, items: np.ndarray,
 
 
 @njit(**_OPTS)
+def packed_draw_rows(uniforms: np.ndarray, items: np.ndarray, count: int, meta: np.ndarray,
+                     times_col: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`uniform_draw_rows` for a table under half full: draw ``j`` is the packed live slot
+    ``items[floor(u_j * count)]`` (what ``Uniform.sample`` computes in numpy from the same uniforms)."""
+    n = uniforms.shape[0]
+    slots = np.empty(n, np.int64)
+    for j in range(n):
+        slots[j] = items[int(uniforms[j] * count)]
+    return slots, draw_rows(meta, slots, times_col), np.full(n, 1.0 / count), np.ones(n, np.float32)
+
+
+@njit(**_OPTS)
 def ring_delete(ring_slot: np.ndarray, ring_seq: np.ndarray, ht: np.ndarray, seq_of: np.ndarray,
                 slots: np.ndarray) -> None:
     """Mark items dead and drop dead entries at both ends of the ring while they are cache-hot.

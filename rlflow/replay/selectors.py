@@ -156,10 +156,11 @@ class Uniform(Selector):
         return slots, np.full(n, 1.0 / self.size)
 
     def draw_rows(self, n: int, meta: np.ndarray, times_col: int) -> tuple[np.ndarray, ...]:
-        """The base class's, with the same draws and random numbers, in one compiled call while at least
-        half the slots are live."""
+        """The base class's, with the same draws and random numbers, in one compiled call."""
         if 2 * self.size >= self.capacity:
             return K.uniform_draw_rows(self.rng.random(2 * n), self._live, self._items, self.size, meta, times_col)
+        if self.size:
+            return K.packed_draw_rows(self.rng.random(n), self._items, self.size, meta, times_col)
         return super().draw_rows(n, meta, times_col)
 
     def _arrays(self) -> dict[str, np.ndarray]:
