@@ -184,6 +184,26 @@ def unflatten(spec: Spec, flat: Mapping[str, Any], prefix: str = "") -> Any:
     return tuple(unflatten(v, flat, f"{prefix}/{i}" if prefix else str(i)) for i, v in enumerate(spec))
 
 
+def unflatten_plan(spec: Spec, prefix: str = "") -> Any:
+    """:func:`unflatten`'s walk of ``spec`` done once, for :func:`unflatten_by`: a leaf's column name, or
+    ``(dict, ((key, plan), ...))`` / ``(tuple, (plan, ...))``."""
+    if isinstance(spec, Field):
+        return prefix
+    if isinstance(spec, Mapping):
+        return dict, tuple((k, unflatten_plan(v, f"{prefix}/{k}" if prefix else k)) for k, v in spec.items())
+    return tuple, tuple(unflatten_plan(v, f"{prefix}/{i}" if prefix else str(i)) for i, v in enumerate(spec))
+
+
+def unflatten_by(plan: Any, flat: Mapping[str, Any]) -> Any:
+    """:func:`unflatten` with the walk of :func:`unflatten_plan`: the same nesting, without re-walking the spec."""
+    if type(plan) is str:
+        return flat[plan]
+    kind, parts = plan
+    if kind is dict:
+        return {k: flat[p] if type(p) is str else unflatten_by(p, flat) for k, p in parts}
+    return tuple(flat[p] if type(p) is str else unflatten_by(p, flat) for p in parts)
+
+
 def validate(
     fields: Mapping[str, Field], flat: Mapping[str, Any], batch_shape: tuple[int, ...]
 ) -> dict[str, np.ndarray]:

@@ -48,6 +48,27 @@ def test_flatten_unflatten_round_trip():
     assert back["b"][1]["c"] is data["b"][1]["c"]
 
 
+@pytest.mark.parametrize("spec", [
+    Field((2,), np.float32),
+    {"a": Field((2,), np.float32), "b": (Field((), np.int64), {"c": Field((), np.bool_)})},
+    ({"x": (Field((), np.int64), Field((), np.int64)), "y": {}}, Field((1,), np.float32)),
+    {"o": {"p": {"q": Field((), np.float32)}}, "r": ()},
+])
+def test_unflatten_by_a_plan_is_unflatten(spec):
+    """The plan built once (StepStore's per-sample unflatten) rebuilds exactly unflatten's nesting: the
+    same containers, keys in order, and the very column objects at the leaves."""
+    flat = {name: object() for name in specs.flatten_spec(spec)}
+
+    def same(x, y):
+        if isinstance(x, dict):
+            return type(y) is dict and list(x) == list(y) and all(same(x[k], y[k]) for k in x)
+        if isinstance(x, tuple):
+            return type(y) is tuple and len(x) == len(y) and all(same(p, q) for p, q in zip(x, y, strict=True))
+        return x is y
+
+    assert same(specs.unflatten_by(specs.unflatten_plan(spec), flat), specs.unflatten(spec, flat))
+
+
 SPEC = {"obs": Field((3,), np.float32), "act": Field((), np.int64, low=0, high=2), "done": Field((), np.bool_)}
 
 

@@ -204,7 +204,8 @@ def test_take_column_equals_numpy_take(shape, dtype, index_shape, seed):
     got = store.take_column("x", idx)
     assert got.dtype == ref.dtype and got.shape == ref.shape
     np.testing.assert_array_equal(got, ref)
-    assert ("x" in store._small_rows) == (len(shape) > 0 and np.dtype(dtype).itemsize * int(np.prod(shape)) <= _SMALL_ROW)
+    row_bytes = np.dtype(dtype).itemsize * int(np.prod(shape))
+    assert ("x" in store._small_rows) == (len(shape) > 0 and row_bytes <= _SMALL_ROW)
 
 
 @settings(max_examples=80, deadline=None)

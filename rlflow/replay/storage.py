@@ -84,6 +84,7 @@ class StepStore:
         if not self.fields:
             raise SpecError("the spec has no fields")
         self._flat_spec = isinstance(spec, dict) and all(isinstance(f, Field) for f in spec.values())
+        self._unflatten_plan = _specs.unflatten_plan(spec)
         self.capacity = int(capacity)
         self.num_lanes = int(lanes)
         self.backend = backend
@@ -403,7 +404,7 @@ class StepStore:
         """Flat columns back into the spec's nesting."""
         if self._flat_spec:
             return dict(flat)
-        return _specs.unflatten(self.spec, flat)
+        return _specs.unflatten_by(self._unflatten_plan, flat)
 
     # ------------------------------------------------------------------ checkpoint state
     def config(self) -> dict[str, Any]:

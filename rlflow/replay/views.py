@@ -116,7 +116,8 @@ def _transition_plan(store: Any) -> _TransitionPlan:
             elif isinstance(part, _specs.Field):
                 nest[prefix] = lambda cols, key=prefix: cols[key]
             else:
-                nest[prefix] = lambda cols, part=part, key=prefix: _specs.unflatten(part, cols, key)
+                walk = _specs.unflatten_plan(part, prefix)
+                nest[prefix] = lambda cols, walk=walk: _specs.unflatten_by(walk, cols)
         plan = _TransitionPlan(
             observation=[n for n in flat if _under(n, "observation")],
             rows=[n for n in flat if _under(n, "action") or _under(n, "extras")],
