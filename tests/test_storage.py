@@ -250,3 +250,33 @@ def test_a_field_of_no_values_is_stored_and_gathered():
     assert got["x"].shape == (2, 0) and got["y"].tolist() == [4, 13]
     data, mask = store.gather_windows([1], [2], [3])
     assert data["x"].shape == (1, 3, 0) and data["y"].tolist() == [[12, 13, 14]] and mask.all()
+
+
+@pytest.mark.parametrize("backend", ["memory", "disk"])
+def test_large_window_gathers_of_many_columns_equal_a_plain_gather(backend, tmp_path):
+    """Gathers of at least _PREFETCH_ROWS rows first request every row of every column in one compiled
+    call (a hint that must never change a result): windows across the ring's wrap, over columns of every
+    kind (large and small rows, scalars, a field of no values), give the stored rows."""
+    from rlflow.replay._item_kernels import LANE, LENGTH, START, VALID
+    from rlflow.replay.storage import _PREFETCH_ROWS
+
+    spec = {"obs": Field((3, 18), np.float32), "state": Field((54,), np.float32), "act": Field((3,), np.int64),
+            "done": Field((), np.bool_), "none": Field((0,), np.uint8), "q": Field((2, 2), np.float64)}
+    kw = {"backend": "disk", "directory": tmp_path / "s"} if backend == "disk" else {}
+    store = StepStore(spec, capacity=40, lanes=3, **kw)
+    rng = np.random.default_rng(7)
+    for col in store.columns.values():
+        col[:] = (rng.random(col.shape) * 100).astype(col.dtype)
+    batch, length = 8, 30
+    meta = np.zeros((batch, 6), np.int64)
+    meta[:, LANE] = rng.integers(0, 3, batch)
+    meta[:, START] = rng.integers(0, 160, batch)
+    meta[0, START] = 25  # rows 25..54: across the wrap at 40
+    meta[:, LENGTH] = meta[:, VALID] = length
+    assert batch * length >= _PREFETCH_ROWS
+    data, mask = store.take_windows(meta)
+    assert mask.all()
+    for name, col in store.columns.items():
+        want = np.stack([col[meta[b, LANE], (meta[b, START] + np.arange(length)) % 40] for b in range(batch)])
+        assert data[name].dtype == want.dtype
+        np.testing.assert_array_equal(data[name], want, err_msg=name)

@@ -330,6 +330,28 @@ def window_ends(meta: np.ndarray, lane_col: int, start_col: int, length_col: int
 
 
 @njit(**_OPTS)
+def prefetch_spans(cols: tuple, idx: np.ndarray) -> None:
+    """Request every cache line of rows ``idx`` (flat store indices) of every column ``cols`` (uint8
+    ``[rows, row bytes]``), one span per run of consecutive rows, before any is copied: the misses of
+    all columns and windows then overlap instead of coming column after column."""
+    n = idx.shape[0]
+    i = 0
+    while i < n:
+        j = i + 1
+        while j < n and idx[j] == idx[j - 1] + 1:
+            j += 1
+        for c in range(len(cols)):
+            col = cols[c]
+            lo = idx[i] * col.shape[1]
+            hi = (idx[j - 1] + 1) * col.shape[1]
+            for o in range(lo, hi, 64):
+                prefetch(col, o)
+            if hi > lo:
+                prefetch(col, hi - 1)
+        i = j
+
+
+@njit(**_OPTS)
 def take_rows(col: np.ndarray, idx: np.ndarray) -> np.ndarray:
     """``col[idx]`` for a C-ordered ``[rows, width]`` column: every row's cache lines are prefetched
     before any is copied, so the misses of a batch of random rows overlap."""
