@@ -21,9 +21,9 @@ chunks of ``chunk_length`` steps (``rlflow.minibatches.recurrent_chunks``) start
 states and restarted at episode starts. Hyperparameters and network details follow the
 MAPPO paper's MPE settings (learning rate 7e-4, 10 epochs, lambda 0.95, clip 0.2, entropy 0.01, hidden
 64, value normalisation, a LayerNorm on the inputs, orthogonal initialisation with a 0.01 gain on the
-policy's output), except three that its 128 envs do not need and 16 do, measured on simple_spread at 2M
-steps (baselines/README.md): 4 minibatches per epoch instead of 1, gamma 0.9 instead of 0.99, and the
-learning rate falling linearly to 0 (its ``use_linear_lr_decay``; off by default there).
+policy's output), except three that measured better here, with 16 envs on simple_spread at 2M steps
+(baselines/README.md; the paper runs 128 envs): 4 minibatches per epoch instead of 1, gamma 0.9 instead
+of 0.99, and the learning rate falling linearly to 0 (its ``use_linear_lr_decay``; off by default there).
 
 Episode returns in the logs are team returns (the sum over agents); the per-agent return (MPE's
 usual figure) is that divided by the number of agents.
