@@ -218,9 +218,7 @@ def uniform_draw_rows(uniforms: np.ndarray, live: np.ndarray, items: np.ndarray,
     """:func:`uniform_pick` then :func:`draw_rows` in one call, with the draws' probabilities (``1 / count``,
     float64) and importance weights (1, float32): what a uniform table's sample takes of its selector and
     items."""
-    slots = uniform_pick(uniforms, live, items, count)
-    return slots, draw_rows(meta, slots, times_col), np.full(slots.shape[0], 1.0 / count), np.ones(
-        slots.shape[0], np.float32)
+    return _uniform_draws(uniform_pick(uniforms, live, items, count), count, meta, times_col)
 
 
 @njit(**_OPTS)
@@ -228,10 +226,18 @@ def packed_draw_rows(uniforms: np.ndarray, items: np.ndarray, count: int, meta: 
                      times_col: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """:func:`uniform_draw_rows` for a table under half full: draw ``j`` is the packed live slot
     ``items[floor(u_j * count)]`` (what ``Uniform.sample`` computes in numpy from the same uniforms)."""
-    n = uniforms.shape[0]
-    slots = np.empty(n, np.int64)
-    for j in range(n):
+    slots = np.empty(uniforms.shape[0], np.int64)
+    for j in range(slots.shape[0]):
         slots[j] = items[int(uniforms[j] * count)]
+    return _uniform_draws(slots, count, meta, times_col)
+
+
+@njit(inline="always", cache=True)
+def _uniform_draws(slots: np.ndarray, count: int, meta: np.ndarray,
+                   times_col: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Uniform draws ``slots`` with their rows (:func:`draw_rows`), probabilities ``1 / count`` (float64)
+    and importance weights 1 (float32)."""
+    n = slots.shape[0]
     return slots, draw_rows(meta, slots, times_col), np.full(n, 1.0 / count), np.ones(n, np.float32)
 
 
