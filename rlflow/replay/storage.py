@@ -38,8 +38,7 @@ from rlflow.replay._item_kernels import LANE, LENGTH, START, VALID
 from rlflow.specs import Field, Spec, SpecError
 
 # bytes: rows up to this size are gathered by the compiled, prefetching kernel; np.take copies larger rows
-# faster (on the 2-core VM, 256 random rows of 1M: 2.4 against 5.3 us at 68 bytes, a tie at 96, 12.1
-# against 7.8 at 216)
+# faster (benchmarks/gather.py: a tie at 96 bytes)
 _SMALL_ROW = 96
 # rows: a gather of at least this many first requests every row of every column (one compiled call)
 _PREFETCH_ROWS = 64
@@ -101,7 +100,7 @@ class StepStore:
         else:
             raise ValueError(f"backend must be 'memory' or 'disk', got {backend!r}")
         # Flat views (lanes * capacity, ...) for one-index gathers, and the same rows as raw bytes
-        # (lanes * capacity, row bytes) for the compiled write kernels.
+        # (lanes * capacity, row bytes) for the compiled write kernels and the gathers' prefetch pass.
         rows = self.num_lanes * self.capacity  # explicit: -1 cannot be inferred for a field of no values
         self._flat = {n: c.reshape(rows, *self.fields[n].shape) for n, c in self.columns.items()}
         # Columns of small rows, as (rows, values per row), for the compiled gather (which prefetches
