@@ -622,6 +622,51 @@ def test_one_call_paths_leave_the_state_of_the_general_path(cfg, n, prioritized,
     _assert_same_tables(table1, table2)
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 3), st.integers(2, 12), st.sampled_from([0.1, 0.3, 0.6]), st.booleans(),
+       st.sampled_from([None, 3, 8]), st.integers(0, 6), st.integers(0, 2**16))
+def test_one_lane_blocks_over_several_episodes_leave_the_state_of_segment_by_segment_writes(
+        n, stage_steps, p_end, prioritized, max_size, slack, seed):
+    """One lane's stage keeps staging across episode ends with a same-step restart and writes the block's
+    episodes in one compiled call; the store, the table (keys, priorities, times sampled, selector arrays
+    and RNGs, rate limiter counts, the next sample) and the adder end exactly as when the same blocks
+    are written episode by episode (each through add_steps's one-call path): over ring wrap-arounds,
+    samples between blocks, and tables too small for the new items (the call then stops, the table's
+    own insert evicts, and the rest goes episode by episode)."""
+    capacity = 2 * stage_steps + n + 2 + slack
+    runs, calls = [], []
+    for one_call in (True, False):
+        store = StepStore(step_spec(OBS, ACT), capacity=capacity, lanes=1)
+        sampler = Prioritized(0.6, 0.4, seed=1) if prioritized else Uniform(seed=1)
+        table = Table(store, sampler=sampler, remover=Fifo(seed=1), max_size=max_size)
+        adder = adders.NStepTransition(store, [table], n=n, discount=G, stage_steps=stage_steps)
+        assert adder._lane_staging and adder.stage_steps == stage_steps
+        segments_direct = adder._segments_direct
+        def count_calls(*args, one_call=one_call, segments_direct=segments_direct):
+            calls.append(args[1])
+            return segments_direct(*args) if one_call else 0
+        adder._segments_direct = count_calls
+        stream = Stream(1, np.random.default_rng(seed), True)
+        adder.add_first(stream.reset())
+        drawn = []
+        for step in range(70):
+            actions, ts, _ = stream.step(stream.random_events(p_end))
+            adder.stage(actions, _shared_flags(ts) if step % 2 else ts)
+            if step % 17 == 16:
+                adder.flush()
+                if table.size:
+                    drawn.append(table.sample(2).keys.tolist())
+        adder.flush()
+        check_rows(store, stream)
+        runs.append((store.state_dict(), table, drawn, adder.state_dict()))
+    (s1, t1, d1, a1), (s2, t2, d2, a2) = runs
+    assert d1 == d2
+    for got, want in ((s1, s2), (a1, a2)):
+        for k in want:
+            np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+    _assert_same_tables(t1, t2)
+
+
 def test_one_lane_add_rejects_bad_values_changing_nothing():
     """One lane's add in one call: NaN observations, infinite rewards and actions out of bounds raise the
     general path's error and change nothing, also on a step that ends the episode and starts the next;
@@ -667,12 +712,17 @@ def test_one_lane_stage_checks_each_step_at_once():
         with pytest.raises(SpecError, match="expected last =="):
             adder.stage(act, TimeStep(obs, rew, term, trunc, z, z))
     assert store.count[0] == 6 and table.size == 5 and adder._staged == 0
-    adder.stage(act, TimeStep(obs + 1, rew, o, z, o, o, obs))  # terminates and restarts
-    assert adder._staged == 0 and store.count[0] == 8 and table.size == 6 and adder._open[0] == 7
+    adder.stage(act, TimeStep(obs + 1, rew, o, z, o, o, obs))  # terminates and restarts: the block goes on
+    assert adder._staged == 1 and store.count[0] == 6 and table.size == 5
+    adder.stage(act, TimeStep(obs, rew, z, z, z, z))
+    with pytest.raises(SpecError):  # a bad step after the restart: both episodes' staged rows are written first
+        adder.stage(act, TimeStep(nan, rew, z, z, z, z))
+    assert adder._staged == 0 and store.count[0] == 9 and table.size == 7 and adder._open[0] == 8
+    np.testing.assert_array_equal(store.columns["observation"][0, 7], obs[0] + 1)  # the restart's observation
+    np.testing.assert_array_equal(store.columns["first"][0, 6:9], [False, True, False])
     adder.stage(act, TimeStep(obs, rew, z, z, z, z))
     adder.flush()
-    assert store.count[0] == 9 and table.size == 7
-    np.testing.assert_array_equal(store.columns["observation"][0, 7], obs[0] + 1)
+    assert store.count[0] == 10 and table.size == 8
 
 
 def test_add_steps_one_call_path_rejects_bad_values_changing_nothing():

@@ -376,6 +376,55 @@ def lane_steps_direct(lane: int, ended: bool, terminated: bool, truncated: bool,
 
 
 @njit(**_OPTS)
+def lane_segments_direct(lane: int, ends: np.ndarray, codes: np.ndarray, restarts: np.ndarray, open_row: int,
+                         episode_start: int, n: int, checks: np.ndarray, actions: np.ndarray, rewards: np.ndarray,
+                         next_obs: np.ndarray, count: np.ndarray, episode_id: np.ndarray, episode_step: np.ndarray,
+                         next_episode: np.ndarray, next_step: np.ndarray, capacity: int, act_col: np.ndarray,
+                         rew_col: np.ndarray, obs_col: np.ndarray, term_col: np.ndarray, trunc_col: np.ndarray,
+                         first_col: np.ndarray, last_col: np.ndarray, powers: np.ndarray, tab: tuple, kind: int,
+                         alpha: float, may_insert: bool, state: np.ndarray, cross_episodes: bool, lanes: np.ndarray,
+                         starts: np.ndarray, lengths: np.ndarray, returns: np.ndarray, discounts: np.ndarray,
+                         slots: np.ndarray, keys: np.ndarray, clash: np.ndarray, acc: np.ndarray,
+                         out: np.ndarray) -> tuple[int, int]:
+    """Several episodes of one lane in one call: :func:`lane_steps_direct` of each segment in turn, as
+    separate calls would make them. Segment ``j`` is rows ``ends[j - 1] .. ends[j] - 1`` of the inputs
+    (from 0 for the first); ``codes[j]`` is 0 (the episode goes on: only the last segment), 1 (it
+    terminates) or 2 (it is truncated); ``restarts[j]`` is the next episode's first observation, for
+    every segment but possibly the last (``restarts`` has ``len(ends)`` or ``len(ends) - 1`` rows).
+
+    Stops after a segment that leaves work to the caller: items not inserted (no room or no consent),
+    items sharing a start row with another (the caller keeps their overflow lists) or a broken
+    invariant; or before one whose values are bad (nothing of it changed). Returns how many segments
+    were written and the last one's status (:func:`lane_steps_direct`'s; -2 when the segment after them
+    has bad values). ``acc`` gets the items evicted, their times sampled and the items inserted by all
+    the segments written, and the first row of the last written one's episode; ``out`` and the item
+    outputs are the last written one's.
+    """
+    acc[0], acc[1], acc[2] = 0, 0, 0
+    r, s0, a = open_row, episode_start, 0
+    status = 1
+    for j in range(ends.shape[0]):
+        z, code = ends[j], codes[j]
+        acc[3] = s0
+        restart = restarts[j:j + 1] if j < restarts.shape[0] else restarts[0:0]
+        status = lane_steps_direct(lane, code != 0, code == 1, code == 2, r, s0, n, checks, actions[a:z],
+                                   rewards[a:z], next_obs[a:z], restart, count, episode_id, episode_step,
+                                   next_episode, next_step, capacity, act_col, rew_col, obs_col, term_col, trunc_col,
+                                   first_col, last_col, powers, tab, kind, alpha, may_insert, state, cross_episodes,
+                                   lanes, starts, lengths, returns, discounts, slots, keys, clash, out)
+        if status == -2:
+            return j, -2
+        acc[0] += out[0]
+        acc[1] += out[1]
+        acc[2] += out[2] if status == 1 else 0
+        if (status != 1 and out[2] != 0) or status == -3 or out[4] != 0:
+            return j + 1, status
+        r = s0 = out[3] + 1  # every segment but the last ends and restarts
+        a = z
+    return ends.shape[0], status
+
+
+@njit(**_OPTS)
 def lane_first_direct(lane: int, checks: np.ndarray, obs: np.ndarray, count: np.ndarray, episode_id: np.ndarray,
                       episode_step: np.ndarray, next_episode: np.ndarray, next_step: np.ndarray, capacity: int,
                       obs_col: np.ndarray, first_col: np.ndarray, last_col: np.ndarray, tab: tuple, kind: int,

@@ -395,25 +395,115 @@ class NStepTransition(Adder):
             return False
         self._staged = rows
         if ends:
-            self._flush_lane(term, trunc, ts.observation if restart else None)
+            if not restart:
+                self._flush_lane(term, trunc)
+            elif rows < self.stage_steps and type(ts.observation) is np.ndarray and ts.observation.dtype is obs_dtype \
+                    and ts.observation.shape == obs_shape:  # the block goes on with the next episode
+                j = blk.segments
+                blk.ends[j], blk.codes[j] = rows, 1 if term else 2
+                blk.restart[j] = ts.observation
+                blk.segments = j + 1
+            else:
+                self._flush_lane(term, trunc, ts.observation)
         elif rows == self.stage_steps:
             self._flush_lane(False, False)
         return True
 
     def _flush_lane(self, terminated: bool, truncated: bool, restart: Any = None) -> None:
-        """Write the rows :meth:`_stage_lane` holds through :meth:`add_steps` (one compiled call, which also
-        starts the next episode with ``restart`` when given), or through its general path and
-        :meth:`add_first`."""
+        """Write the rows :meth:`_stage_lane` holds, the episode ending on the last one when ``terminated`` or
+        ``truncated`` (and the next one starting with ``restart`` when given). Episodes that ended and
+        restarted inside the block (its segments) go with them in one compiled call
+        (:func:`~rlflow.adders._kernels.lane_segments_direct`); otherwise each segment goes through
+        :meth:`add_steps` (one compiled call, which also starts the next episode) or through its general
+        path and :meth:`add_first`."""
         n, blk = self._staged, self._lane_block
         self._staged = 0
         blk.staged[0] = 0
         acts, rews = blk.act[:n].reshape(n, *blk.plan[1][1:]), blk.rew[:n, 0]
         obs = blk.obs[:n].reshape(n, *blk.plan[3][1:])
+        segments, a = blk.segments, 0
+        if segments:
+            blk.segments = 0
+            tail = int(blk.ends[segments - 1]) < n  # rows after the last restart: the block's last episode
+            exact = restart is None or (type(restart) is np.ndarray and restart.dtype is blk.restart.dtype
+                                        and restart.shape == blk.restart.shape[1:])
+            count = segments
+            if tail and exact:
+                blk.ends[segments], blk.codes[segments] = n, 1 if terminated else 2 if truncated else 0
+                if restart is not None:
+                    blk.restart[segments] = restart
+                count += 1
+            with_restart = count if restart is not None or count == segments else segments
+            done = self._segments_direct(blk, count, blk.restart[:with_restart].reshape(with_restart, -1),
+                                         acts, rews, obs)
+            if done == count and (count > segments or not tail):
+                return
+            a = int(blk.ends[done - 1]) if done else 0
+            for j in range(done, segments):  # what the one call left, segment by segment
+                z = int(blk.ends[j])
+                self._write_lane(acts[a:z], rews[a:z], obs[a:z], blk.codes[j] == 1, blk.codes[j] == 2,
+                                 blk.restart[j].copy())
+                a = z
+            if not tail:
+                return
+        self._write_lane(acts[a:], rews[a:], obs[a:], terminated, truncated, restart)
+
+    def _write_lane(self, acts: np.ndarray, rews: np.ndarray, obs: np.ndarray, terminated: bool, truncated: bool,
+                    restart: Any) -> None:
+        """One segment of staged rows through :meth:`add_steps`'s one-call path, or its general path and
+        :meth:`add_first` of ``restart``."""
+        n = rews.shape[0]
         if self._direct is not None and self._add_steps_direct(0, n, acts, rews, obs, terminated, truncated, restart):
             return
         self.add_steps(0, acts, rews, obs, terminated=terminated, truncated=truncated)
         if restart is not None:
             self.add_first(TimeStep(restart, np.zeros(1, np.float32), _NO, _NO, _YES, _NO))
+
+    def _segments_direct(self, blk: _LaneBlock, count: int, restarts: np.ndarray, acts: np.ndarray, rews: np.ndarray,
+                         obs: np.ndarray) -> int:
+        """The first ``count`` segments of a lane block (see :meth:`_flush_lane`) in one compiled call; returns
+        how many were written, having settled the table's counters and finished what the call left of the
+        last one (items to insert through the table, overflow lists). 0 when the table needs the general
+        path."""
+        checks, act_col, rew_col, obs_col = self._direct[5:]
+        t = rews.shape[0]
+        store = self.store
+        with store.lock:
+            got = self._direct_table()
+            if got is None:
+                return 0
+            table, arrays = got
+            state = arrays.state
+            m = t + self.n  # at most the items of the rows, and the windows open before the block
+            lanes, starts, lengths, returns, discounts, slots, keys, clash, out = self._direct_buffers(m)
+            flat = store._flat
+            ends, codes = blk.ends[:count], blk.codes[:count]
+            done, status = KA.lane_segments_direct(
+                0, ends, codes, restarts, int(self._open[0]), int(self._episode_start[0]), self.n, checks,
+                acts.reshape(t, -1), rews.reshape(t, 1), obs.reshape(t, -1), store.count, store.episode_id,
+                store.episode_step, store._next_episode, store._next_step, store.capacity, act_col, rew_col, obs_col,
+                flat["terminated"], flat["truncated"], flat["first"], flat["last"], self._powers, arrays.tab,
+                arrays.kind, arrays.alpha, table.rate_limiter.can_insert(m), state, table.cross_episodes, lanes,
+                starts, lengths, returns, discounts, slots, keys, clash, blk.acc, out)
+            if not done:
+                return 0
+            evicted, times, inserted, start = blk.acc.tolist()
+            made, last, clashes = out.tolist()[2:]
+            j = done - 1
+            if j < restarts.shape[0]:  # the segment ended and the next episode's first row follows
+                self._open[0] = self._episode_start[0] = last + 1
+            else:
+                self._open[0] = -1 if codes[j] else last
+                self._episode_start[0] = start
+            placed = made if status == 1 else 0
+            _direct.settle(table, state, evicted, times, inserted, clashes, slots[:placed], lanes[:placed],
+                           starts[:placed], clash[:placed])
+            if status == -3:
+                raise RuntimeError("stage: a block's new items are not stored (a broken invariant)")
+            if made and not placed:  # no room or no consent yet: the table's own insert waits or evicts
+                self._insert(lanes[:made].copy(), starts[:made].copy(), lengths[:made].copy(),
+                             {"return": returns[:made, 0].copy(), "discount": discounts[:made].copy()})
+        return done
 
     def flush(self) -> None:
         """Write the steps :meth:`stage` holds, and their items, as one block."""
@@ -522,6 +612,14 @@ class _LaneBlock:
         self.rew = np.zeros((k, 1), rew_dtype)
         self.obs = np.zeros((k, 1, *obs_shape), obs_dtype)
         self.staged = np.zeros(1, np.int64)  # rows held, as stage_row counts them
+        # Episodes that ended inside the block: segment j ends at row ends[j] (exclusive), terminated
+        # (code 1) or truncated (2), and the next episode starts with restart[j]; one more entry for the
+        # block's last rows at the flush.
+        self.ends = np.zeros(k + 1, np.int64)
+        self.codes = np.zeros(k + 1, np.int8)
+        self.restart = np.zeros((k + 1, 1, *obs_shape), obs_dtype)
+        self.segments = 0
+        self.acc = np.zeros(4, np.int64)
         obs_field = next(iter(adder._obs_fields.values()))
         self.plan = (act_dtype, (1, *act_shape), obs_dtype, (1, *obs_shape), rew_dtype, obs_field, checks)
 
