@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import itertools
 import statistics
 import sys
 from dataclasses import dataclass, field
@@ -112,23 +111,26 @@ class RlflowAdapter(peers._Base):
         self._make(case, 1)
         b = case.batch
         for k in range(pool.rows // b):
-            cuts = [k * b, *(np.flatnonzero(pool.done[k * b: (k + 1) * b]) + k * b + 1)]
-            if cuts[-1] != (k + 1) * b:
-                cuts.append((k + 1) * b)
-            self._items.append([(a, z, bool(pool.done[z - 1])) for a, z in itertools.pairwise(cuts)])
+            a, z = k * b, (k + 1) * b
+            done = pool.done[a:z]
+            ends = np.flatnonzero(done[:-1]) + a + 1  # episodes ending before the batch's last step
+            # After each end the next episode starts from the pool's next frame (the steps are cut from one
+            # stream of frames, as a one-env loop with same-step resets would see them).
+            self._items.append((a, z, done, pool.frames[ends]))
         self._pool = pool
-        self._starting = True
+        one, no = np.ones(1, bool), np.zeros(1, bool)
+        self.adder.add_first(TimeStep(pool.frames[:1], np.zeros(1, np.float32), no, no, one, no))
         while int(self.store.count[0]) < self.store.capacity:
             self._add_stream()
 
     def _add_stream(self) -> None:
         pool, adder = self._pool, self.adder
-        for a, z, ends in self._next_item():
-            if self._starting:
-                one, no = np.ones(1, bool), np.zeros(1, bool)
-                adder.add_first(TimeStep(pool.frames[a:a + 1], np.zeros(1, np.float32), no, no, one, no))
-            adder.add_steps(0, pool.act[a:z], pool.rew[a:z], pool.frames[a + 1:z + 1], terminated=ends)
-            self._starting = ends
+        a, z, done, firsts = self._next_item()
+        if adder._open[0] < 0:  # the previous batch's last step ended the episode
+            one, no = np.ones(1, bool), np.zeros(1, bool)
+            adder.add_first(TimeStep(pool.frames[a:a + 1], np.zeros(1, np.float32), no, no, one, no))
+        adder.add_steps(0, pool.act[a:z], pool.rew[a:z], pool.frames[a + 1:z + 1], terminated=done,
+                        first_observations=firsts)
 
     def _setup_buffer(self, case: Case, pool: Any) -> None:
         """add_one: the ReplayBuffer facade (one env), filled in blocks through the adder's add_steps."""

@@ -667,6 +667,139 @@ def test_one_lane_blocks_over_several_episodes_leave_the_state_of_segment_by_seg
     _assert_same_tables(t1, t2)
 
 
+def _run_episode_calls(mode: str, n: int, calls: list, prioritized: bool, max_size: int | None, capacity: int,
+                       seed: int) -> tuple[StepStore, Table, adders.NStepTransition, list]:
+    """One lane's steps in calls of several episodes each (``calls``: per call, segments of (steps, how the
+    last one ends, whether the next episode starts in the same call)), written by ``add_steps`` with
+    per-step flags and first observations (``mode`` "one", or "general" with the one-call paths off)
+    or segment by segment ("segments": ``add_steps`` of each episode, then ``add_first``); a sample
+    (and a priority update) after each call."""
+    store = StepStore(step_spec(OBS, ACT), capacity=capacity)
+    sampler = Prioritized(0.6, 0.4, seed=seed) if prioritized else Uniform(seed=seed)
+    table = Table(store, sampler=sampler, remover=Fifo(seed=seed), max_size=max_size)
+    adder = adders.NStepTransition(store, [table], n=n, discount=G)
+    assert adder._direct is not None
+    if mode == "general":
+        adder._direct = None
+    rng = np.random.default_rng(seed)
+    z = np.zeros(1, bool)
+    adder.add_first(TimeStep(rng.standard_normal((1, 2)).astype(np.float32), np.zeros(1, np.float32), z, z, ~z, z))
+    drawn = []
+    for segments in calls:
+        t = sum(c for c, _, _ in segments)
+        acts, rews = rng.integers(0, 6, t), rng.standard_normal(t).astype(np.float32)
+        nxt = rng.standard_normal((t, 2)).astype(np.float32)
+        term, trunc = np.zeros(t, bool), np.zeros(t, bool)
+        ends, a = [], 0
+        for c, end, _ in segments:
+            a += c
+            ends.append(a)
+            term[a - 1], trunc[a - 1] = end == "term", end == "trunc"
+        restarts = [i for i, (_, end, again) in enumerate(segments) if end != "mid" and again]
+        firsts = rng.standard_normal((len(restarts), 2)).astype(np.float32)
+        if mode == "segments":
+            a = 0
+            for i, ((_, end, _), b) in enumerate(zip(segments, ends, strict=True)):
+                adder.add_steps(0, acts[a:b], rews[a:b], nxt[a:b], terminated=end == "term", truncated=end == "trunc")
+                if i in restarts:
+                    adder.add_first(TimeStep(firsts[restarts.index(i)][None], np.zeros(1, np.float32), z, z, ~z, z))
+                a = b
+        else:
+            adder.add_steps(0, acts, rews, nxt, terminated=term, truncated=trunc, first_observations=firsts)
+        if adder._open[0] < 0:  # the call ended the episode without starting the next
+            adder.add_first(TimeStep(rng.standard_normal((1, 2)).astype(np.float32), np.zeros(1, np.float32),
+                                     z, z, ~z, z))
+        if table.size:
+            sample = table.sample(3)
+            drawn.append(sample.keys.tolist())
+            if prioritized:
+                table.update_priorities(sample.keys, rng.random(3) + 0.1)
+    return store, table, adder, drawn
+
+
+@st.composite
+def episode_calls(draw):
+    """Calls of one lane's steps: every segment but a call's last ends and starts the next episode."""
+    calls = []
+    for _ in range(draw(st.integers(1, 6))):
+        count = draw(st.integers(1, 4))
+        segments = []
+        for i in range(count):
+            steps = draw(st.integers(1, 6))
+            if i < count - 1:
+                segments.append((steps, draw(st.sampled_from(["term", "trunc"])), True))
+            else:
+                segments.append((steps, draw(st.sampled_from(["mid", "term", "trunc"])), draw(st.booleans())))
+        calls.append(segments)
+    return calls
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 3), episode_calls(), st.booleans(), st.sampled_from([None, 3, 8]), st.integers(0, 5),
+       st.integers(0, 99))
+def test_add_steps_over_episode_ends_leaves_the_state_of_one_call_per_episode(n, calls, prioritized, max_size, slack,
+                                                                             seed):
+    """add_steps with per-step end flags and first observations (one compiled call, and with the one-call
+    paths off) leaves the store, the table (keys, priorities, times sampled, selector arrays and RNGs,
+    rate limiter counts, the next sample) and the adder exactly as add_steps of each episode followed by
+    add_first of the next: over ring wrap-arounds, samples and priority updates between calls, and tables
+    too small for the new items."""
+    capacity = max(sum(c for c, _, _ in segments) for segments in calls) + n + 3 + slack
+    for mode in ("one", "general"):  # a fresh reference each time: comparing the tables samples them
+        s0, t0, a0, d0 = _run_episode_calls("segments", n, calls, prioritized, max_size, capacity, seed)
+        s1, t1, a1, d1 = _run_episode_calls(mode, n, calls, prioritized, max_size, capacity, seed)
+        assert d1 == d0
+        for got, want in ((s1.state_dict(), s0.state_dict()), (a1.state_dict(), a0.state_dict())):
+            for k in want:
+                np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+        _assert_same_tables(t1, t0)
+
+
+@pytest.mark.parametrize("direct", [True, False])
+def test_add_steps_over_episode_ends_rejects_bad_input_changing_nothing(direct):
+    """Bad flags, a wrong number of first observations, or a bad value in any episode of the call (a later
+    one's observation, a first observation) raise a clear error and write nothing, on both paths."""
+    store, table, adder, _ = _run_chunks(direct, 2, [(5, "mid")], False, None, 20, 0)
+    before = ({k: v.copy() for k, v in store.state_dict().items()}, table.state_dict(), adder.state_dict())
+    acts, rews, obs = np.zeros(4, np.int64), np.zeros(4, np.float32), np.zeros((4, 2), np.float32)
+    term = np.array([False, True, False, False])
+    nan = obs.copy()
+    nan[3, 1] = np.nan
+    one = np.zeros((1, 2), np.float32)
+    cases = [
+        (dict(terminated=term, truncated=term), ValueError, "both terminated and truncated"),
+        (dict(terminated=term), SpecError, "expected 1 first_observations"),
+        (dict(terminated=term, first_observations=np.zeros((2, 2), np.float32)), SpecError, "expected 1 first_obs"),
+        (dict(terminated=np.array([0, 1, 0, 0])), SpecError, "terminated: expected a bool or a bool array"),
+        (dict(terminated=term[:3]), SpecError, r"shape \(4,\)"),
+        (dict(terminated=term, first_observations=one, obs=nan), SpecError, "observation"),
+        (dict(terminated=term, first_observations=one + np.inf), SpecError, "first_observations"),
+        (dict(terminated=np.ones(4, bool), first_observations=np.zeros((4, 2), np.float32)), SpecError,
+         "expected 3 or 4"),
+    ]
+    for kwargs, exc, match in cases[:-1]:
+        nxt = kwargs.pop("obs", obs)
+        with pytest.raises(exc, match=match):
+            adder.add_steps(0, acts, rews, nxt, **kwargs)
+        for k, v in store.state_dict().items():
+            np.testing.assert_array_equal(v, before[0][k], err_msg=k)
+        _assert_same_state(table.state_dict(), before[1])
+        for k, v in adder.state_dict().items():
+            np.testing.assert_array_equal(v, before[2][k], err_msg=k)
+    adder.add_steps(0, acts, rews, obs, terminated=np.ones(4, bool), first_observations=np.zeros((4, 2), np.float32))
+    assert store.count[0] == before[0]["count"][0] + 8 and adder._open[0] == store.count[0] - 1  # 4 ends, 4 restarts
+
+
+def _assert_same_state(got: dict, want: dict) -> None:
+    for k in want:
+        if isinstance(want[k], dict):
+            _assert_same_state(got[k], want[k])
+        elif isinstance(want[k], np.ndarray):
+            np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+        else:
+            assert got[k] == want[k], k
+
+
 def test_one_lane_add_rejects_bad_values_changing_nothing():
     """One lane's add in one call: NaN observations, infinite rewards and actions out of bounds raise the
     general path's error and change nothing, also on a step that ends the episode and starts the next;

@@ -376,6 +376,33 @@ def lane_steps_direct(lane: int, ended: bool, terminated: bool, truncated: bool,
 
 
 @njit(**_OPTS)
+def episode_segments(terminated: np.ndarray, truncated: np.ndarray, ends: np.ndarray,
+                     codes: np.ndarray) -> tuple[int, int, int]:
+    """The episodes of ``T`` steps of one lane whose ends ``terminated`` and ``truncated`` (bool ``[T]``)
+    mark, as :func:`lane_segments_direct` takes them: segment ``j`` ends before row ``ends[j]``, with
+    ``codes[j]`` 1 (terminated), 2 (truncated) or 0 (the last one, going on). Returns the number of
+    segments, how many ends come before the last step, and the first step marked both ways (-1: none;
+    then nothing else is meaningful)."""
+    t = terminated.shape[0]
+    m, inner = 0, 0
+    for i in range(t):
+        term, trunc = terminated[i], truncated[i]
+        if term and trunc:
+            return 0, 0, i
+        if term or trunc:
+            ends[m] = i + 1
+            codes[m] = 1 if term else 2
+            m += 1
+            if i < t - 1:
+                inner += 1
+    if m == 0 or ends[m - 1] != t:
+        ends[m] = t
+        codes[m] = 0
+        m += 1
+    return m, inner, -1
+
+
+@njit(**_OPTS)
 def lane_segments_direct(lane: int, ends: np.ndarray, codes: np.ndarray, restarts: np.ndarray, open_row: int,
                          episode_start: int, n: int, checks: np.ndarray, actions: np.ndarray, rewards: np.ndarray,
                          next_obs: np.ndarray, count: np.ndarray, episode_id: np.ndarray, episode_step: np.ndarray,
@@ -386,40 +413,50 @@ def lane_segments_direct(lane: int, ends: np.ndarray, codes: np.ndarray, restart
                          starts: np.ndarray, lengths: np.ndarray, returns: np.ndarray, discounts: np.ndarray,
                          slots: np.ndarray, keys: np.ndarray, clash: np.ndarray, acc: np.ndarray,
                          out: np.ndarray) -> tuple[int, int]:
-    """Several episodes of one lane in one call: :func:`lane_steps_direct` of each segment in turn, as
-    separate calls would make them. Segment ``j`` is rows ``ends[j - 1] .. ends[j] - 1`` of the inputs
-    (from 0 for the first); ``codes[j]`` is 0 (the episode goes on: only the last segment), 1 (it
-    terminates) or 2 (it is truncated); ``restarts[j]`` is the next episode's first observation, for
+    """Several episodes of one lane in one call, as separate calls would write them: for each segment,
+    :func:`lane_steps_direct` (``add_steps`` of the episode), then :func:`lane_first_direct` of the next
+    episode's first observation (``add_first``). Segment ``j`` is rows ``ends[j - 1] .. ends[j] - 1`` of
+    the inputs (from 0 for the first); ``codes[j]`` is 0 (the episode goes on: only the last segment), 1
+    (it terminates) or 2 (it is truncated); ``restarts[j]`` is the next episode's first observation, for
     every segment but possibly the last (``restarts`` has ``len(ends)`` or ``len(ends) - 1`` rows).
 
-    Stops after a segment that leaves work to the caller: items not inserted (no room or no consent),
-    items sharing a start row with another (the caller keeps their overflow lists) or a broken
-    invariant; or before one whose values are bad (nothing of it changed). Returns how many segments
-    were written and the last one's status (:func:`lane_steps_direct`'s; -2 when the segment after them
-    has bad values). ``acc`` gets the items evicted, their times sampled and the items inserted by all
-    the segments written, and the first row of the last written one's episode; ``out`` and the item
-    outputs are the last written one's.
+    Every value is checked first (``checks`` as in :func:`stage_simple`): if any is bad, nothing changes
+    and the call returns ``(0, -2)``. Stops after a segment's rows when it leaves work to the caller
+    (its items not inserted: no room or no consent; items sharing a start row with another, whose
+    overflow lists the caller keeps; a broken invariant), before that segment's restart. Returns how many
+    segments were written and the last one's status (:func:`lane_steps_direct`'s). ``acc`` gets the items
+    evicted, their times sampled and the items inserted by all of them, and the first row of the last
+    one's episode; ``out`` and the item outputs are the last one's rows'.
     """
-    acc[0], acc[1], acc[2] = 0, 0, 0
+    acc[0], acc[1], acc[2], acc[3] = 0, 0, 0, episode_start
+    if not (_values_ok(actions, int(checks[0]), checks[1], checks[2])
+            and _values_ok(rewards, int(checks[3]), checks[4], checks[5])
+            and _values_ok(next_obs, int(checks[6]), checks[7], checks[8])
+            and _values_ok(restarts, int(checks[6]), checks[7], checks[8])):
+        return 0, -2
+    checked = np.zeros(9)  # every value checked: the segments check none again (mode NO_CHECK)
+    first_out = np.empty(3, np.int64)
     r, s0, a = open_row, episode_start, 0
     status = 1
     for j in range(ends.shape[0]):
         z, code = ends[j], codes[j]
         acc[3] = s0
-        restart = restarts[j:j + 1] if j < restarts.shape[0] else restarts[0:0]
-        status = lane_steps_direct(lane, code != 0, code == 1, code == 2, r, s0, n, checks, actions[a:z],
-                                   rewards[a:z], next_obs[a:z], restart, count, episode_id, episode_step,
+        status = lane_steps_direct(lane, code != 0, code == 1, code == 2, r, s0, n, checked, actions[a:z],
+                                   rewards[a:z], next_obs[a:z], restarts[0:0], count, episode_id, episode_step,
                                    next_episode, next_step, capacity, act_col, rew_col, obs_col, term_col, trunc_col,
                                    first_col, last_col, powers, tab, kind, alpha, may_insert, state, cross_episodes,
                                    lanes, starts, lengths, returns, discounts, slots, keys, clash, out)
-        if status == -2:
-            return j, -2
         acc[0] += out[0]
         acc[1] += out[1]
         acc[2] += out[2] if status == 1 else 0
         if (status != 1 and out[2] != 0) or status == -3 or out[4] != 0:
             return j + 1, status
-        r = s0 = out[3] + 1  # every segment but the last ends and restarts
+        if j < restarts.shape[0]:
+            lane_first_direct(lane, checked, restarts[j:j + 1], count, episode_id, episode_step, next_episode,
+                              next_step, capacity, obs_col, first_col, last_col, tab, kind, state, first_out)
+            acc[0] += first_out[0]
+            acc[1] += first_out[1]
+            r = s0 = first_out[2]
         a = z
     return ends.shape[0], status
 

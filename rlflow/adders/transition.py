@@ -95,6 +95,8 @@ class NStepTransition(Adder):
         self._block: _Block | None = None  # stage()'s buffers, made on its first call
         self._direct = _direct_plan(self)  # add_steps's one-call path, when the store and table fit it
         self._direct_bufs: tuple[np.ndarray, ...] | None = None
+        self._segment_acc = np.zeros(4, np.int64)  # lane_segments_direct's counters
+        self._segment_bufs = (np.zeros(0, np.int64), np.zeros(0, np.int8))  # add_steps's episode ends and codes
         self._no_restart = None if self._direct is None else np.zeros((0, self._direct[8].shape[1]), self._direct[3])
         self._one_step_fits = store.capacity - self.n - 2 >= 1  # add_steps takes one step
         # stage() of one lane: rows staged for add_steps (see _stage_lane), when the store fits its one-call path;
@@ -107,14 +109,18 @@ class NStepTransition(Adder):
         """How the tables shape a sample of these items."""
         return TransitionView()
 
-    def add_steps(self, lane: int, actions: Any, rewards: Any, next_observations: Any, *, terminated: bool = False,
-                  truncated: bool = False, extras: Any = None) -> None:
+    def add_steps(self, lane: int, actions: Any, rewards: Any, next_observations: Any, *, terminated: Any = False,
+                  truncated: Any = False, extras: Any = None, first_observations: Any = None) -> None:
         """``T`` consecutive steps of one lane at once: the same rows and items as ``T`` calls of :meth:`add`.
 
         The lane's episode must be in progress (its open row holds the observation ``actions[0]`` was
-        taken from). ``next_observations[i]`` follows ``actions[i]``; only the last step may end the
-        episode (``terminated`` or ``truncated``). Every argument leads with axis ``T``; bad input
-        raises and writes nothing.
+        taken from). ``next_observations[i]`` follows ``actions[i]`` (the final observation when step
+        ``i`` ends the episode). ``terminated`` and ``truncated`` are bools (only the last step may then
+        end the episode) or bool arrays of shape ``[T]`` marking the steps that end one. Each episode
+        that ends before the last step is followed at once by the next, whose first observation is the
+        next row of ``first_observations`` (``[K, ...]``, in order; one more row starts an episode after
+        a last step that ends one, as a same-step reset does). Every other argument leads with axis
+        ``T``; bad input raises and writes nothing.
         """
         if self._staged:
             self.flush()
@@ -125,6 +131,10 @@ class NStepTransition(Adder):
         t = int(shape[0]) if shape else -1
         if t < 1 or t > self.store.capacity - self.n - 2:
             raise ValueError(f"add_steps: expected 1 to {self.store.capacity - self.n - 2} steps, got {t}")
+        if first_observations is not None or np.ndim(terminated) or np.ndim(truncated):
+            self._add_episodes(lane, t, actions, rewards, next_observations, terminated, truncated, extras,
+                               first_observations)
+            return
         if (self._direct is not None and extras is None
                 and self._add_steps_direct(lane, t, actions, rewards, next_observations, terminated, truncated)):
             return
@@ -155,6 +165,67 @@ class NStepTransition(Adder):
                 return
             self._insert_items(hi - lo, KA.nstep_lane_items, lane, lo, hi, f, bool(terminated), self.n,
                                self._powers, self._rewards, store.capacity)
+
+    def _add_episodes(self, lane: int, t: int, actions: Any, rewards: Any, next_obs: Any, terminated: Any,
+                      truncated: Any, extras: Any, first_observations: Any) -> None:
+        """:meth:`add_steps` over episode ends: one compiled call for all (:meth:`_segments_direct`) when the
+        inputs and the table allow it, else everything is checked and each episode written in turn."""
+        term, trunc = _end_flags("terminated", terminated, t), _end_flags("truncated", truncated, t)
+        bufs = self._segment_bufs
+        if bufs[0].size <= t:
+            bufs = self._segment_bufs = (np.zeros(2 * t + 2, np.int64), np.zeros(2 * t + 2, np.int8))
+        m, inner, both = KA.episode_segments(term, trunc, *bufs)
+        if both >= 0:
+            raise ValueError(f"add_steps: step {both} is both terminated and truncated; an episode ends one way")
+        ends, codes = bufs[0][:m], bufs[1][:m]
+        k = 0 if first_observations is None else (int(np.shape(first_observations)[0]) if np.ndim(first_observations)
+                                                   else -1)
+        allowed = (inner, inner + 1) if codes[m - 1] else (inner,)
+        if k not in allowed:
+            after = ", and optionally one after it" if len(allowed) > 1 else ""
+            got = "none" if first_observations is None else k if k >= 0 else "a scalar"
+            raise SpecError(f"add_steps: expected {' or '.join(map(str, allowed))} first_observations (one per "
+                            f"episode ending before the last step{after}), got {got}")
+        direct = self._direct
+        if direct is not None and extras is None:
+            act_dtype, act_shape, rew_dtype, obs_dtype, obs_shape = direct[:5]
+            firsts = np.zeros((0, *obs_shape), obs_dtype) if first_observations is None else first_observations
+            if (type(actions) is np.ndarray and actions.dtype is act_dtype and actions.shape == (t, *act_shape)
+                    and type(rewards) is np.ndarray and rewards.dtype is rew_dtype and rewards.shape == (t,)
+                    and type(next_obs) is np.ndarray and next_obs.dtype is obs_dtype
+                    and next_obs.shape == (t, *obs_shape)
+                    and type(firsts) is np.ndarray and firsts.dtype is obs_dtype and firsts.shape == (k, *obs_shape)):
+                done = self._segments_direct(lane, ends, codes, firsts.reshape(k, direct[8].shape[1]), actions, rewards,
+                                             next_obs)
+                if done == ends.size:
+                    return
+                if done:  # the call stopped where the table's own insert had to take over: the rest in turn
+                    self._write_episodes(lane, ends, codes, done, self._step_columns(actions, rewards, None, t),
+                                         {"observation": next_obs}, firsts)
+                    return
+        cols = self._step_columns(actions, rewards, extras, t)
+        obs = self._check(self._obs_fields, {"observation": next_obs}, t, "add_steps: next_observations")
+        firsts = None if not k else self._check(self._obs_fields, {"observation": first_observations}, k,
+                                                "add_steps: first_observations")
+        self._write_episodes(lane, ends, codes, 0, cols, obs, firsts)
+
+    def _write_episodes(self, lane: int, ends: np.ndarray, codes: np.ndarray, done: int, cols: dict[str, Any],
+                        obs: dict[str, Any], firsts: Any) -> None:
+        """Segments ``done ..`` of :meth:`_add_episodes` (checked flat columns, or arrays in the store's
+        dtypes), each through :meth:`add_steps` and :meth:`add_first` of the next episode's first row."""
+        k = 0 if firsts is None else (firsts.shape[0] if isinstance(firsts, np.ndarray)
+                                      else next(iter(firsts.values())).shape[0])
+        a = int(ends[done - 1]) if done else 0
+        for j in range(done, ends.size):
+            z = int(ends[j])
+            top = self._top({name: col[a:z] for name, col in {**cols, **obs}.items()})
+            self.add_steps(lane, top["action"], top["reward"], top["observation"], terminated=bool(codes[j] == 1),
+                           truncated=bool(codes[j] == 2), extras=top.get("extras"))
+            if j < k:
+                first = firsts[j:j + 1] if isinstance(firsts, np.ndarray) else self._top(
+                    {name: col[j:j + 1] for name, col in firsts.items()})["observation"]
+                self.add_first(TimeStep(first, np.zeros(1, np.float32), _NO, _NO, _YES, _NO), lanes=[lane])
+            a = z
 
     def add_first(self, timestep: TimeStep, lanes: Any = None) -> None:
         if (lanes is None and self._direct is not None and self.num_lanes == 1 and not self._staged
@@ -411,60 +482,58 @@ class NStepTransition(Adder):
 
     def _flush_lane(self, terminated: bool, truncated: bool, restart: Any = None) -> None:
         """Write the rows :meth:`_stage_lane` holds, the episode ending on the last one when ``terminated`` or
-        ``truncated`` (and the next one starting with ``restart`` when given). Episodes that ended and
-        restarted inside the block (its segments) go with them in one compiled call
-        (:func:`~rlflow.adders._kernels.lane_segments_direct`); otherwise each segment goes through
-        :meth:`add_steps` (one compiled call, which also starts the next episode) or through its general
-        path and :meth:`add_first`."""
+        ``truncated`` (and the next one starting with ``restart`` when given). The block's episodes (its
+        segments: those that ended and restarted inside it, then the last) go in one compiled call
+        (:meth:`_segments_direct`), each as :meth:`add_steps` of its rows and :meth:`add_first` of the next
+        episode would write them; what that call leaves goes episode by episode through those methods."""
         n, blk = self._staged, self._lane_block
         self._staged = 0
         blk.staged[0] = 0
         acts, rews = blk.act[:n].reshape(n, *blk.plan[1][1:]), blk.rew[:n, 0]
         obs = blk.obs[:n].reshape(n, *blk.plan[3][1:])
-        segments, a = blk.segments, 0
-        if segments:
-            blk.segments = 0
-            tail = int(blk.ends[segments - 1]) < n  # rows after the last restart: the block's last episode
-            exact = restart is None or (type(restart) is np.ndarray and restart.dtype is blk.restart.dtype
-                                        and restart.shape == blk.restart.shape[1:])
-            count = segments
-            if tail and exact:
-                blk.ends[segments], blk.codes[segments] = n, 1 if terminated else 2 if truncated else 0
-                if restart is not None:
-                    blk.restart[segments] = restart
-                count += 1
-            with_restart = count if restart is not None or count == segments else segments
-            done = self._segments_direct(blk, count, blk.restart[:with_restart].reshape(with_restart, -1),
-                                         acts, rews, obs)
-            if done == count and (count > segments or not tail):
-                return
-            a = int(blk.ends[done - 1]) if done else 0
-            for j in range(done, segments):  # what the one call left, segment by segment
-                z = int(blk.ends[j])
-                self._write_lane(acts[a:z], rews[a:z], obs[a:z], blk.codes[j] == 1, blk.codes[j] == 2,
-                                 blk.restart[j].copy())
-                a = z
-            if not tail:
-                return
-        self._write_lane(acts[a:], rews[a:], obs[a:], terminated, truncated, restart)
+        segments = blk.segments
+        blk.segments = 0
+        tail = segments == 0 or int(blk.ends[segments - 1]) < n  # rows after the last restart: the last episode
+        exact = restart is None or (type(restart) is np.ndarray and restart.dtype is blk.restart.dtype
+                                    and restart.shape == blk.restart.shape[1:])
+        count = segments
+        if tail and exact:
+            blk.ends[segments], blk.codes[segments] = n, 1 if terminated else 2 if truncated else 0
+            if restart is not None:
+                blk.restart[segments] = restart
+            count += 1
+        with_restart = count if restart is not None and count > segments else segments
+        done = 0 if not count else self._segments_direct(
+            0, blk.ends[:count], blk.codes[:count],
+            blk.restart[:with_restart].reshape(with_restart, self._direct[8].shape[1]), acts, rews, obs)
+        if done == count and (count > segments or not tail):
+            return
+        a = int(blk.ends[done - 1]) if done else 0
+        for j in range(done, segments):  # what the one call left, episode by episode
+            z = int(blk.ends[j])
+            self._write_lane(acts[a:z], rews[a:z], obs[a:z], blk.codes[j] == 1, blk.codes[j] == 2,
+                             blk.restart[j].copy())
+            a = z
+        if tail:
+            self._write_lane(acts[a:], rews[a:], obs[a:], terminated, truncated, restart)
 
     def _write_lane(self, acts: np.ndarray, rews: np.ndarray, obs: np.ndarray, terminated: bool, truncated: bool,
                     restart: Any) -> None:
-        """One segment of staged rows through :meth:`add_steps`'s one-call path, or its general path and
+        """One segment of staged rows through :meth:`add_steps` (its one-call path, or its general path), then
         :meth:`add_first` of ``restart``."""
         n = rews.shape[0]
-        if self._direct is not None and self._add_steps_direct(0, n, acts, rews, obs, terminated, truncated, restart):
-            return
-        self.add_steps(0, acts, rews, obs, terminated=terminated, truncated=truncated)
+        if self._direct is None or not self._add_steps_direct(0, n, acts, rews, obs, terminated, truncated):
+            self.add_steps(0, acts, rews, obs, terminated=terminated, truncated=truncated)
         if restart is not None:
             self.add_first(TimeStep(restart, np.zeros(1, np.float32), _NO, _NO, _YES, _NO))
 
-    def _segments_direct(self, blk: _LaneBlock, count: int, restarts: np.ndarray, acts: np.ndarray, rews: np.ndarray,
-                         obs: np.ndarray) -> int:
-        """The first ``count`` segments of a lane block (see :meth:`_flush_lane`) in one compiled call; returns
-        how many were written, having settled the table's counters and finished what the call left of the
-        last one (items to insert through the table, overflow lists). 0 when the table needs the general
-        path."""
+    def _segments_direct(self, lane: int, ends: np.ndarray, codes: np.ndarray, restarts: np.ndarray, acts: np.ndarray,
+                         rews: np.ndarray, obs: np.ndarray) -> int:
+        """Episodes of one lane in one compiled call (:func:`~rlflow.adders._kernels.lane_segments_direct`:
+        ``ends``, ``codes`` and ``restarts`` as it takes them; ``acts``, ``rews``, ``obs`` in the store's
+        dtypes and shapes). Returns how many segments were written, having settled the table's counters
+        and finished what the call left of the last one (items to insert through the table, overflow
+        lists); 0, having changed nothing, when the table needs the general path or a value is bad."""
         checks, act_col, rew_col, obs_col = self._direct[5:]
         t = rews.shape[0]
         store = self.store
@@ -477,24 +546,25 @@ class NStepTransition(Adder):
             m = t + self.n  # at most the items of the rows, and the windows open before the block
             lanes, starts, lengths, returns, discounts, slots, keys, clash, out = self._direct_buffers(m)
             flat = store._flat
-            ends, codes = blk.ends[:count], blk.codes[:count]
+            acc = self._segment_acc
             done, status = KA.lane_segments_direct(
-                0, ends, codes, restarts, int(self._open[0]), int(self._episode_start[0]), self.n, checks,
+                lane, ends, codes, restarts, int(self._open[lane]), int(self._episode_start[lane]), self.n, checks,
                 acts.reshape(t, -1), rews.reshape(t, 1), obs.reshape(t, -1), store.count, store.episode_id,
                 store.episode_step, store._next_episode, store._next_step, store.capacity, act_col, rew_col, obs_col,
                 flat["terminated"], flat["truncated"], flat["first"], flat["last"], self._powers, arrays.tab,
                 arrays.kind, arrays.alpha, table.rate_limiter.can_insert(m), state, table.cross_episodes, lanes,
-                starts, lengths, returns, discounts, slots, keys, clash, blk.acc, out)
+                starts, lengths, returns, discounts, slots, keys, clash, acc, out)
             if not done:
                 return 0
-            evicted, times, inserted, start = blk.acc.tolist()
+            evicted, times, inserted, start = acc.tolist()
             made, last, clashes = out.tolist()[2:]
             j = done - 1
-            if j < restarts.shape[0]:  # the segment ended and the next episode's first row follows
-                self._open[0] = self._episode_start[0] = last + 1
+            stopped = (made and status != 1) or clashes or status == -3  # before the segment's restart, if any
+            if j < restarts.shape[0] and not stopped:  # the next episode's first row follows the final row
+                self._open[lane] = self._episode_start[lane] = last + 1
             else:
-                self._open[0] = -1 if codes[j] else last
-                self._episode_start[0] = start
+                self._open[lane] = -1 if codes[j] else last
+                self._episode_start[lane] = start
             placed = made if status == 1 else 0
             _direct.settle(table, state, evicted, times, inserted, clashes, slots[:placed], lanes[:placed],
                            starts[:placed], clash[:placed])
@@ -503,6 +573,9 @@ class NStepTransition(Adder):
             if made and not placed:  # no room or no consent yet: the table's own insert waits or evicts
                 self._insert(lanes[:made].copy(), starts[:made].copy(), lengths[:made].copy(),
                              {"return": returns[:made, 0].copy(), "discount": discounts[:made].copy()})
+            if stopped and j < restarts.shape[0]:
+                first = restarts[j:j + 1].reshape(1, *self._direct[4]).copy()
+                self.add_first(TimeStep(first, np.zeros(1, np.float32), _NO, _NO, _YES, _NO), lanes=[lane])
         return done
 
     def flush(self) -> None:
@@ -587,6 +660,21 @@ class NStepTransition(Adder):
 _GOING_ON = (False, False, False, False)
 
 
+def _end_flags(name: str, flag: Any, t: int) -> np.ndarray:
+    """``add_steps``'s ``terminated`` or ``truncated`` as a bool array ``[T]`` (a bool marks the last step)."""
+    if type(flag) is np.ndarray and flag.dtype is _BOOL and flag.shape == (t,):
+        return flag
+    if np.ndim(flag) == 0:
+        out = np.zeros(t, bool)
+        out[-1] = bool(flag)
+        return out
+    arr = np.asarray(flag)
+    if arr.dtype != np.bool_ or arr.shape != (t,):
+        raise SpecError(f"add_steps: {name}: expected a bool or a bool array of shape ({t},), got {arr.dtype} "
+                        f"array of shape {arr.shape}")
+    return arr
+
+
 def _lane_flags(ts: TimeStep) -> tuple[bool, bool, bool, bool] | None:
     """One lane's ``first, last, terminated, truncated`` as bools (the shared one-lane arrays known by identity),
     or None when they are not ``[1]`` bool arrays."""
@@ -619,7 +707,6 @@ class _LaneBlock:
         self.codes = np.zeros(k + 1, np.int8)
         self.restart = np.zeros((k + 1, 1, *obs_shape), obs_dtype)
         self.segments = 0
-        self.acc = np.zeros(4, np.int64)
         obs_field = next(iter(adder._obs_fields.values()))
         self.plan = (act_dtype, (1, *act_shape), obs_dtype, (1, *obs_shape), rew_dtype, obs_field, checks)
 

@@ -95,13 +95,13 @@ def settle(table: Table, state: np.ndarray, evicted: int, times: int, inserted: 
     items.times_total -= times
     sampler.size = int(state[UNIFORM_SIZE]) if type(sampler) is Uniform else sampler.size + inserted - evicted
     remover.size += inserted - evicted
-    if evicted:
-        limiter.delete(evicted)
-    if clashes:
+    if clashes:  # ``clash`` may hold only the last of several writes' items: its clashes are the ones left
         clashed = np.flatnonzero(clash[:inserted])
         items._overflow_add(slots[clashed], lanes[clashed], starts[clashed] % items.capacity)
-    if inserted:
+    if inserted:  # before the deletes: a call writing several episodes may evict items it inserted itself
         limiter.insert(inserted)
+    if evicted:
+        limiter.delete(evicted)
     table._wake()
 
 
