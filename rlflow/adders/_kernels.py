@@ -637,3 +637,41 @@ def stage_row(staged: np.ndarray, checks: np.ndarray, action: object, action_blo
     obs_block[s] = next_obs
     staged[0] = s + 1
     return s + 1
+
+
+# The one-lane write kernels with their unchanging arrays in a LaneBag (rlflow.replay._direct): what a call
+# passes is only what changes between calls.
+
+
+@njit(**_OPTS)
+def lane_steps_bag(bag: object, lane: int, ended: bool, terminated: bool, truncated: bool, open_row: int,
+                   episode_start: int, n: int, actions: np.ndarray, rewards: np.ndarray, next_obs: np.ndarray,
+                   restart: np.ndarray, alpha: float, may_insert: bool, cross_episodes: bool) -> int:
+    """:func:`lane_steps_direct` with ``bag``'s arrays."""
+    return lane_steps_direct(lane, ended, terminated, truncated, open_row, episode_start, n, bag.checks, actions,
+                             rewards, next_obs, restart, bag.count, bag.episode_id, bag.episode_step,
+                             bag.next_episode, bag.next_step, bag.capacity, bag.act_col, bag.rew_col, bag.obs_col,
+                             bag.term_col, bag.trunc_col, bag.first_col, bag.last_col, bag.powers, bag.tab, bag.kind,
+                             alpha, may_insert, bag.state, cross_episodes, bag.lanes, bag.starts, bag.lengths,
+                             bag.returns, bag.discounts, bag.slots, bag.keys, bag.clash, bag.out)
+
+
+@njit(**_OPTS)
+def lane_segments_bag(bag: object, lane: int, ends: np.ndarray, codes: np.ndarray, restarts: np.ndarray,
+                      open_row: int, episode_start: int, n: int, actions: np.ndarray, rewards: np.ndarray,
+                      next_obs: np.ndarray, alpha: float, may_insert: bool, cross_episodes: bool) -> tuple[int, int]:
+    """:func:`lane_segments_direct` with ``bag``'s arrays."""
+    return lane_segments_direct(lane, ends, codes, restarts, open_row, episode_start, n, bag.checks, actions, rewards,
+                                next_obs, bag.count, bag.episode_id, bag.episode_step, bag.next_episode,
+                                bag.next_step, bag.capacity, bag.act_col, bag.rew_col, bag.obs_col, bag.term_col,
+                                bag.trunc_col, bag.first_col, bag.last_col, bag.powers, bag.tab, bag.kind, alpha,
+                                may_insert, bag.state, cross_episodes, bag.lanes, bag.starts, bag.lengths,
+                                bag.returns, bag.discounts, bag.slots, bag.keys, bag.clash, bag.acc, bag.out)
+
+
+@njit(**_OPTS)
+def lane_first_bag(bag: object, lane: int, obs: np.ndarray) -> int:
+    """:func:`lane_first_direct` with ``bag``'s arrays (its outputs in ``bag.out``)."""
+    return lane_first_direct(lane, bag.checks, obs, bag.count, bag.episode_id, bag.episode_step, bag.next_episode,
+                             bag.next_step, bag.capacity, bag.obs_col, bag.first_col, bag.last_col, bag.tab, bag.kind,
+                             bag.state, bag.out)

@@ -96,6 +96,8 @@ class NStepTransition(Adder):
         self._direct = _direct_plan(self)  # add_steps's one-call path, when the store and table fit it
         self._direct_bufs: tuple[np.ndarray, ...] | None = None
         self._segment_acc = np.zeros(4, np.int64)  # lane_segments_direct's counters
+        self._bag: Any = None  # the one-call paths' unchanging arrays (_lane_bag), and what they were made of
+        self._bag_key: tuple[Any, ...] | None = None
         self._segment_bufs = (np.zeros(0, np.int64), np.zeros(0, np.int8))  # add_steps's episode ends and codes
         self._no_restart = None if self._direct is None else np.zeros((0, self._direct[8].shape[1]), self._direct[3])
         self._one_step_fits = store.capacity - self.n - 2 >= 1  # add_steps takes one step
@@ -271,7 +273,7 @@ class NStepTransition(Adder):
         """:meth:`add_first` of a one-lane store in one compiled call
         (:func:`~rlflow.adders._kernels.lane_first_direct`); False, having changed nothing, when the input,
         the lane or the table need the general path."""
-        obs_dtype, obs_shape, checks, obs_col = self._direct[3], self._direct[4], self._direct[5], self._direct[8]
+        obs_dtype, obs_shape = self._direct[3], self._direct[4]
         first, obs = timestep.first, timestep.observation
         if not (type(obs) is np.ndarray and obs.dtype is obs_dtype and obs.shape == (1, *obs_shape)
                 and type(first) is np.ndarray and first.dtype is _BOOL and first.shape == (1,) and first[0]
@@ -283,17 +285,29 @@ class NStepTransition(Adder):
             if got is None:
                 return False
             table, arrays = got
-            state = arrays.state
-            out = self._direct_buffers(0)[-1]
-            flat = store._flat
-            if KA.lane_first_direct(0, checks, obs.reshape(1, -1), store.count, store.episode_id, store.episode_step,
-                                    store._next_episode, store._next_step, store.capacity, obs_col, flat["first"],
-                                    flat["last"], arrays.tab, arrays.kind, state, out) < 0:
+            bag, bufs = self._lane_bag(arrays, 0)
+            if KA.lane_first_bag(bag, 0, obs.reshape(1, -1)) < 0:
                 return False
-            evicted, times, row = int(out[0]), int(out[1]), int(out[2])
+            evicted, times, row = bufs[-1].tolist()[:3]
             self._open[0] = self._episode_start[0] = row
-            _direct.settle(table, state, evicted, times)
+            _direct.settle(table, arrays.state, evicted, times)
         return True
+
+    def _lane_bag(self, arrays: _direct.Arrays, m: int) -> tuple[Any, tuple[np.ndarray, ...]]:
+        """The one-call paths' unchanging arrays in one :class:`~rlflow.replay._direct.LaneBag` (made again
+        when the table's arrays or the output buffers change), and the output buffers for ``m`` items."""
+        bufs = self._direct_buffers(m)
+        key = self._bag_key
+        if key is None or key[0] is not arrays or key[1] is not bufs:
+            store, flat = self.store, self.store._flat
+            checks, act_col, rew_col, obs_col = self._direct[5:]
+            self._bag = _direct.make_bag(checks, store.count, store.episode_id, store.episode_step,
+                                         store._next_episode, store._next_step, store.capacity, act_col, rew_col,
+                                         obs_col, flat["terminated"], flat["truncated"], flat["first"], flat["last"],
+                                         self._powers, arrays.tab, arrays.kind, arrays.state, *bufs,
+                                         self._segment_acc)
+            self._bag_key = (arrays, bufs)
+        return self._bag, bufs
 
     def _direct_buffers(self, m: int) -> tuple[np.ndarray, ...]:
         """Outputs of the one-call paths for ``m`` items: lanes, starts, lengths, returns, discounts, slots,
@@ -313,7 +327,7 @@ class NStepTransition(Adder):
         ending here) also the next episode's first observation, as ``add`` of a step that ends one episode
         and starts the next. Returns False, having changed nothing, when the inputs or the table need the
         general path (which converts them or raises)."""
-        act_dtype, act_shape, rew_dtype, obs_dtype, obs_shape, checks, act_col, rew_col, obs_col = self._direct
+        act_dtype, act_shape, rew_dtype, obs_dtype, obs_shape = self._direct[:5]
         if not (type(actions) is np.ndarray and actions.dtype is act_dtype and actions.shape == (t, *act_shape)
                 and type(rewards) is np.ndarray and rewards.dtype is rew_dtype and rewards.ndim == 1
                 and type(next_obs) is np.ndarray and next_obs.dtype is obs_dtype
@@ -337,15 +351,10 @@ class NStepTransition(Adder):
             r, s0 = int(self._open[lane]), int(self._episode_start[lane])
             last = int(store.count[lane]) + t - 1
             m = max(0, (last if ended else last - self.n + 1) - max(s0, r + 1 - self.n))
-            lanes, starts, lengths, returns, discounts, slots, keys, clash, out = self._direct_buffers(m)
-            flat = store._flat
-            status = KA.lane_steps_direct(
-                lane, ended, bool(terminated), bool(truncated), r, s0, self.n, checks, actions.reshape(t, -1),
-                rewards.reshape(t, 1), next_obs.reshape(t, -1), restart, store.count,
-                store.episode_id, store.episode_step, store._next_episode, store._next_step, store.capacity, act_col,
-                rew_col, obs_col, flat["terminated"], flat["truncated"], flat["first"], flat["last"], self._powers,
-                arrays.tab, arrays.kind, arrays.alpha, m == 0 or table.rate_limiter.can_insert(m), state,
-                table.cross_episodes, lanes, starts, lengths, returns, discounts, slots, keys, clash, out)
+            bag, (lanes, starts, lengths, returns, discounts, slots, _, clash, out) = self._lane_bag(arrays, m)
+            status = KA.lane_steps_bag(bag, lane, ended, bool(terminated), bool(truncated), r, s0, self.n,
+                                       actions.reshape(t, -1), rewards.reshape(t, 1), next_obs.reshape(t, -1), restart,
+                                       arrays.alpha, m == 0 or table.rate_limiter.can_insert(m), table.cross_episodes)
             if status == -2:
                 return False
             evicted, times, made, last, clashes = out.tolist()
@@ -534,7 +543,6 @@ class NStepTransition(Adder):
         dtypes and shapes). Returns how many segments were written, having settled the table's counters
         and finished what the call left of the last one (items to insert through the table, overflow
         lists); 0, having changed nothing, when the table needs the general path or a value is bad."""
-        checks, act_col, rew_col, obs_col = self._direct[5:]
         t = rews.shape[0]
         store = self.store
         with store.lock:
@@ -544,16 +552,12 @@ class NStepTransition(Adder):
             table, arrays = got
             state = arrays.state
             m = t + self.n  # at most the items of the rows, and the windows open before the block
-            lanes, starts, lengths, returns, discounts, slots, keys, clash, out = self._direct_buffers(m)
-            flat = store._flat
+            bag, (lanes, starts, lengths, returns, discounts, slots, _, clash, out) = self._lane_bag(arrays, m)
             acc = self._segment_acc
-            done, status = KA.lane_segments_direct(
-                lane, ends, codes, restarts, int(self._open[lane]), int(self._episode_start[lane]), self.n, checks,
-                acts.reshape(t, -1), rews.reshape(t, 1), obs.reshape(t, -1), store.count, store.episode_id,
-                store.episode_step, store._next_episode, store._next_step, store.capacity, act_col, rew_col, obs_col,
-                flat["terminated"], flat["truncated"], flat["first"], flat["last"], self._powers, arrays.tab,
-                arrays.kind, arrays.alpha, table.rate_limiter.can_insert(m), state, table.cross_episodes, lanes,
-                starts, lengths, returns, discounts, slots, keys, clash, acc, out)
+            done, status = KA.lane_segments_bag(
+                bag, lane, ends, codes, restarts, int(self._open[lane]), int(self._episode_start[lane]), self.n,
+                acts.reshape(t, -1), rews.reshape(t, 1), obs.reshape(t, -1), arrays.alpha,
+                table.rate_limiter.can_insert(m), table.cross_episodes)
             if not done:
                 return 0
             evicted, times, inserted, start = acc.tolist()
