@@ -581,6 +581,29 @@ def test_add_steps_one_call_path_leaves_the_state_of_the_general_path(n, chunks,
 
 
 
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_one_call_path_over_growing_outputs_and_a_restored_table_leaves_the_state_of_the_general_path(prioritized):
+    """The one-call path's arrays travel in one argument made once and kept: it is made again when its output
+    buffers grow (calls of more items than before) and when the table's state is loaded from a
+    checkpoint, and the store and table end exactly as on the general path."""
+    chunks = [(5, "mid"), (90, "mid"), (300, "term"), (40, "mid"), (400, "trunc"), (30, "mid")]
+    runs = []
+    for direct in (True, False):
+        _, table, _, drawn = _run_chunks(direct, 3, chunks[:3], prioritized, None, 900, 4)
+        saved = table.state_dict()
+        store2, table2, adder2, drawn2 = _run_chunks(direct, 3, chunks, prioritized, None, 900, 4)
+        table2.load_state_dict(saved)  # a table restored to an earlier state, then written on
+        rng = np.random.default_rng(5)
+        adder2.add_steps(0, rng.integers(0, 6, 200), rng.standard_normal(200).astype(np.float32),
+                         rng.standard_normal((200, 2)).astype(np.float32))
+        runs.append((store2.state_dict(), table2, drawn + drawn2))
+    (s1, t1, d1), (s2, t2, d2) = runs
+    assert d1 == d2
+    for k in s2:
+        np.testing.assert_array_equal(s1[k], s2[k], err_msg=k)
+    _assert_same_tables(t1, t2)
+
+
 @settings(max_examples=60, deadline=None)
 @given(streams, st.integers(1, 3), st.booleans(), st.sampled_from([None, 2, 5]), st.booleans())
 def test_one_call_paths_leave_the_state_of_the_general_path(cfg, n, prioritized, max_size, shared):
