@@ -99,6 +99,13 @@ class ReplayBuffer:
                        if any(_path(name, key) is not False for key in ("observation", "action", "reward", "extras"))
                        } if self.num_envs == 1 else {}
         self._block_rows = np.zeros(1, np.int64)  # rows staged
+        # Episodes that ended in the block: the rows they end after, how (1 terminated, 2 truncated), and
+        # the first observations of the episodes that followed (``_firsts[name][:_num_firsts]``).
+        self._ends: list[int] = []
+        self._codes: list[int] = []
+        self._firsts = {name: np.zeros_like(col) for name, col in self._block.items() if name in self._obs_fields}
+        self._num_firsts = 0
+        self._ended = False  # the block's last staged transition ended its episode
         self._last_next_given: Any = None  # the next_obs object of the last staged transition (identity check)
         self._fast = _fast_plan(self.adder, self._block) if self.num_envs == 1 else None
 
@@ -175,12 +182,19 @@ class ReplayBuffer:
         term, trunc = _flag("terminated", terminated), _flag("truncated", truncated)
         if obs is not self._last_next_given and not self._continues_one(obs):
             first = _row(*leaves["observation"], obs, "obs")  # a new episode: check its observation too
-            self.flush()
-            with self.store.lock:
-                self.adder.truncate()
-                start = self.adder._top({k: v[None] for k, v in first.items()})["observation"]
-                self.adder.add_first(TimeStep(start, np.zeros(1, np.float32), self._no, self._no, ~self._no,
-                                              self._no))
+            if self._ended:  # the episode before ended in the block: this one starts there too
+                k = self._num_firsts
+                for name, value in first.items():
+                    self._firsts[name][k] = value
+                self._num_firsts = k + 1
+                self._ended = False
+            else:
+                self.flush()
+                with self.store.lock:
+                    self.adder.truncate()
+                    start = self.adder._top({k: v[None] for k, v in first.items()})["observation"]
+                    self.adder.add_first(TimeStep(start, np.zeros(1, np.float32), self._no, self._no, ~self._no,
+                                                  self._no))
         s = int(self._block_rows[0])
         for part in (nxt, act, rew, ext):
             for name, value in part.items():
@@ -189,20 +203,22 @@ class ReplayBuffer:
         self._staged_one(next_obs, term, trunc, s + 1)
 
     def _staged_one(self, next_obs: Any, terminated: bool, truncated: bool, rows: int) -> None:
-        """After a transition is staged (``rows`` now held): remember its next_obs; write the block when the
-        episode ended (and forget it) or the block is full."""
+        """After a transition is staged (``rows`` now held): remember its next_obs, or that the episode ended
+        (the block goes on with the next one); write the block when it is full."""
         self._last_next_given = next_obs
         if terminated or truncated:
-            self.flush(terminated=terminated, truncated=truncated)
+            self._ends.append(rows)
+            self._codes.append(1 if terminated else 2)
+            self._ended = True
             self._last_next_given = None
-        elif rows >= len(self._block["reward"]):
+        if rows >= len(self._block["reward"]):
             self.flush()
 
     def _continues_one(self, obs: Any) -> bool:
         """Whether ``obs`` equals the last next_obs of the one env's episode in progress (bit for bit)."""
         s = int(self._block_rows[0])
         row = int(self.adder._open[0])
-        if not s and row < 0:
+        if self._ended or (not s and row < 0):
             return False
         try:
             got = _row(*self._leaves["observation"], obs, "obs")
@@ -214,16 +230,26 @@ class ReplayBuffer:
                 return False
         return True
 
-    def flush(self, *, terminated: bool = False, truncated: bool = False) -> None:
-        """Write the staged single-env transitions to the store and table (sampling does this itself)."""
+    def flush(self) -> None:
+        """Write the staged single-env transitions to the store and table (sampling does this itself): one
+        ``add_steps`` call, over the episodes that ended in the block and those that followed them."""
         n = int(self._block_rows[0])
         if not n:
             return
         adder = self.adder
         self._block_rows[0] = 0
         top = adder._top({name: col[:n] for name, col in self._block.items()})
+        if not self._ends:
+            adder.add_steps(0, top["action"], top["reward"], top["observation"], extras=top.get("extras"))
+            return
+        terminated, truncated = np.zeros(n, bool), np.zeros(n, bool)
+        for end, code in zip(self._ends, self._codes, strict=True):
+            (terminated if code == 1 else truncated)[end - 1] = True
+        k = self._num_firsts
+        firsts = adder._top({name: col[:k] for name, col in self._firsts.items()})["observation"] if k else None
+        self._ends, self._codes, self._num_firsts, self._ended = [], [], 0, False
         adder.add_steps(0, top["action"], top["reward"], top["observation"], terminated=terminated,
-                        truncated=truncated, extras=top.get("extras"))
+                        truncated=truncated, extras=top.get("extras"), first_observations=firsts)
 
     def _unbatched(self, obs: Any) -> bool:
         """Whether ``obs`` is one env's observation without the leading env axis (judged by its first field)."""
