@@ -573,7 +573,8 @@ class NStepTransition(Adder):
             _direct.settle(table, state, evicted, times, inserted, clashes, slots[:placed], lanes[:placed],
                            starts[:placed], clash[:placed])
             if status == -3:
-                raise RuntimeError("stage: a block's new items are not stored (a broken invariant)")
+                raise RuntimeError(f"lane {lane}: new items of a write of several episodes are not stored (a broken "
+                                   "invariant)")
             if made and not placed:  # no room or no consent yet: the table's own insert waits or evicts
                 self._insert(lanes[:made].copy(), starts[:made].copy(), lengths[:made].copy(),
                              {"return": returns[:made, 0].copy(), "discount": discounts[:made].copy()})
