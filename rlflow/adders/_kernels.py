@@ -379,7 +379,7 @@ def lane_steps_direct(lane: int, ended: bool, terminated: bool, truncated: bool,
 def episode_segments(terminated: np.ndarray, truncated: np.ndarray, ends: np.ndarray,
                      codes: np.ndarray) -> tuple[int, int, int]:
     """The episodes of ``T`` steps of one lane whose ends ``terminated`` and ``truncated`` (bool ``[T]``)
-    mark, as :func:`lane_segments_direct` takes them: segment ``j`` ends before row ``ends[j]``, with
+    mark, as :func:`lane_segments_bag` takes them: segment ``j`` ends before row ``ends[j]``, with
     ``codes[j]`` 1 (terminated), 2 (truncated) or 0 (the last one, going on). Returns the number of
     segments, how many ends come before the last step, and the first step marked both ways (-1: none;
     then nothing else is meaningful)."""
@@ -400,65 +400,6 @@ def episode_segments(terminated: np.ndarray, truncated: np.ndarray, ends: np.nda
         codes[m] = 0
         m += 1
     return m, inner, -1
-
-
-@njit(**_OPTS)
-def lane_segments_direct(lane: int, ends: np.ndarray, codes: np.ndarray, restarts: np.ndarray, open_row: int,
-                         episode_start: int, n: int, checks: np.ndarray, actions: np.ndarray, rewards: np.ndarray,
-                         next_obs: np.ndarray, count: np.ndarray, episode_id: np.ndarray, episode_step: np.ndarray,
-                         next_episode: np.ndarray, next_step: np.ndarray, capacity: int, act_col: np.ndarray,
-                         rew_col: np.ndarray, obs_col: np.ndarray, term_col: np.ndarray, trunc_col: np.ndarray,
-                         first_col: np.ndarray, last_col: np.ndarray, powers: np.ndarray, tab: tuple, kind: int,
-                         alpha: float, may_insert: bool, state: np.ndarray, cross_episodes: bool, lanes: np.ndarray,
-                         starts: np.ndarray, lengths: np.ndarray, returns: np.ndarray, discounts: np.ndarray,
-                         slots: np.ndarray, keys: np.ndarray, clash: np.ndarray, acc: np.ndarray,
-                         out: np.ndarray) -> tuple[int, int]:
-    """Several episodes of one lane in one call, as separate calls would write them: for each segment,
-    :func:`lane_steps_direct` (``add_steps`` of the episode), then :func:`lane_first_direct` of the next
-    episode's first observation (``add_first``). Segment ``j`` is rows ``ends[j - 1] .. ends[j] - 1`` of
-    the inputs (from 0 for the first); ``codes[j]`` is 0 (the episode goes on: only the last segment), 1
-    (it terminates) or 2 (it is truncated); ``restarts[j]`` is the next episode's first observation, for
-    every segment but possibly the last (``restarts`` has ``len(ends)`` or ``len(ends) - 1`` rows).
-
-    Every value is checked first (``checks`` as in :func:`stage_simple`): if any is bad, nothing changes
-    and the call returns ``(0, -2)``. Stops after a segment's rows when it leaves work to the caller
-    (its items not inserted: no room or no consent; items sharing a start row with another, whose
-    overflow lists the caller keeps; a broken invariant), before that segment's restart. Returns how many
-    segments were written and the last one's status (:func:`lane_steps_direct`'s). ``acc`` gets the items
-    evicted, their times sampled and the items inserted by all of them, and the first row of the last
-    one's episode; ``out`` and the item outputs are the last one's rows'.
-    """
-    acc[0], acc[1], acc[2], acc[3] = 0, 0, 0, episode_start
-    if not (_values_ok(actions, int(checks[0]), checks[1], checks[2])
-            and _values_ok(rewards, int(checks[3]), checks[4], checks[5])
-            and _values_ok(next_obs, int(checks[6]), checks[7], checks[8])
-            and _values_ok(restarts, int(checks[6]), checks[7], checks[8])):
-        return 0, -2
-    checked = np.zeros(9)  # every value checked: the segments check none again (mode NO_CHECK)
-    first_out = np.empty(3, np.int64)
-    r, s0, a = open_row, episode_start, 0
-    status = 1
-    for j in range(ends.shape[0]):
-        z, code = ends[j], codes[j]
-        acc[3] = s0
-        status = lane_steps_direct(lane, code != 0, code == 1, code == 2, r, s0, n, checked, actions[a:z],
-                                   rewards[a:z], next_obs[a:z], restarts[0:0], count, episode_id, episode_step,
-                                   next_episode, next_step, capacity, act_col, rew_col, obs_col, term_col, trunc_col,
-                                   first_col, last_col, powers, tab, kind, alpha, may_insert, state, cross_episodes,
-                                   lanes, starts, lengths, returns, discounts, slots, keys, clash, out)
-        acc[0] += out[0]
-        acc[1] += out[1]
-        acc[2] += out[2] if status == 1 else 0
-        if (status != 1 and out[2] != 0) or status == -3 or out[4] != 0:
-            return j + 1, status
-        if j < restarts.shape[0]:
-            lane_first_direct(lane, checked, restarts[j:j + 1], count, episode_id, episode_step, next_episode,
-                              next_step, capacity, obs_col, first_col, last_col, tab, kind, state, first_out)
-            acc[0] += first_out[0]
-            acc[1] += first_out[1]
-            r = s0 = first_out[2]
-        a = z
-    return ends.shape[0], status
 
 
 @njit(**_OPTS)
@@ -660,13 +601,57 @@ def lane_steps_bag(bag: object, lane: int, ended: bool, terminated: bool, trunca
 def lane_segments_bag(bag: object, lane: int, ends: np.ndarray, codes: np.ndarray, restarts: np.ndarray,
                       open_row: int, episode_start: int, n: int, actions: np.ndarray, rewards: np.ndarray,
                       next_obs: np.ndarray, alpha: float, may_insert: bool, cross_episodes: bool) -> tuple[int, int]:
-    """:func:`lane_segments_direct` with ``bag``'s arrays."""
-    return lane_segments_direct(lane, ends, codes, restarts, open_row, episode_start, n, bag.checks, actions, rewards,
-                                next_obs, bag.count, bag.episode_id, bag.episode_step, bag.next_episode,
-                                bag.next_step, bag.capacity, bag.act_col, bag.rew_col, bag.obs_col, bag.term_col,
-                                bag.trunc_col, bag.first_col, bag.last_col, bag.powers, bag.tab, bag.kind, alpha,
-                                may_insert, bag.state, cross_episodes, bag.lanes, bag.starts, bag.lengths,
-                                bag.returns, bag.discounts, bag.slots, bag.keys, bag.clash, bag.acc, bag.out)
+    """Several episodes of one lane in one call (the store's and table's arrays in ``bag``), as separate calls
+    would write them: for each segment, :func:`lane_steps_direct` (``add_steps`` of the episode), then
+    :func:`lane_first_direct` of the next episode's first observation (``add_first``). Segment ``j`` is
+    rows ``ends[j - 1] .. ends[j] - 1`` of the inputs (from 0 for the first); ``codes[j]`` is 0 (the
+    episode goes on: only the last segment), 1 (it terminates) or 2 (it is truncated); ``restarts[j]`` is
+    the next episode's first observation, for every segment but possibly the last (``restarts`` has
+    ``len(ends)`` or ``len(ends) - 1`` rows).
+
+    Every value is checked first (``bag.checks`` as in :func:`stage_simple`): if any is bad, nothing changes
+    and the call returns ``(0, -2)``. Stops after a segment's rows when it leaves work to the caller
+    (its items not inserted: no room or no consent; items sharing a start row with another, whose
+    overflow lists the caller keeps; a broken invariant), before that segment's restart. Returns how many
+    segments were written and the last one's status (:func:`lane_steps_direct`'s). ``bag.acc`` gets the
+    items evicted, their times sampled and the items inserted by all of them, and the first row of the
+    last one's episode; ``bag.out`` and the item outputs are the last one's rows'.
+    """
+    acc, out, checks = bag.acc, bag.out, bag.checks
+    acc[0], acc[1], acc[2], acc[3] = 0, 0, 0, episode_start
+    if not (_values_ok(actions, int(checks[0]), checks[1], checks[2])
+            and _values_ok(rewards, int(checks[3]), checks[4], checks[5])
+            and _values_ok(next_obs, int(checks[6]), checks[7], checks[8])
+            and _values_ok(restarts, int(checks[6]), checks[7], checks[8])):
+        return 0, -2
+    checked = np.zeros(9)  # every value checked: the segments check none again (mode NO_CHECK)
+    first_out = np.empty(3, np.int64)
+    r, s0, a = open_row, episode_start, 0
+    status = 1
+    for j in range(ends.shape[0]):
+        z, code = ends[j], codes[j]
+        acc[3] = s0
+        status = lane_steps_direct(lane, code != 0, code == 1, code == 2, r, s0, n, checked, actions[a:z],
+                                   rewards[a:z], next_obs[a:z], restarts[0:0], bag.count, bag.episode_id,
+                                   bag.episode_step, bag.next_episode, bag.next_step, bag.capacity, bag.act_col,
+                                   bag.rew_col, bag.obs_col, bag.term_col, bag.trunc_col, bag.first_col, bag.last_col,
+                                   bag.powers, bag.tab, bag.kind, alpha, may_insert, bag.state, cross_episodes,
+                                   bag.lanes, bag.starts, bag.lengths, bag.returns, bag.discounts, bag.slots, bag.keys,
+                                   bag.clash, out)
+        acc[0] += out[0]
+        acc[1] += out[1]
+        acc[2] += out[2] if status == 1 else 0
+        if (status != 1 and out[2] != 0) or status == -3 or out[4] != 0:
+            return j + 1, status
+        if j < restarts.shape[0]:
+            lane_first_direct(lane, checked, restarts[j:j + 1], bag.count, bag.episode_id, bag.episode_step,
+                              bag.next_episode, bag.next_step, bag.capacity, bag.obs_col, bag.first_col,
+                              bag.last_col, bag.tab, bag.kind, bag.state, first_out)
+            acc[0] += first_out[0]
+            acc[1] += first_out[1]
+            r = s0 = first_out[2]
+        a = z
+    return ends.shape[0], status
 
 
 @njit(**_OPTS)

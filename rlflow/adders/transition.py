@@ -95,7 +95,7 @@ class NStepTransition(Adder):
         self._block: _Block | None = None  # stage()'s buffers, made on its first call
         self._direct = _direct_plan(self)  # add_steps's one-call path, when the store and table fit it
         self._direct_bufs: tuple[np.ndarray, ...] | None = None
-        self._segment_acc = np.zeros(4, np.int64)  # lane_segments_direct's counters
+        self._segment_acc = np.zeros(4, np.int64)  # lane_segments_bag's counters
         self._bag: Any = None  # the one-call paths' unchanging arrays (_lane_bag), and what they were made of
         self._bag_key: tuple[Any, ...] | None = None
         self._segment_bufs = (np.zeros(0, np.int64), np.zeros(0, np.int8))  # add_steps's episode ends and codes
@@ -538,7 +538,7 @@ class NStepTransition(Adder):
 
     def _segments_direct(self, lane: int, ends: np.ndarray, codes: np.ndarray, restarts: np.ndarray, acts: np.ndarray,
                          rews: np.ndarray, obs: np.ndarray) -> int:
-        """Episodes of one lane in one compiled call (:func:`~rlflow.adders._kernels.lane_segments_direct`:
+        """Episodes of one lane in one compiled call (:func:`~rlflow.adders._kernels.lane_segments_bag`:
         ``ends``, ``codes`` and ``restarts`` as it takes them; ``acts``, ``rews``, ``obs`` in the store's
         dtypes and shapes). Returns how many segments were written, having settled the table's counters
         and finished what the call left of the last one (items to insert through the table, overflow

@@ -186,7 +186,7 @@ def make_bag(checks: np.ndarray, count: np.ndarray, episode_id: np.ndarray, epis
              starts: np.ndarray, lengths: np.ndarray, returns: np.ndarray, discounts: np.ndarray, slots: np.ndarray,
              keys: np.ndarray, clash: np.ndarray, out: np.ndarray, acc: np.ndarray) -> LaneBag:
     """A :class:`LaneBag` of these arrays (the argument names of :func:`rlflow.adders._kernels.lane_steps_direct`;
-    ``acc`` is :func:`~rlflow.adders._kernels.lane_segments_direct`'s). Built by a cached compiled function:
+    ``acc`` is :func:`~rlflow.adders._kernels.lane_segments_bag`'s). Built by a cached compiled function:
     building one through the proxy class would compile its constructor in every process."""
     return LaneBag(checks, count, episode_id, episode_step, next_episode, next_step, capacity, act_col, rew_col,
                    obs_col, term_col, trunc_col, first_col, last_col, powers, tab, kind, state, lanes, starts,
