@@ -26,7 +26,7 @@ from gymnasium.vector import AutoresetMode
 
 import rlflow
 from rlflow import adders, envs
-from rlflow.replay import Fifo, MinSize, StepStore, Table, Uniform
+from rlflow.replay import Fifo, MinSize, ReplayBuffer, StepStore, Table, Uniform
 
 _INT64 = np.dtype(np.int64)
 
@@ -172,8 +172,8 @@ def ladder(env_id: str, level: int, steps: int) -> float:
 def adder_paths(env_id: str, steps: int, rounds: int) -> dict[str, float]:
     """Microseconds per step of one lane's ``NStepTransition.add`` and ``stage`` (flushes included) on a
     recorded stream of ``env_id`` (random actions), through the one-call paths and with them switched off
-    (``add``: the general path; ``stage``: the multi-lane block path); best of ``rounds`` interleaved runs,
-    each on a fresh store and table."""
+    (``add``: the general path; ``stage``: the multi-lane block path), and of ``ReplayBuffer.add`` of the
+    same transitions; best of ``rounds`` interleaved runs, each on a fresh store and table."""
     env = envs.make(env_id, num_envs=None, seed=0)
     rng = np.random.default_rng(0)
     first = ts = env.reset(seed=0)
@@ -183,6 +183,7 @@ def adder_paths(env_id: str, steps: int, rounds: int) -> dict[str, float]:
         ts = env.step(actions)
         stream.append((actions, ts))
     env.close()
+    transitions = _transitions(first, stream)
     times: dict[str, list[float]] = {}
     for _ in range(rounds):
         for method in ("add", "stage"):
@@ -202,7 +203,29 @@ def adder_paths(env_id: str, steps: int, rounds: int) -> dict[str, float]:
                 adder.flush()
                 label = f"{method} ({'one-call paths' if direct else 'general add' if method == 'add' else 'block'})"
                 times.setdefault(label, []).append((time.perf_counter() - start) / steps * 1e6)
+        # The same stream through the ReplayBuffer facade, as a loop that has its own env calls it: unbatched
+        # arrays, ``obs = next_obs`` going on, the reset observation after an episode end.
+        buf = ReplayBuffer(env.single_observation_space, env.single_action_space, capacity=steps + 8)
+        start = time.perf_counter()
+        for obs, action, reward, nxt, terminated, truncated in transitions:
+            buf.add(obs, action, reward, nxt, terminated, truncated)
+        buf.flush()
+        times.setdefault("ReplayBuffer.add (one env)", []).append((time.perf_counter() - start) / steps * 1e6)
     return {k: min(v) for k, v in times.items()}
+
+
+def _transitions(first: Any, stream: list[tuple[np.ndarray, Any]]) -> list[tuple[Any, ...]]:
+    """One env's ``(obs, action, reward, next_obs, terminated, truncated)`` per step of a recorded stream, as a
+    training loop hands them to a replay buffer: ``obs`` is the previous ``next_obs`` object, or the reset
+    observation after an episode end."""
+    out = []
+    obs = first.observation[0]
+    for actions, ts in stream:
+        ended = bool(ts.last[0])
+        nxt = ts.final_observation[0] if ended else ts.observation[0]
+        out.append((obs, int(actions[0]), float(ts.reward[0]), nxt, bool(ts.terminated[0]), bool(ts.truncated[0])))
+        obs = ts.observation[0] if ended else nxt
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
