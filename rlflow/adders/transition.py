@@ -351,7 +351,7 @@ class NStepTransition(Adder):
             r, s0 = int(self._open[lane]), int(self._episode_start[lane])
             last = int(store.count[lane]) + t - 1
             m = max(0, (last if ended else last - self.n + 1) - max(s0, r + 1 - self.n))
-            bag, (lanes, starts, lengths, returns, discounts, slots, _, clash, out) = self._lane_bag(arrays, m)
+            bag, (lanes, starts, _, _, _, slots, _, clash, out) = self._lane_bag(arrays, m)
             status = KA.lane_steps_bag(bag, lane, ended, bool(terminated), bool(truncated), r, s0, self.n,
                                        actions.reshape(t, -1), rewards.reshape(t, 1), next_obs.reshape(t, -1), restart,
                                        arrays.alpha, m == 0 or table.rate_limiter.can_insert(m), table.cross_episodes)
@@ -365,10 +365,16 @@ class NStepTransition(Adder):
             _direct.settle(table, state, evicted, times, inserted, clashes, slots, lanes, starts, clash)
             if status == -3:
                 raise RuntimeError(f"add_steps: lane {lane}'s new items are not stored (a broken invariant)")
-            if made and not inserted:  # no room or no consent yet: the table's own insert waits or evicts
-                self._insert(lanes[:made].copy(), starts[:made].copy(), lengths[:made].copy(),
-                             {"return": returns[:made, 0].copy(), "discount": discounts[:made].copy()})
+            if made and not inserted:
+                self._insert_left(made)
         return True
+
+    def _insert_left(self, made: int) -> None:
+        """Insert through the table the ``made`` items a one-call path left in its outputs (no room or no
+        consent yet: the table's own insert waits or evicts)."""
+        lanes, starts, lengths, returns, discounts = self._direct_bufs[:5]
+        self._insert(lanes[:made].copy(), starts[:made].copy(), lengths[:made].copy(),
+                     {"return": returns[:made, 0].copy(), "discount": discounts[:made].copy()})
 
     def stage(self, actions: Any, next_timestep: TimeStep, extras: Any = None) -> None:
         """:meth:`add`, held back: the step is checked now and written at the next :meth:`flush`.
@@ -552,7 +558,7 @@ class NStepTransition(Adder):
             table, arrays = got
             state = arrays.state
             m = t + self.n  # at most the items of the rows, and the windows open before the block
-            bag, (lanes, starts, lengths, returns, discounts, slots, _, clash, out) = self._lane_bag(arrays, m)
+            bag, (lanes, starts, _, _, _, slots, _, clash, out) = self._lane_bag(arrays, m)
             acc = self._segment_acc
             done, status = KA.lane_segments_bag(
                 bag, lane, ends, codes, restarts, int(self._open[lane]), int(self._episode_start[lane]), self.n,
@@ -575,9 +581,8 @@ class NStepTransition(Adder):
             if status == -3:
                 raise RuntimeError(f"lane {lane}: new items of a write of several episodes are not stored (a broken "
                                    "invariant)")
-            if made and not placed:  # no room or no consent yet: the table's own insert waits or evicts
-                self._insert(lanes[:made].copy(), starts[:made].copy(), lengths[:made].copy(),
-                             {"return": returns[:made, 0].copy(), "discount": discounts[:made].copy()})
+            if made and not placed:
+                self._insert_left(made)
             if stopped and j < restarts.shape[0]:
                 first = restarts[j:j + 1].reshape(1, *self._direct[4]).copy()
                 self.add_first(TimeStep(first, np.zeros(1, np.float32), _NO, _NO, _YES, _NO), lanes=[lane])
