@@ -691,13 +691,13 @@ def test_one_lane_blocks_over_several_episodes_leave_the_state_of_segment_by_seg
 
 
 def _run_episode_calls(mode: str, n: int, calls: list, prioritized: bool, max_size: int | None, capacity: int,
-                       seed: int) -> tuple[StepStore, Table, adders.NStepTransition, list]:
-    """One lane's steps in calls of several episodes each (``calls``: per call, segments of (steps, how the
+                       seed: int, lanes: int = 1) -> tuple[StepStore, Table, adders.NStepTransition, list]:
+    """A lane's steps in calls of several episodes each (``calls``: per call, segments of (steps, how the
     last one ends, whether the next episode starts in the same call)), written by ``add_steps`` with
     per-step flags and first observations (``mode`` "one", or "general" with the one-call paths off)
     or segment by segment ("segments": ``add_steps`` of each episode, then ``add_first``); a sample
-    (and a priority update) after each call."""
-    store = StepStore(step_spec(OBS, ACT), capacity=capacity)
+    (and a priority update) after each call. With several lanes, call ``i`` writes lane ``i % lanes``."""
+    store = StepStore(step_spec(OBS, ACT), capacity=capacity, lanes=lanes)
     sampler = Prioritized(0.6, 0.4, seed=seed) if prioritized else Uniform(seed=seed)
     table = Table(store, sampler=sampler, remover=Fifo(seed=seed), max_size=max_size)
     adder = adders.NStepTransition(store, [table], n=n, discount=G)
@@ -705,10 +705,16 @@ def _run_episode_calls(mode: str, n: int, calls: list, prioritized: bool, max_si
     if mode == "general":
         adder._direct = None
     rng = np.random.default_rng(seed)
-    z = np.zeros(1, bool)
-    adder.add_first(TimeStep(rng.standard_normal((1, 2)).astype(np.float32), np.zeros(1, np.float32), z, z, ~z, z))
+    z, zs = np.zeros(1, bool), np.zeros(lanes, bool)
+    adder.add_first(TimeStep(rng.standard_normal((lanes, 2)).astype(np.float32), np.zeros(lanes, np.float32), zs, zs,
+                             ~zs, zs))
+
+    def start(lane, obs):  # a new episode on one lane (a one-lane store: add_first of every lane)
+        adder.add_first(TimeStep(obs[None], np.zeros(1, np.float32), z, z, ~z, z), lanes=None if lanes == 1 else [lane])
+
     drawn = []
-    for segments in calls:
+    for i, segments in enumerate(calls):
+        lane = i % lanes
         t = sum(c for c, _, _ in segments)
         acts, rews = rng.integers(0, 6, t), rng.standard_normal(t).astype(np.float32)
         nxt = rng.standard_normal((t, 2)).astype(np.float32)
@@ -722,16 +728,16 @@ def _run_episode_calls(mode: str, n: int, calls: list, prioritized: bool, max_si
         firsts = rng.standard_normal((len(restarts), 2)).astype(np.float32)
         if mode == "segments":
             a = 0
-            for i, ((_, end, _), b) in enumerate(zip(segments, ends, strict=True)):
-                adder.add_steps(0, acts[a:b], rews[a:b], nxt[a:b], terminated=end == "term", truncated=end == "trunc")
-                if i in restarts:
-                    adder.add_first(TimeStep(firsts[restarts.index(i)][None], np.zeros(1, np.float32), z, z, ~z, z))
+            for j, ((_, end, _), b) in enumerate(zip(segments, ends, strict=True)):
+                adder.add_steps(lane, acts[a:b], rews[a:b], nxt[a:b], terminated=end == "term",
+                                truncated=end == "trunc")
+                if j in restarts:
+                    start(lane, firsts[restarts.index(j)])
                 a = b
         else:
-            adder.add_steps(0, acts, rews, nxt, terminated=term, truncated=trunc, first_observations=firsts)
-        if adder._open[0] < 0:  # the call ended the episode without starting the next
-            adder.add_first(TimeStep(rng.standard_normal((1, 2)).astype(np.float32), np.zeros(1, np.float32),
-                                     z, z, ~z, z))
+            adder.add_steps(lane, acts, rews, nxt, terminated=term, truncated=trunc, first_observations=firsts)
+        if adder._open[lane] < 0:  # the call ended the episode without starting the next
+            start(lane, rng.standard_normal(2).astype(np.float32))
         if table.size:
             sample = table.sample(3)
             drawn.append(sample.keys.tolist())
@@ -759,18 +765,18 @@ def episode_calls(draw):
 
 @settings(max_examples=60, deadline=None)
 @given(st.integers(1, 3), episode_calls(), st.booleans(), st.sampled_from([None, 3, 8]), st.integers(0, 5),
-       st.integers(0, 99))
+       st.integers(0, 99), st.sampled_from([1, 1, 3]))
 def test_add_steps_over_episode_ends_leaves_the_state_of_one_call_per_episode(n, calls, prioritized, max_size, slack,
-                                                                             seed):
+                                                                             seed, lanes):
     """add_steps with per-step end flags and first observations (one compiled call, and with the one-call
     paths off) leaves the store, the table (keys, priorities, times sampled, selector arrays and RNGs,
     rate limiter counts, the next sample) and the adder exactly as add_steps of each episode followed by
-    add_first of the next: over ring wrap-arounds, samples and priority updates between calls, and tables
-    too small for the new items."""
+    add_first of the next: over ring wrap-arounds, samples and priority updates between calls, tables
+    too small for the new items, and calls on the lanes of a several-lane store in turn."""
     capacity = max(sum(c for c, _, _ in segments) for segments in calls) + n + 3 + slack
     for mode in ("one", "general"):  # a fresh reference each time: comparing the tables samples them
-        s0, t0, a0, d0 = _run_episode_calls("segments", n, calls, prioritized, max_size, capacity, seed)
-        s1, t1, a1, d1 = _run_episode_calls(mode, n, calls, prioritized, max_size, capacity, seed)
+        s0, t0, a0, d0 = _run_episode_calls("segments", n, calls, prioritized, max_size, capacity, seed, lanes)
+        s1, t1, a1, d1 = _run_episode_calls(mode, n, calls, prioritized, max_size, capacity, seed, lanes)
         assert d1 == d0
         for got, want in ((s1.state_dict(), s0.state_dict()), (a1.state_dict(), a0.state_dict())):
             for k in want:
