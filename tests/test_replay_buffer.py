@@ -95,6 +95,110 @@ def test_matches_the_transitions_added(n, plan, close, forms, block):
     assert all_transitions(buf) == reference(added, n, close)
 
 
+def _plan_transitions(rng, plan):
+    """Transitions of one env for a plan of "mid", "term", "trunc", "jump" (restart without an end), "equal"
+    (the previous next_obs again, as another array): ``(obs, action, reward, next_obs, term, trunc)``."""
+    out = []
+    obs = rng.integers(-9, 9, 3).astype(np.float32)
+    for what in plan:
+        if what == "jump":
+            obs = rng.integers(-9, 9, 3).astype(np.float32)
+            what = "mid"
+        elif what == "equal":
+            obs = obs.copy()
+            what = "mid"
+        nxt = rng.integers(-9, 9, 3).astype(np.float32)
+        out.append((obs, int(rng.integers(0, 4)), float(np.float32(rng.standard_normal())), nxt, what == "term",
+                    what == "trunc"))
+        obs = rng.integers(-9, 9, 3).astype(np.float32) if what in ("term", "trunc") else nxt
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 3), st.lists(st.sampled_from(["mid", "mid", "mid", "term", "trunc", "jump", "equal"]),
+                                   min_size=1, max_size=60),
+       st.lists(st.integers(1, 50), min_size=1, max_size=8), st.booleans(), st.sampled_from([1, 3]),
+       st.integers(0, 2))
+def test_extend_matches_the_transitions_added(n, plan, chunks, close, envs, adds_first):
+    """extend of consecutive transitions in chunks of any size (after a few single adds, across ring
+    wrap-arounds, and in calls longer than one add_steps call takes) leaves exactly the transitions that
+    add of each one leaves, for one env and for several (``[T, E, ...]``); without wrap-around, those of
+    the plain list."""
+    rng = np.random.default_rng(len(plan) + 7 * sum(chunks))
+    per_env = [_plan_transitions(rng, plan) for _ in range(envs)]
+    bufs = [ReplayBuffer(OBS, ACT, capacity=40 * envs, n_step=n, discount=G, num_envs=envs) for _ in range(2)]
+    t = len(plan)
+
+    def add(buf, i):
+        row = [tr[i] for tr in per_env]
+        buf.add(*(row[0] if envs == 1 else (np.array([r[j] for r in row]) for j in range(6))))
+
+    for i in range(t):
+        add(bufs[1], i)
+    i = 0
+    while i < min(adds_first, t):  # single adds before: extend goes on from them
+        add(bufs[0], i)
+        i += 1
+    c = 0
+    while i < t:
+        z = min(t, i + chunks[c % len(chunks)])
+        c += 1
+        cols = [np.array([[tr[s][j] for tr in per_env] for s in range(i, z)]) for j in range(6)]
+        bufs[0].extend(*(col[:, 0] for col in cols) if envs == 1 else cols)
+        i = z
+    if close:
+        for buf in bufs:
+            buf.end_episodes()
+    got, want = all_transitions(bufs[0]), all_transitions(bufs[1])
+    assert got == want
+    if max(int(c) for c in bufs[1].store.count) <= bufs[1].store.capacity:  # nothing overwritten yet
+        assert got == sorted(x for tr in per_env for x in reference(
+            [(tuple(o), a, r, tuple(nx), te, tu) for o, a, r, nx, te, tu in tr], n, close))
+
+
+@pytest.mark.parametrize("envs", [1, 3])
+def test_one_extend_longer_than_the_ring_matches_the_adds(envs):
+    """One extend of 120 transitions into rings of 40 rows per env: written in several add_steps calls
+    (each at most capacity - n - 2 steps), over wrap-arounds, ending where adds of each end."""
+    rng = np.random.default_rng(3)
+    plan = list(rng.choice(["mid"] * 8 + ["term", "trunc", "jump", "equal"], 120))
+    plan[34], plan[70] = "term", "jump"  # episodes that start right at a call's first step (calls of 35 steps)
+    per_env = [_plan_transitions(rng, plan) for _ in range(envs)]
+    bufs = [ReplayBuffer(OBS, ACT, capacity=40 * envs, n_step=3, discount=G, num_envs=envs) for _ in range(2)]
+    for i in range(len(plan)):
+        row = [tr[i] for tr in per_env]
+        bufs[1].add(*(row[0] if envs == 1 else (np.array([r[j] for r in row]) for j in range(6))))
+    cols = [np.array([[tr[s][j] for tr in per_env] for s in range(len(plan))]) for j in range(6)]
+    bufs[0].extend(*(col[:, 0] for col in cols) if envs == 1 else cols)
+    assert all_transitions(bufs[0]) == all_transitions(bufs[1])
+    assert len(bufs[0]) >= 25 * envs  # the ring is full of transitions
+
+
+def test_extend_bad_input_changes_nothing():
+    """A bad value anywhere in an extend (the last step's next_obs, a flag) raises and changes nothing."""
+    buf = ReplayBuffer(OBS, ACT, capacity=64, n_step=2)
+    obs = np.zeros((5, 3), np.float32)
+    nxt = np.arange(15, dtype=np.float32).reshape(5, 3) % 9
+    buf.extend(obs, np.ones(5, np.int64), np.ones(5), nxt, np.zeros(5, bool), np.zeros(5, bool))
+    before = {k: v.copy() for k, v in buf.store.state_dict().items()}, buf.table.items()
+    bad_next = nxt.copy()
+    bad_next[4, 0] = np.nan
+    cases = [(dict(next_obs=bad_next), "finite"), (dict(action=np.array([1, 1, 1, 9, 1])), "action"),
+             (dict(terminated=np.zeros(4, bool)), "terminated and truncated: expected the same number of steps"),
+             (dict(reward=np.ones(4)), "reward"),
+             (dict(truncated=np.array(["no"] * 5)), "truncated"), (dict(obs=np.zeros((5, 4), np.float32)), "shape")]
+    for bad, match in cases:
+        args = dict(obs=nxt, action=np.ones(5, np.int64), reward=np.ones(5), next_obs=nxt + 1,
+                    terminated=np.array([0, 0, 1, 0, 0], bool), truncated=np.zeros(5, bool))
+        args.update(bad)
+        with pytest.raises((SpecError, ValueError), match=match):
+            buf.extend(**args)
+        for k, v in buf.store.state_dict().items():
+            np.testing.assert_array_equal(v, before[0][k], err_msg=k)
+        for k, v in buf.table.items().items():
+            np.testing.assert_array_equal(v, before[1][k], err_msg=k)
+
+
 def test_batched_envs_store_each_observation_once():
     buf = ReplayBuffer(OBS, ACT, capacity=1000, num_envs=4, n_step=1)
     obs = np.zeros((4, 3), np.float32)

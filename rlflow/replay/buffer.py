@@ -4,6 +4,7 @@ For a training loop that already exists and wants a fast buffer and nothing else
 
     buffer = ReplayBuffer(env.observation_space, env.action_space, capacity=100_000, n_step=3)
     buffer.add(obs, action, reward, next_obs, terminated, truncated)      # one transition (or a batch)
+    buffer.extend(obs_t, action_t, reward_t, next_obs_t, term_t, trunc_t)  # T consecutive transitions
     batch = buffer.sample(256).data                                       # a Transition [256, ...]
 
 Each call records one transition per env (``num_envs`` of them, leading axis ``E``; with one env the
@@ -69,6 +70,7 @@ class ReplayBuffer:
                  directory: Any = None) -> None:
         global _KA
         from rlflow.adders import _kernels
+        from rlflow.adders.base import _fast_leaves
         from rlflow.adders.transition import NStepTransition  # adders build on this package
 
         _KA = _kernels
@@ -108,6 +110,7 @@ class ReplayBuffer:
         self._ended = False  # the block's last staged transition ended its episode
         self._last_next_given: Any = None  # the next_obs object of the last staged transition (identity check)
         self._fast = _fast_plan(self.adder, self._block) if self.num_envs == 1 else None
+        self._fast_leaves = _fast_leaves  # extend's quick check of arrays already in the stored dtypes
 
     def add(self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any, truncated: Any,
             extras: Any = None) -> None:
@@ -297,6 +300,84 @@ class ReplayBuffer:
         """Set the priorities of sampled transitions (keys of overwritten ones are skipped)."""
         return self.table.update_priorities(keys, priorities)
 
+    def extend(self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any, truncated: Any,
+               extras: Any = None) -> None:
+        """Record ``T`` consecutive transitions of each env: every argument leads with ``T`` (then ``E`` with
+        several envs), in time order. The same transitions as ``T`` calls of :meth:`add` (continuity,
+        episode ends and restarts judged the same way; item keys aside), written with one ``add_steps``
+        call per env. Everything is checked first: bad input raises and changes nothing."""
+        self.flush()
+        e = self.num_envs
+        term, trunc = _step_flags("terminated", terminated, e), _step_flags("truncated", truncated, e)
+        t = term.shape[0]
+        if trunc.shape[0] != t:
+            raise SpecError(f"extend: terminated and truncated: expected the same number of steps, got {t} and "
+                            f"{trunc.shape[0]}")
+        if not t:
+            return
+        adder = self.adder
+        if ("extras" in self._leaves) != (extras is not None):
+            raise SpecError("extend: extras given, but the buffer has no extras spec" if extras is not None
+                            else f"extend: the buffer stores extras {list(adder._extra_fields)}; pass extras=")
+        fields = {**adder._act_fields, **adder._reward_fields, **adder._extra_fields}
+        checked = []
+        for lane in range(e):
+            def pick(x: Any, lane: int = lane) -> Any:
+                return x if e == 1 or x is None else _take(x, lane)
+            checked.append((self._steps_checked(pick(obs), t, "extend: obs"),
+                            self._steps_checked(pick(next_obs), t, "extend: next_obs"),
+                            adder._fast_action_columns(pick(action), pick(reward), pick(extras), t)
+                            or adder._check(fields, {"action": pick(action), "reward": _as_rewards(pick(reward)),
+                                                     **({"extras": pick(extras)} if extras is not None else {})},
+                                            t, "extend")))
+        for lane, (o, nxt, cols) in enumerate(checked):
+            self._extend_lane(lane, t, o, nxt, cols, term[:, lane], trunc[:, lane])
+        self._last_next_given = None
+
+    def _extend_lane(self, lane: int, t: int, obs: dict[str, np.ndarray], nxt: dict[str, np.ndarray],
+                     cols: dict[str, np.ndarray], terminated: np.ndarray, truncated: np.ndarray) -> None:
+        """:meth:`extend` of one env, its columns checked: an episode starts wherever ``obs`` is not the step
+        before's ``next_obs`` (bit for bit) or that step ended one; without an end there, the episode
+        before is truncated at that ``next_obs``, as :meth:`add` does."""
+        adder = self.adder
+        starts = np.zeros(t, bool)
+        for name in obs:
+            starts[1:] |= _rows_differ(obs[name][1:], nxt[name][:-1])
+        starts[1:] |= terminated[:-1] | truncated[:-1]
+        cut = np.append(starts[1:] & ~(terminated[:-1] | truncated[:-1]), False)  # the step before a jump
+        if not self._goes_on(lane, obs):
+            with self.store.lock:
+                if adder._open[lane] >= 0:
+                    adder.truncate([lane])
+                first = adder._top({name: v[:1] for name, v in obs.items()})["observation"]
+                adder.add_first(TimeStep(first, np.zeros(1, np.float32), self._no[:1], self._no[:1],
+                                         ~self._no[:1], self._no[:1]), lanes=None if self.num_envs == 1 else [lane])
+        cap = self.store.capacity - adder.n - 2  # add_steps's most steps a call
+        firsts = np.flatnonzero(starts)
+        for a in range(0, t, cap):
+            z = min(a + cap, t)
+            k = firsts[(firsts > a) & (firsts <= z)]
+            top = _top(adder, {name: v[a:z] for name, v in {**cols, **nxt}.items()})
+            restart = _top(adder, {name: v[k] for name, v in obs.items()})["observation"] if k.size else None
+            adder.add_steps(lane, top["action"], top["reward"], top["observation"], terminated=terminated[a:z],
+                            truncated=truncated[a:z] | cut[a:z], extras=top.get("extras"), first_observations=restart)
+
+    def _steps_checked(self, obs: Any, t: int, what: str) -> dict[str, np.ndarray]:
+        """``t`` observations as flat columns: as given when each is an array of exactly its stored dtype and
+        shape with good values, else checked and converted (SpecError naming ``what``)."""
+        out: dict[str, np.ndarray] = {}
+        if self._fast_leaves(self.adder._layout["observation"], obs, t, out):
+            return out
+        return self.adder._check(self._obs_fields, {"observation": obs}, t, what)
+
+    def _goes_on(self, lane: int, obs: dict[str, np.ndarray]) -> bool:
+        """Whether the first of ``obs`` (checked columns) is, bit for bit, the open row of ``lane``'s episode."""
+        r = int(self.adder._open[lane])
+        if r < 0:
+            return False
+        pos = r % self.store.capacity
+        return all(v[0].tobytes() == self.store.columns[name][lane, pos].tobytes() for name, v in obs.items())
+
     def end_episodes(self) -> None:
         """Close every episode in progress as truncated, so its last transitions become sampleable."""
         self.flush()
@@ -398,3 +479,49 @@ def _flags(name: str, value: Any, n: int) -> np.ndarray:
             return arr.astype(bool)
         raise SpecError(f"{name}: expected {n} bools (one per env), got {arr.dtype} {arr.shape}")
     return arr
+
+
+def _step_flags(name: str, value: Any, envs: int) -> np.ndarray:
+    """``extend``'s flags as bools ``[T, envs]``: given as ``[T]`` for one env, ``[T, E]`` for several."""
+    arr = value if type(value) is np.ndarray else np.asarray(value)
+    ok = arr.ndim == 1 if envs == 1 else (arr.ndim == 2 and arr.shape[1] == envs)
+    if ok and arr.dtype != np.bool_ and arr.dtype.kind in "iu" and ((arr == 0) | (arr == 1)).all():
+        arr = arr.astype(bool)
+    if not ok or arr.dtype != np.bool_:
+        raise SpecError(f"{name}: expected bools of shape {'[T]' if envs == 1 else f'[T, {envs}]'}, got "
+                        f"{arr.dtype} {arr.shape}")
+    return arr.reshape(arr.shape[0], envs)
+
+
+def _top(adder: Any, flat: dict[str, np.ndarray]) -> dict[str, Any]:
+    """The adder's ``_top`` (flat columns back into a row's parts), as they are when every part is one field."""
+    return flat if all("/" not in name for name in flat) else adder._top(flat)
+
+
+def _take(value: Any, lane: int) -> Any:
+    """Env ``lane``'s steps of a ``[T, E, ...]`` argument (nested dicts and tuples followed)."""
+    if isinstance(value, dict):
+        return {k: _take(v, lane) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return tuple(_take(v, lane) for v in value)
+    arr = np.asarray(value)
+    if arr.ndim < 2:
+        raise SpecError(f"extend: expected a leading axis of steps and one of envs, got shape {arr.shape}")
+    return arr[:, lane]
+
+
+def _as_rewards(value: Any) -> Any:
+    return value if type(value) is np.ndarray else np.asarray(value, np.float32)
+
+
+_UINTS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+def _rows_differ(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Per row (leading axis) of two arrays of one dtype and shape: whether their bits differ anywhere."""
+    n, width = a.shape[0], int(np.prod(a.shape[1:], dtype=np.int64))
+    unit = _UINTS.get(a.itemsize)
+    if unit is None:  # compare the bytes
+        unit, width = np.uint8, width * a.itemsize
+    a, b = (np.ascontiguousarray(x).view(unit).reshape(n, width) for x in (a, b))
+    return (a != b).any(axis=1)
