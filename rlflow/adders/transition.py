@@ -140,9 +140,7 @@ class NStepTransition(Adder):
         if (self._direct is not None and extras is None
                 and self._add_steps_direct(lane, t, actions, rewards, next_observations, terminated, truncated)):
             return
-        obs: dict[str, np.ndarray] = {}
-        if not _fast_leaves(self._layout["observation"], next_observations, t, obs):
-            obs = self._check(self._obs_fields, {"observation": next_observations}, t, "add_steps: next_observations")
+        obs = self._obs_columns(next_observations, t, "add_steps: next_observations")
         if self._agent_active is not None:  # agents act only from rows where they are active
             cap = self.store.capacity
             active = np.concatenate([self._agent_active[lane * cap + self._open[lane] % cap][None],
@@ -203,20 +201,19 @@ class NStepTransition(Adder):
                     return
                 if done:  # the call stopped where the table's own insert had to take over: the rest in turn
                     self._write_episodes(lane, ends, codes, done, self._step_columns(actions, rewards, None, t),
-                                         {"observation": next_obs}, firsts)
+                                         self._obs_columns(next_obs, t, "add_steps: next_observations"),
+                                         self._obs_columns(firsts, k, "add_steps: first_observations"))
                     return
         cols = self._step_columns(actions, rewards, extras, t)
-        obs = self._check(self._obs_fields, {"observation": next_obs}, t, "add_steps: next_observations")
-        firsts = None if not k else self._check(self._obs_fields, {"observation": first_observations}, k,
-                                                "add_steps: first_observations")
+        obs = self._obs_columns(next_obs, t, "add_steps: next_observations")
+        firsts = {} if not k else self._obs_columns(first_observations, k, "add_steps: first_observations")
         self._write_episodes(lane, ends, codes, 0, cols, obs, firsts)
 
     def _write_episodes(self, lane: int, ends: np.ndarray, codes: np.ndarray, done: int, cols: dict[str, Any],
-                        obs: dict[str, Any], firsts: Any) -> None:
-        """Segments ``done ..`` of :meth:`_add_episodes` (checked flat columns, or arrays in the store's
-        dtypes), each through :meth:`add_steps` and :meth:`add_first` of the next episode's first row."""
-        k = 0 if firsts is None else (firsts.shape[0] if isinstance(firsts, np.ndarray)
-                                      else next(iter(firsts.values())).shape[0])
+                        obs: dict[str, Any], firsts: dict[str, Any]) -> None:
+        """Segments ``done ..`` of :meth:`_add_episodes` (checked flat columns), each through :meth:`add_steps`
+        and :meth:`add_first` of the next episode's first row."""
+        k = next(iter(firsts.values())).shape[0] if firsts else 0
         a = int(ends[done - 1]) if done else 0
         for j in range(done, ends.size):
             z = int(ends[j])
@@ -224,8 +221,7 @@ class NStepTransition(Adder):
             self.add_steps(lane, top["action"], top["reward"], top["observation"], terminated=bool(codes[j] == 1),
                            truncated=bool(codes[j] == 2), extras=top.get("extras"))
             if j < k:
-                first = firsts[j:j + 1] if isinstance(firsts, np.ndarray) else self._top(
-                    {name: col[j:j + 1] for name, col in firsts.items()})["observation"]
+                first = self._top({name: col[j:j + 1] for name, col in firsts.items()})["observation"]
                 self.add_first(TimeStep(first, np.zeros(1, np.float32), _NO, _NO, _YES, _NO), lanes=[lane])
             a = z
 
@@ -618,21 +614,31 @@ class NStepTransition(Adder):
                 self._insert(b.lanes[:k], b.starts[:k], b.lengths[:k],
                              {"return": b.returns[:k].reshape(k, *self._reward_shape), "discount": b.discounts[:k]})
 
-    def _step_columns(self, actions: Any, rewards: Any, extras: Any, t: int) -> dict[str, np.ndarray]:
-        """The action columns (action, reward, extras) of ``t`` steps, checked; SpecError names what is wrong."""
+    def _step_columns(self, actions: Any, rewards: Any, extras: Any, t: int,
+                      what: str = "add_steps") -> dict[str, np.ndarray]:
+        """The action columns (action, reward, extras) of ``t`` steps, checked; SpecError names ``what`` and what
+        is wrong."""
         cols = self._fast_action_columns(actions, rewards, extras, t)
         if cols is not None:
             return cols
         if "extras" not in self._layout and extras is not None:
-            raise SpecError("add_steps: extras given, but the store's spec has no 'extras'")
+            raise SpecError(f"{what}: extras given, but the store's spec has no 'extras'")
         if "extras" in self._layout and extras is None:
-            raise SpecError(f"add_steps: the store has extras {list(self._extra_fields)}; pass extras=")
+            raise SpecError(f"{what}: the store has extras {list(self._extra_fields)}; pass extras=")
         row = {"action": actions, "reward": rewards}
         fields = {**self._act_fields, **self._reward_fields}
         if extras is not None:
             row["extras"] = extras
             fields.update(self._extra_fields)
-        return self._check(fields, row, t, "add_steps")
+        return self._check(fields, row, t, what)
+
+    def _obs_columns(self, observations: Any, t: int, what: str) -> dict[str, np.ndarray]:
+        """``t`` observations as flat columns: as given when each is an array of exactly its stored dtype and
+        shape with good values, else checked and converted (SpecError naming ``what``)."""
+        obs: dict[str, np.ndarray] = {}
+        if _fast_leaves(self._layout["observation"], observations, t, obs):
+            return obs
+        return self._check(self._obs_fields, {"observation": observations}, t, what)
 
     def _emit(self, events: StepEvents) -> None:
         # add_first, truncate and the general add path: the events as per-lane arrays, for the one kernel.
