@@ -70,7 +70,6 @@ class ReplayBuffer:
                  directory: Any = None) -> None:
         global _KA
         from rlflow.adders import _kernels
-        from rlflow.adders.base import _fast_leaves
         from rlflow.adders.transition import NStepTransition  # adders build on this package
 
         _KA = _kernels
@@ -107,10 +106,8 @@ class ReplayBuffer:
         self._codes: list[int] = []
         self._firsts = {name: np.zeros_like(col) for name, col in self._block.items() if name in self._obs_fields}
         self._num_firsts = 0
-        self._ended = False  # the block's last staged transition ended its episode
         self._last_next_given: Any = None  # the next_obs object of the last staged transition (identity check)
         self._fast = _fast_plan(self.adder, self._block) if self.num_envs == 1 else None
-        self._fast_leaves = _fast_leaves  # extend's quick check of arrays already in the stored dtypes
 
     def add(self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any, truncated: Any,
             extras: Any = None) -> None:
@@ -190,7 +187,6 @@ class ReplayBuffer:
                 for name, value in first.items():
                     self._firsts[name][k] = value
                 self._num_firsts = k + 1
-                self._ended = False
             else:
                 self.flush()
                 with self.store.lock:
@@ -212,10 +208,15 @@ class ReplayBuffer:
         if terminated or truncated:
             self._ends.append(rows)
             self._codes.append(1 if terminated else 2)
-            self._ended = True
             self._last_next_given = None
         if rows >= len(self._block["reward"]):
             self.flush()
+
+    @property
+    def _ended(self) -> bool:
+        """Whether an episode ended in the block and the next has not started yet (its first observation is
+        the next call's ``obs``)."""
+        return len(self._ends) > self._num_firsts
 
     def _continues_one(self, obs: Any) -> bool:
         """Whether ``obs`` equals the last next_obs of the one env's episode in progress (bit for bit)."""
@@ -250,7 +251,7 @@ class ReplayBuffer:
             (terminated if code == 1 else truncated)[end - 1] = True
         k = self._num_firsts
         firsts = adder._top({name: col[:k] for name, col in self._firsts.items()})["observation"] if k else None
-        self._ends, self._codes, self._num_firsts, self._ended = [], [], 0, False
+        self._ends, self._codes, self._num_firsts = [], [], 0
         adder.add_steps(0, top["action"], top["reward"], top["observation"], terminated=terminated,
                         truncated=truncated, extras=top.get("extras"), first_observations=firsts)
 
@@ -316,20 +317,13 @@ class ReplayBuffer:
         if not t:
             return
         adder = self.adder
-        if ("extras" in self._leaves) != (extras is not None):
-            raise SpecError("extend: extras given, but the buffer has no extras spec" if extras is not None
-                            else f"extend: the buffer stores extras {list(adder._extra_fields)}; pass extras=")
-        fields = {**adder._act_fields, **adder._reward_fields, **adder._extra_fields}
         checked = []
         for lane in range(e):
             def pick(x: Any, lane: int = lane) -> Any:
                 return x if e == 1 or x is None else _take(x, lane)
-            checked.append((self._steps_checked(pick(obs), t, "extend: obs"),
-                            self._steps_checked(pick(next_obs), t, "extend: next_obs"),
-                            adder._fast_action_columns(pick(action), pick(reward), pick(extras), t)
-                            or adder._check(fields, {"action": pick(action), "reward": _as_rewards(pick(reward)),
-                                                     **({"extras": pick(extras)} if extras is not None else {})},
-                                            t, "extend")))
+            checked.append((adder._obs_columns(pick(obs), t, "extend: obs"),
+                            adder._obs_columns(pick(next_obs), t, "extend: next_obs"),
+                            adder._step_columns(pick(action), pick(reward), pick(extras), t, "extend")))
         for lane, (o, nxt, cols) in enumerate(checked):
             self._extend_lane(lane, t, o, nxt, cols, term[:, lane], trunc[:, lane])
         self._last_next_given = None
@@ -361,14 +355,6 @@ class ReplayBuffer:
             restart = _top(adder, {name: v[k] for name, v in obs.items()})["observation"] if k.size else None
             adder.add_steps(lane, top["action"], top["reward"], top["observation"], terminated=terminated[a:z],
                             truncated=truncated[a:z] | cut[a:z], extras=top.get("extras"), first_observations=restart)
-
-    def _steps_checked(self, obs: Any, t: int, what: str) -> dict[str, np.ndarray]:
-        """``t`` observations as flat columns: as given when each is an array of exactly its stored dtype and
-        shape with good values, else checked and converted (SpecError naming ``what``)."""
-        out: dict[str, np.ndarray] = {}
-        if self._fast_leaves(self.adder._layout["observation"], obs, t, out):
-            return out
-        return self.adder._check(self._obs_fields, {"observation": obs}, t, what)
 
     def _goes_on(self, lane: int, obs: dict[str, np.ndarray]) -> bool:
         """Whether the first of ``obs`` (checked columns) is, bit for bit, the open row of ``lane``'s episode."""
@@ -462,16 +448,6 @@ def _flag(name: str, value: Any) -> bool:
     raise SpecError(f"{name}: expected a bool, got {value!r}")
 
 
-def _lead(x: Any) -> Any:
-    if x is None:
-        return None
-    if isinstance(x, dict):
-        return {k: _lead(v) for k, v in x.items()}
-    if isinstance(x, tuple):
-        return tuple(_lead(v) for v in x)
-    return np.asarray(x)[None]
-
-
 def _flags(name: str, value: Any, n: int) -> np.ndarray:
     arr = value if type(value) is np.ndarray else np.asarray(value)
     if arr.shape != (n,) or arr.dtype != np.bool_:
@@ -508,10 +484,6 @@ def _take(value: Any, lane: int) -> Any:
     if arr.ndim < 2:
         raise SpecError(f"extend: expected a leading axis of steps and one of envs, got shape {arr.shape}")
     return arr[:, lane]
-
-
-def _as_rewards(value: Any) -> Any:
-    return value if type(value) is np.ndarray else np.asarray(value, np.float32)
 
 
 _UINTS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
