@@ -530,33 +530,48 @@ def _run_chunks(direct: bool, n: int, chunks: list[tuple[int, str]], prioritized
         if end != "mid":
             first = rng.standard_normal((1, 2)).astype(np.float32)
             adder.add_first(TimeStep(first, np.zeros(1, np.float32), z, z, ~z, z))
-        if table.size:
-            s = table.sample(3)
-            drawn.append(s.keys.tolist())
-            if prioritized:
-                table.update_priorities(s.keys, rng.random(3) + 0.1)
+        _sample_between(table, rng, prioritized, drawn)
     return store, table, adder, drawn
+
+
+def _sample_between(table: Table, rng: np.random.Generator, prioritized: bool, drawn: list) -> None:
+    """Between writes: a sample of 3 (its keys kept in ``drawn``), and new priorities for them."""
+    if table.size:
+        sample = table.sample(3)
+        drawn.append(sample.keys.tolist())
+        if prioritized:
+            table.update_priorities(sample.keys, rng.random(3) + 0.1)
+
+
+def _assert_same_state(got: dict, want: dict, prefix: str = "") -> None:
+    """Two state dicts (nested dicts of arrays and values) are equal, key for key."""
+    assert got.keys() == want.keys(), prefix
+    for k in want:
+        if isinstance(want[k], dict):
+            _assert_same_state(got[k], want[k], f"{prefix}{k}/")
+        elif isinstance(want[k], np.ndarray):
+            np.testing.assert_array_equal(got[k], want[k], err_msg=f"{prefix}{k}")
+        else:
+            assert got[k] == want[k], f"{prefix}{k}"
 
 
 def _assert_same_tables(t1: Table, t2: Table) -> None:
     """The two tables' whole states are equal (items, keys, priorities, times sampled, selector arrays and
     RNGs, rate limiter), and so is their next sample."""
-    def flat(d, prefix=""):
-        for k, v in d.items():
-            if isinstance(v, dict):
-                yield from flat(v, f"{prefix}{k}/")
-            else:
-                yield f"{prefix}{k}", v
-    got, want = dict(flat(t1.state_dict())), dict(flat(t2.state_dict()))
-    assert got.keys() == want.keys()
-    for k in want:
-        if isinstance(want[k], np.ndarray):
-            np.testing.assert_array_equal(got[k], want[k], err_msg=k)
-        else:
-            assert got[k] == want[k], k
+    _assert_same_state(t1.state_dict(), t2.state_dict())
     assert t1._items.times_total == t2._items.times_total and t1.size == t2.size
     if t2.size:
         np.testing.assert_array_equal(t1.sample(4, timeout=5.0).keys, t2.sample(4, timeout=5.0).keys)
+
+
+def _assert_same_runs(got: tuple, want: tuple) -> None:
+    """Two runs' ``(store, table, adder, samples drawn)`` end equal: the samples, the store's and the adder's
+    states, and the tables (see :func:`_assert_same_tables`, which samples them)."""
+    (s1, t1, a1, d1), (s2, t2, a2, d2) = got, want
+    assert d1 == d2
+    _assert_same_state(s1.state_dict(), s2.state_dict())
+    _assert_same_state(a1.state_dict(), a2.state_dict())
+    _assert_same_tables(t1, t2)
 
 
 @settings(max_examples=60, deadline=None)
@@ -570,13 +585,8 @@ def test_add_steps_one_call_path_leaves_the_state_of_the_general_path(n, chunks,
     wrap-arounds, episode ends, samples between writes, and tables too small for the new items (the
     table's own insert then evicts)."""
     capacity = max(c for c, _ in chunks) + n + 3 + slack
-    runs = [_run_chunks(direct, n, chunks, prioritized, max_size, capacity, seed) for direct in (True, False)]
-    (s1, t1, a1, d1), (s2, t2, a2, d2) = runs
-    assert d1 == d2
-    for got, want in ((s1.state_dict(), s2.state_dict()), (a1.state_dict(), a2.state_dict())):
-        for k in want:
-            np.testing.assert_array_equal(got[k], want[k], err_msg=k)
-    _assert_same_tables(t1, t2)
+    _assert_same_runs(*(_run_chunks(direct, n, chunks, prioritized, max_size, capacity, seed)
+                        for direct in (True, False)))
 
 
 
@@ -584,8 +594,9 @@ def test_add_steps_one_call_path_leaves_the_state_of_the_general_path(n, chunks,
 @pytest.mark.parametrize("prioritized", [False, True])
 def test_one_call_path_over_growing_outputs_and_a_restored_table_leaves_the_state_of_the_general_path(prioritized):
     """The one-call path's arrays travel in one argument made once and kept: it is made again when its output
-    buffers grow (calls of more items than before) and when the table's state is loaded from a
-    checkpoint, and the store and table end exactly as on the general path."""
+    buffers grow (calls of more items than before), it still holds the table's arrays after their state
+    is loaded from a checkpoint (in place), and the store, table and adder end exactly as on the general
+    path."""
     chunks = [(5, "mid"), (90, "mid"), (300, "term"), (40, "mid"), (400, "trunc"), (30, "mid")]
     runs = []
     for direct in (True, False):
@@ -596,12 +607,8 @@ def test_one_call_path_over_growing_outputs_and_a_restored_table_leaves_the_stat
         rng = np.random.default_rng(5)
         adder2.add_steps(0, rng.integers(0, 6, 200), rng.standard_normal(200).astype(np.float32),
                          rng.standard_normal((200, 2)).astype(np.float32))
-        runs.append((store2.state_dict(), table2, drawn + drawn2))
-    (s1, t1, d1), (s2, t2, d2) = runs
-    assert d1 == d2
-    for k in s2:
-        np.testing.assert_array_equal(s1[k], s2[k], err_msg=k)
-    _assert_same_tables(t1, t2)
+        runs.append((store2, table2, adder2, drawn + drawn2))
+    _assert_same_runs(*runs)
 
 
 @settings(max_examples=60, deadline=None)
@@ -681,13 +688,8 @@ def test_one_lane_blocks_over_several_episodes_leave_the_state_of_segment_by_seg
                     drawn.append(table.sample(2).keys.tolist())
         adder.flush()
         check_rows(store, stream)
-        runs.append((store.state_dict(), table, drawn, adder.state_dict()))
-    (s1, t1, d1, a1), (s2, t2, d2, a2) = runs
-    assert d1 == d2
-    for got, want in ((s1, s2), (a1, a2)):
-        for k in want:
-            np.testing.assert_array_equal(got[k], want[k], err_msg=k)
-    _assert_same_tables(t1, t2)
+        runs.append((store, table, adder, drawn))
+    _assert_same_runs(*runs)
 
 
 def _run_episode_calls(mode: str, n: int, calls: list, prioritized: bool, max_size: int | None, capacity: int,
@@ -738,11 +740,7 @@ def _run_episode_calls(mode: str, n: int, calls: list, prioritized: bool, max_si
             adder.add_steps(lane, acts, rews, nxt, terminated=term, truncated=trunc, first_observations=firsts)
         if adder._open[lane] < 0:  # the call ended the episode without starting the next
             start(lane, rng.standard_normal(2).astype(np.float32))
-        if table.size:
-            sample = table.sample(3)
-            drawn.append(sample.keys.tolist())
-            if prioritized:
-                table.update_priorities(sample.keys, rng.random(3) + 0.1)
+        _sample_between(table, rng, prioritized, drawn)
     return store, table, adder, drawn
 
 
@@ -775,13 +773,8 @@ def test_add_steps_over_episode_ends_leaves_the_state_of_one_call_per_episode(n,
     too small for the new items, and calls on the lanes of a several-lane store in turn."""
     capacity = max(sum(c for c, _, _ in segments) for segments in calls) + n + 3 + slack
     for mode in ("one", "general"):  # a fresh reference each time: comparing the tables samples them
-        s0, t0, a0, d0 = _run_episode_calls("segments", n, calls, prioritized, max_size, capacity, seed, lanes)
-        s1, t1, a1, d1 = _run_episode_calls(mode, n, calls, prioritized, max_size, capacity, seed, lanes)
-        assert d1 == d0
-        for got, want in ((s1.state_dict(), s0.state_dict()), (a1.state_dict(), a0.state_dict())):
-            for k in want:
-                np.testing.assert_array_equal(got[k], want[k], err_msg=k)
-        _assert_same_tables(t1, t0)
+        _assert_same_runs(_run_episode_calls(mode, n, calls, prioritized, max_size, capacity, seed, lanes),
+                          _run_episode_calls("segments", n, calls, prioritized, max_size, capacity, seed, lanes))
 
 
 @pytest.mark.parametrize("direct", [True, False])
@@ -817,16 +810,6 @@ def test_add_steps_over_episode_ends_rejects_bad_input_changing_nothing(direct):
             np.testing.assert_array_equal(v, before[2][k], err_msg=k)
     adder.add_steps(0, acts, rews, obs, terminated=np.ones(4, bool), first_observations=np.zeros((4, 2), np.float32))
     assert store.count[0] == before[0]["count"][0] + 8 and adder._open[0] == store.count[0] - 1  # 4 ends, 4 restarts
-
-
-def _assert_same_state(got: dict, want: dict) -> None:
-    for k in want:
-        if isinstance(want[k], dict):
-            _assert_same_state(got[k], want[k])
-        elif isinstance(want[k], np.ndarray):
-            np.testing.assert_array_equal(got[k], want[k], err_msg=k)
-        else:
-            assert got[k] == want[k], k
 
 
 def test_one_lane_add_rejects_bad_values_changing_nothing():
