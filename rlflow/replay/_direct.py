@@ -156,10 +156,10 @@ def insert(tab: tuple, kind: int, alpha: float, state: np.ndarray, count: np.nda
 
 
 # ---------------------------------------------------------------------------------------------- the bag
-# A compiled call's arguments cost about 65 ns each to pass (an array is type-checked and unboxed); a
-# one-lane write takes some forty arrays that stay the same from call to call (the store's columns and
-# counters, the table's structures, the output buffers). A LaneBag holds them as one argument (about
-# 0.45 us), so each call passes only what changes: 2.7 us of passing become about 1 us.
+# Each argument of a compiled call is type-checked and unboxed on every call; a one-lane write takes some
+# forty arrays that stay the same from call to call (the store's columns and counters, the table's
+# structures, the output buffers). A LaneBag holds them as one argument, so each call passes only what
+# changes (docs/adders.md has the one-lane add before and after).
 
 
 @structref.register
