@@ -287,9 +287,11 @@ class _Insertion(Selector):
 
     def _allocate(self) -> None:
         # At least twice the capacity, so compaction (when the ring fills with dead entries) is amortised
-        # O(1); a power of two, so positions wrap with a mask.
-        self._ring_slot = np.zeros(_pow2(2 * self.capacity), np.int64)
-        self._ring_seq = np.zeros(_pow2(2 * self.capacity), np.int64)
+        # O(1); a power of two, so positions wrap with a mask. Written in full here (np.full, not np.zeros):
+        # the pushes go round the ring only once per two capacities of inserts, so memory committed lazily
+        # would page-fault every 512 pushes through the second half of the first round.
+        self._ring_slot = np.full(_pow2(2 * self.capacity), 0, np.int64)
+        self._ring_seq = np.full(_pow2(2 * self.capacity), 0, np.int64)
         self._ht = np.zeros(2, np.int64)
         self._seq_of = np.full(self.capacity, -1, np.int64)
 
