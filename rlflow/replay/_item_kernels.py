@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from rlflow.replay._prefetch import prefetch
+from rlflow.replay._prefetch import prefetch, prefetch_write
 
 _OPTS = {"cache": True, "nogil": True}
 
@@ -74,6 +74,10 @@ def evict_range(meta: np.ndarray, row_slot: np.ndarray, free: np.ndarray, num_fr
     slots and the times sampled they had, summed.
     """
     out = np.empty(max(hi - lo, 0), np.int64)
+    for row in range(lo, hi):  # the items' meta rows are cold lines: request them all before reading any
+        s = row_slot[lane, wrap(row, capacity)]
+        if s >= 0:
+            prefetch_write(meta, s * meta.shape[1])
     m = 0
     total = 0
     for row in range(lo, hi):
