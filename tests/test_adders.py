@@ -674,7 +674,7 @@ def test_one_lane_blocks_over_several_episodes_leave_the_state_of_segment_by_seg
         segments_direct = adder._segments_direct
         def count_calls(*args, one_call=one_call, segments_direct=segments_direct):
             calls.append(args[1])
-            return segments_direct(*args) if one_call else 0
+            return segments_direct(*args) if one_call else (0, 0)
         adder._segments_direct = count_calls
         stream = Stream(1, np.random.default_rng(seed), True)
         adder.add_first(stream.reset())

@@ -276,14 +276,29 @@ def _lane_marks(lane: int, t: int, open_row: int, ended: bool, terminated: bool,
     last one ``last`` if ``ended``. Returns the last new row."""
     base = lane * capacity
     row0 = count[lane]
-    for i in range(t):
-        p = base + wrap(open_row + i, capacity)
-        term_col[p] = False
-        trunc_col[p] = False
-        r = _mark_row(episode_id, episode_step, next_episode, next_step, count, lane, False, capacity)
-        p = base + wrap(r, capacity)
-        first_col[p] = False
-        last_col[p] = False
+    if row0 == 0:  # the lane's first row opens its first episode id (_mark_row): row by row
+        for i in range(t):
+            p = base + wrap(open_row + i, capacity)
+            term_col[p] = False
+            trunc_col[p] = False
+            r = _mark_row(episode_id, episode_step, next_episode, next_step, count, lane, False, capacity)
+            p = base + wrap(r, capacity)
+            first_col[p] = False
+            last_col[p] = False
+    else:  # _mark_row's marks of rows that go on with the episode, the ring positions stepped along
+        episode, step = next_episode[lane] - 1, next_step[lane]
+        po, pr = wrap(open_row, capacity), wrap(row0, capacity)
+        for i in range(t):
+            term_col[base + po] = False
+            trunc_col[base + po] = False
+            episode_id[lane, pr] = episode
+            episode_step[lane, pr] = step + i
+            first_col[base + pr] = False
+            last_col[base + pr] = False
+            po = po + 1 if po + 1 < capacity else 0
+            pr = pr + 1 if pr + 1 < capacity else 0
+        next_step[lane] = step + t
+        count[lane] = row0 + t
     p = base + wrap(open_row + t - 1, capacity)
     term_col[p] = terminated
     trunc_col[p] = truncated
@@ -300,10 +315,15 @@ def _lane_marks(lane: int, t: int, open_row: int, ended: bool, terminated: bool,
 def _copy_rows(col: np.ndarray, base: int, pos: int, data: np.ndarray, capacity: int) -> None:
     """Rows ``data[0 .. t)`` (2-D, any layout) into ring rows ``pos .. pos + t`` (wrapping) of the lane at
     flat row ``base`` of a typed ``(rows, width)`` column."""
-    for i in range(data.shape[0]):
-        p = base + wrap(pos + i, capacity)
-        for b in range(data.shape[1]):
-            col[p, b] = data[i, b]
+    t, w = data.shape[0], data.shape[1]
+    start = wrap(pos, capacity)
+    first = min(t, capacity - start)  # the rows up to the ring's end, then the rest from its start
+    for i in range(first):
+        for b in range(w):
+            col[base + start + i, b] = data[i, b]
+    for i in range(first, t):
+        for b in range(w):
+            col[base + i - first, b] = data[i, b]
 
 
 @njit(**_OPTS)
@@ -376,17 +396,23 @@ def lane_steps_direct(lane: int, ended: bool, terminated: bool, truncated: bool,
 
 
 @njit(**_OPTS)
-def episode_segments(terminated: np.ndarray, truncated: np.ndarray, ends: np.ndarray,
-                     codes: np.ndarray) -> tuple[int, int, int]:
+def episode_segments(terminated: np.ndarray, truncated: np.ndarray, ends: np.ndarray, codes: np.ndarray,
+                     t: int = -1, terminated_last: bool = False, truncated_last: bool = False) -> tuple[int, int, int]:
     """The episodes of ``T`` steps of one lane whose ends ``terminated`` and ``truncated`` (bool ``[T]``)
     mark, as :func:`lane_segments_bag` takes them: segment ``j`` ends before row ``ends[j]``, with
     ``codes[j]`` 1 (terminated), 2 (truncated) or 0 (the last one, going on). Returns the number of
     segments, how many ends come before the last step, and the first step marked both ways (-1: none;
-    then nothing else is meaningful)."""
-    t = terminated.shape[0]
+    then nothing else is meaningful).
+
+    With ``t`` given, a flag array may be empty (no step marked) and ``terminated_last`` /
+    ``truncated_last`` mark the last step as well (``add_steps``'s bool flags).
+    """
+    if t < 0:
+        t = terminated.shape[0]
     m, inner = 0, 0
     for i in range(t):
-        term, trunc = terminated[i], truncated[i]
+        term = (terminated.shape[0] != 0 and terminated[i]) or (terminated_last and i == t - 1)
+        trunc = (truncated.shape[0] != 0 and truncated[i]) or (truncated_last and i == t - 1)
         if term and trunc:
             return 0, 0, i
         if term or trunc:
@@ -652,6 +678,29 @@ def lane_segments_bag(bag: object, lane: int, ends: np.ndarray, codes: np.ndarra
             r = s0 = first_out[2]
         a = z
     return ends.shape[0], status
+
+
+@njit(**_OPTS)
+def lane_episodes_bag(bag: object, lane: int, terminated: np.ndarray, truncated: np.ndarray, terminated_last: bool,
+                      truncated_last: bool, ends: np.ndarray, codes: np.ndarray, restarts: np.ndarray, open_row: int,
+                      episode_start: int, n: int, actions: np.ndarray, rewards: np.ndarray, next_obs: np.ndarray,
+                      alpha: float, may_insert: bool, cross_episodes: bool) -> tuple[int, int, int]:
+    """``NStepTransition.add_steps`` over episode ends in one call: :func:`episode_segments` of the flags
+    (into ``ends`` and ``codes``, sized ``T + 1``), then :func:`lane_segments_bag` of those segments.
+
+    Returns ``(done, status, segments)``; ``(0, -4, 0)`` when a step is marked both ways and ``(0, -5, 0)``
+    when ``restarts`` does not have a row per episode ending before the last step (and optionally one
+    after it): nothing changes then, as for bad values (``(0, -2, m)``)."""
+    t = rewards.shape[0]
+    m, inner, both = episode_segments(terminated, truncated, ends, codes, t, terminated_last, truncated_last)
+    if both >= 0:
+        return 0, -4, 0
+    k = restarts.shape[0]
+    if not (k == inner or (k == inner + 1 and codes[m - 1] != 0)):
+        return 0, -5, 0
+    done, status = lane_segments_bag(bag, lane, ends[:m], codes[:m], restarts, open_row, episode_start, n, actions,
+                                     rewards, next_obs, alpha, may_insert, cross_episodes)
+    return done, status, m
 
 
 @njit(**_OPTS)

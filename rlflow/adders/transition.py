@@ -49,6 +49,7 @@ _FLAGS = ("terminated", "truncated", "first", "last")
 _BOOL = np.dtype(np.bool_)
 _ONE = (1,)
 _NO, _YES = ONE_LANE_NO, ONE_LANE_YES
+_NO_STEPS = np.zeros(0, np.bool_)  # lane_episodes_bag's flag array when a bool marks only the last step
 _ITEM_FIELDS = ("return", "discount")
 
 
@@ -133,7 +134,8 @@ class NStepTransition(Adder):
         t = int(shape[0]) if shape else -1
         if t < 1 or t > self.store.capacity - self.n - 2:
             raise ValueError(f"add_steps: expected 1 to {self.store.capacity - self.n - 2} steps, got {t}")
-        if first_observations is not None or np.ndim(terminated) or np.ndim(truncated):
+        if (first_observations is not None or type(terminated) is np.ndarray or type(truncated) is np.ndarray
+                or np.ndim(terminated) or np.ndim(truncated)):
             self._add_episodes(lane, t, actions, rewards, next_observations, terminated, truncated, extras,
                                first_observations)
             return
@@ -168,12 +170,14 @@ class NStepTransition(Adder):
 
     def _add_episodes(self, lane: int, t: int, actions: Any, rewards: Any, next_obs: Any, terminated: Any,
                       truncated: Any, extras: Any, first_observations: Any) -> None:
-        """:meth:`add_steps` over episode ends: one compiled call for all (:meth:`_segments_direct`) when the
+        """:meth:`add_steps` over episode ends: one compiled call for all (:meth:`_episodes_direct`) when the
         inputs and the table allow it, else everything is checked and each episode written in turn."""
+        if (self._direct is not None and extras is None
+                and self._episodes_direct(lane, t, actions, rewards, next_obs, terminated, truncated,
+                                          first_observations)):
+            return
         term, trunc = _end_flags("terminated", terminated, t), _end_flags("truncated", truncated, t)
-        bufs = self._segment_bufs
-        if bufs[0].size <= t:
-            bufs = self._segment_bufs = (np.zeros(2 * t + 2, np.int64), np.zeros(2 * t + 2, np.int8))
+        bufs = self._segments_out(t)
         m, inner, both = KA.episode_segments(term, trunc, *bufs)
         if both >= 0:
             raise ValueError(f"add_steps: step {both} is both terminated and truncated; an episode ends one way")
@@ -186,28 +190,56 @@ class NStepTransition(Adder):
             got = "none" if first_observations is None else k if k >= 0 else "a scalar"
             raise SpecError(f"add_steps: expected {' or '.join(map(str, allowed))} first_observations (one per "
                             f"episode ending before the last step{after}), got {got}")
-        direct = self._direct
-        if direct is not None and extras is None:
-            act_dtype, act_shape, rew_dtype, obs_dtype, obs_shape = direct[:5]
-            firsts = np.zeros((0, *obs_shape), obs_dtype) if first_observations is None else first_observations
-            if (type(actions) is np.ndarray and actions.dtype is act_dtype and actions.shape == (t, *act_shape)
-                    and type(rewards) is np.ndarray and rewards.dtype is rew_dtype and rewards.shape == (t,)
-                    and type(next_obs) is np.ndarray and next_obs.dtype is obs_dtype
-                    and next_obs.shape == (t, *obs_shape)
-                    and type(firsts) is np.ndarray and firsts.dtype is obs_dtype and firsts.shape == (k, *obs_shape)):
-                done = self._segments_direct(lane, ends, codes, firsts.reshape(k, direct[8].shape[1]), actions, rewards,
-                                             next_obs)
-                if done == ends.size:
-                    return
-                if done:  # the call stopped where the table's own insert had to take over: the rest in turn
-                    self._write_episodes(lane, ends, codes, done, self._step_columns(actions, rewards, None, t),
-                                         self._obs_columns(next_obs, t, "add_steps: next_observations"),
-                                         self._obs_columns(firsts, k, "add_steps: first_observations"))
-                    return
         cols = self._step_columns(actions, rewards, extras, t)
         obs = self._obs_columns(next_obs, t, "add_steps: next_observations")
         firsts = {} if not k else self._obs_columns(first_observations, k, "add_steps: first_observations")
         self._write_episodes(lane, ends, codes, 0, cols, obs, firsts)
+
+    def _segments_out(self, t: int) -> tuple[np.ndarray, np.ndarray]:
+        """Buffers for the episode ends and codes of ``t`` steps (:func:`~rlflow.adders._kernels.episode_segments`)."""
+        bufs = self._segment_bufs
+        if bufs[0].size <= t:
+            bufs = self._segment_bufs = (np.zeros(2 * t + 2, np.int64), np.zeros(2 * t + 2, np.int8))
+        return bufs
+
+    def _episodes_direct(self, lane: int, t: int, actions: Any, rewards: Any, next_obs: Any, terminated: Any,
+                         truncated: Any, first_observations: Any) -> bool:
+        """:meth:`add_steps` over episode ends in one compiled call (:func:`~rlflow.adders._kernels.lane_episodes_bag`
+        finds the ends and checks them there), for inputs in the store's dtypes and shapes and flags that are
+        bools or bool arrays ``[T]``; what a call that stopped early left goes episode by episode. False,
+        having changed nothing, for anything the general path must convert, check or raise on."""
+        act_dtype, act_shape, rew_dtype, obs_dtype, obs_shape = self._direct[:5]
+        flags: list[Any] = [None, None, False, False]
+        for i, flag in enumerate((terminated, truncated)):
+            if type(flag) is np.ndarray:
+                if flag.dtype is not _BOOL or flag.shape != (t,):
+                    return False
+                flags[i] = flag
+            elif type(flag) is bool or type(flag) is np.bool_:
+                flags[i], flags[2 + i] = _NO_STEPS, bool(flag)
+            else:
+                return False
+        if first_observations is None:
+            restarts = self._no_restart
+        elif (type(first_observations) is np.ndarray and first_observations.dtype is obs_dtype
+              and first_observations.shape[1:] == obs_shape and first_observations.ndim == len(obs_shape) + 1):
+            restarts = first_observations.reshape(first_observations.shape[0], self._no_restart.shape[1])
+        else:
+            return False
+        if not (type(actions) is np.ndarray and actions.dtype is act_dtype and actions.shape == (t, *act_shape)
+                and type(rewards) is np.ndarray and rewards.dtype is rew_dtype and rewards.shape == (t,)
+                and type(next_obs) is np.ndarray and next_obs.dtype is obs_dtype and next_obs.shape == (t, *obs_shape)):
+            return False
+        ends, codes = self._segments_out(t)
+        done, count = self._segments_direct(lane, ends, codes, restarts, actions, rewards, next_obs, tuple(flags))
+        if not done:
+            return False
+        if done < count:  # the call stopped where the table's own insert had to take over: the rest in turn
+            k = restarts.shape[0]
+            self._write_episodes(lane, ends[:count], codes[:count], done, self._step_columns(actions, rewards, None, t),
+                                 self._obs_columns(next_obs, t, "add_steps: next_observations"),
+                                 self._obs_columns(restarts.reshape(k, *obs_shape), k, "add_steps: first_observations"))
+        return True
 
     def _write_episodes(self, lane: int, ends: np.ndarray, codes: np.ndarray, done: int, cols: dict[str, Any],
                         obs: dict[str, Any], firsts: dict[str, Any]) -> None:
@@ -516,7 +548,7 @@ class NStepTransition(Adder):
         with_restart = count if restart is not None and count > segments else segments
         done = 0 if not count else self._segments_direct(
             0, blk.ends[:count], blk.codes[:count],
-            blk.restart[:with_restart].reshape(with_restart, self._direct[8].shape[1]), acts, rews, obs)
+            blk.restart[:with_restart].reshape(with_restart, self._direct[8].shape[1]), acts, rews, obs)[0]
         if done == count and (count > segments or not tail):
             return
         a = int(blk.ends[done - 1]) if done else 0
@@ -539,29 +571,35 @@ class NStepTransition(Adder):
             self.add_first(TimeStep(restart, np.zeros(1, np.float32), _NO, _NO, _YES, _NO))
 
     def _segments_direct(self, lane: int, ends: np.ndarray, codes: np.ndarray, restarts: np.ndarray, acts: np.ndarray,
-                         rews: np.ndarray, obs: np.ndarray) -> int:
+                         rews: np.ndarray, obs: np.ndarray, flags: tuple[Any, ...] | None = None) -> tuple[int, int]:
         """Episodes of one lane in one compiled call (:func:`~rlflow.adders._kernels.lane_segments_bag`:
         ``ends``, ``codes`` and ``restarts`` as it takes them; ``acts``, ``rews``, ``obs`` in the store's
-        dtypes and shapes). Returns how many segments were written, having settled the table's counters
-        and finished what the call left of the last one (items to insert through the table, overflow
-        lists); 0, having changed nothing, when the table needs the general path or a value is bad."""
+        dtypes and shapes). With ``flags`` (``lane_episodes_bag``'s terminated, truncated and last-step
+        flags), the segments are found from them in the same call, into ``ends`` and ``codes``. Returns how
+        many segments were written and how many there are, having settled the table's counters and finished
+        what the call left of the last one written (items to insert through the table, overflow lists); no
+        segment written means nothing changed: the table needs the general path, or a value or flag is bad."""
         t = rews.shape[0]
         store = self.store
         with store.lock:
             got = self._direct_table()
             if got is None:
-                return 0
+                return 0, 0
             table, arrays = got
             state = arrays.state
             m = t + self.n  # at most the items of the rows, and the windows open before the block
             bag, (lanes, starts, _, _, _, slots, _, clash, out) = self._lane_bag(arrays, m)
             acc = self._segment_acc
-            done, status = KA.lane_segments_bag(
-                bag, lane, ends, codes, restarts, int(self._open[lane]), int(self._episode_start[lane]), self.n,
-                acts.reshape(t, -1), rews.reshape(t, 1), obs.reshape(t, -1), arrays.alpha,
-                table.rate_limiter.can_insert(m), table.cross_episodes)
+            args = (int(self._open[lane]), int(self._episode_start[lane]), self.n, acts.reshape(t, -1),
+                    rews.reshape(t, 1), obs.reshape(t, -1), arrays.alpha, table.rate_limiter.can_insert(m),
+                    table.cross_episodes)
+            if flags is None:
+                count = ends.shape[0]
+                done, status = KA.lane_segments_bag(bag, lane, ends, codes, restarts, *args)
+            else:
+                done, status, count = KA.lane_episodes_bag(bag, lane, *flags, ends, codes, restarts, *args)
             if not done:
-                return 0
+                return 0, count
             evicted, times, inserted, start = acc.tolist()
             made, last, clashes = out.tolist()[2:]
             j = done - 1
@@ -572,8 +610,11 @@ class NStepTransition(Adder):
                 self._open[lane] = -1 if codes[j] else last
                 self._episode_start[lane] = start
             placed = made if status == 1 else 0
-            _direct.settle(table, state, evicted, times, inserted, clashes, slots[:placed], lanes[:placed],
-                           starts[:placed], clash[:placed])
+            if clashes:  # the last segment's items that share a start row
+                _direct.settle(table, state, evicted, times, inserted, clashes, slots[:placed], lanes[:placed],
+                               starts[:placed], clash[:placed])
+            else:
+                _direct.settle(table, state, evicted, times, inserted)
             if status == -3:
                 raise RuntimeError(f"lane {lane}: new items of a write of several episodes are not stored (a broken "
                                    "invariant)")
@@ -582,7 +623,7 @@ class NStepTransition(Adder):
             if stopped and j < restarts.shape[0]:
                 first = restarts[j:j + 1].reshape(1, *self._direct[4]).copy()
                 self.add_first(TimeStep(first, np.zeros(1, np.float32), _NO, _NO, _YES, _NO), lanes=[lane])
-        return done
+        return done, count
 
     def flush(self) -> None:
         """Write the steps :meth:`stage` holds, and their items, as one block."""

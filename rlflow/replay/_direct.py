@@ -91,10 +91,9 @@ def settle(table: Table, state: np.ndarray, evicted: int, times: int, inserted: 
     them) and :func:`insert` (``inserted`` items in ``slots``, ``clashes`` of them marked in ``clash``
     as sharing a start row with another item)."""
     items, sampler, remover, limiter = table._items, table.sampler, table.remover, table.rate_limiter
-    items.num_free = int(state[NUM_FREE])
-    items.next_seq = int(state[NEXT_SEQ])
+    items.num_free, items.next_seq, uniform_size = state.tolist()
     items.times_total -= times
-    sampler.size = int(state[UNIFORM_SIZE]) if type(sampler) is Uniform else sampler.size + inserted - evicted
+    sampler.size = uniform_size if type(sampler) is Uniform else sampler.size + inserted - evicted
     remover.size += inserted - evicted
     if clashes:  # ``clash`` may hold only the last of several writes' items: its clashes are the ones left
         clashed = np.flatnonzero(clash[:inserted])
