@@ -105,32 +105,26 @@ class RlflowAdapter(peers._Base):
     def _setup_stream(self, case: Case, pool: Any) -> None:
         """Batched adds of one env: ``add_steps`` of ``case.batch`` consecutive steps on one lane.
 
-        An episode ends (terminates) wherever the pool's ``done`` is set: the batch is cut there and the
-        next step starts the next episode (``add_first``), as a one-env loop would add them.
+        An episode ends (terminates) wherever the pool's ``done`` is set, and the next step starts the next
+        episode from the pool's next frame, as a one-env loop with same-step resets would see them: each
+        end gives a row of ``first_observations`` (one after the last step too, when it ends). The calls'
+        arguments are sliced in advance, as the peers' are.
         """
         self._make(case, 1)
         b = case.batch
         for k in range(pool.rows // b):
             a, z = k * b, (k + 1) * b
             done = pool.done[a:z]
-            ends = np.flatnonzero(done[:-1]) + a + 1  # episodes ending before the batch's last step
-            # After each end the next episode starts from the pool's next frame (the steps are cut from one
-            # stream of frames, as a one-env loop with same-step resets would see them).
-            self._items.append((a, z, done, pool.frames[ends]))
-        self._pool = pool
+            firsts = pool.frames[np.flatnonzero(done) + a + 1]  # frames[z] is the next batch's first observation
+            self._items.append((pool.act[a:z], pool.rew[a:z], pool.frames[a + 1:z + 1], done, firsts))
         one, no = np.ones(1, bool), np.zeros(1, bool)
         self.adder.add_first(TimeStep(pool.frames[:1], np.zeros(1, np.float32), no, no, one, no))
         while int(self.store.count[0]) < self.store.capacity:
             self._add_stream()
 
     def _add_stream(self) -> None:
-        pool, adder = self._pool, self.adder
-        a, z, done, firsts = self._next_item()
-        if adder._open[0] < 0:  # the previous batch's last step ended the episode
-            one, no = np.ones(1, bool), np.zeros(1, bool)
-            adder.add_first(TimeStep(pool.frames[a:a + 1], np.zeros(1, np.float32), no, no, one, no))
-        adder.add_steps(0, pool.act[a:z], pool.rew[a:z], pool.frames[a + 1:z + 1], terminated=done,
-                        first_observations=firsts)
+        act, rew, nxt, done, firsts = self._next_item()
+        self.adder.add_steps(0, act, rew, nxt, terminated=done, first_observations=firsts)
 
     def _setup_buffer(self, case: Case, pool: Any) -> None:
         """add_one: the ReplayBuffer facade (one env), filled in blocks through the adder's add_steps."""
