@@ -276,29 +276,21 @@ def _lane_marks(lane: int, t: int, open_row: int, ended: bool, terminated: bool,
     last one ``last`` if ``ended``. Returns the last new row."""
     base = lane * capacity
     row0 = count[lane]
-    if row0 == 0:  # the lane's first row opens its first episode id (_mark_row): row by row
-        for i in range(t):
-            p = base + wrap(open_row + i, capacity)
-            term_col[p] = False
-            trunc_col[p] = False
-            r = _mark_row(episode_id, episode_step, next_episode, next_step, count, lane, False, capacity)
-            p = base + wrap(r, capacity)
-            first_col[p] = False
-            last_col[p] = False
-    else:  # _mark_row's marks of rows that go on with the episode, the ring positions stepped along
-        episode, step = next_episode[lane] - 1, next_step[lane]
-        po, pr = wrap(open_row, capacity), wrap(row0, capacity)
-        for i in range(t):
-            term_col[base + po] = False
-            trunc_col[base + po] = False
-            episode_id[lane, pr] = episode
-            episode_step[lane, pr] = step + i
-            first_col[base + pr] = False
-            last_col[base + pr] = False
-            po = po + 1 if po + 1 < capacity else 0
-            pr = pr + 1 if pr + 1 < capacity else 0
-        next_step[lane] = step + t
-        count[lane] = row0 + t
+    # _mark_row's marks of rows that go on with the episode (the lane is open, so row0 > 0 and none opens an
+    # episode id), the ring positions stepped along instead of wrapped row by row.
+    episode, step = next_episode[lane] - 1, next_step[lane]
+    po, pr = wrap(open_row, capacity), wrap(row0, capacity)
+    for i in range(t):
+        term_col[base + po] = False
+        trunc_col[base + po] = False
+        episode_id[lane, pr] = episode
+        episode_step[lane, pr] = step + i
+        first_col[base + pr] = False
+        last_col[base + pr] = False
+        po = po + 1 if po + 1 < capacity else 0
+        pr = pr + 1 if pr + 1 < capacity else 0
+    next_step[lane] = step + t
+    count[lane] = row0 + t
     p = base + wrap(open_row + t - 1, capacity)
     term_col[p] = terminated
     trunc_col[p] = truncated
