@@ -3,6 +3,7 @@ between learner and policy (:class:`VariableClient`), per-lane episode statistic
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -119,6 +120,7 @@ class Actor:
         self._action_fields = _specs.flatten_spec({"action": action_spec})
         self._simple = action_spec if isinstance(action_spec, _specs.Field) else None
         self._space = action_space
+        self._one = _one_value_check(self._simple, self.num_lanes)
         self.state = policy.initial_state(self.num_lanes)
 
     def reset(self) -> None:
@@ -134,6 +136,11 @@ class Actor:
             raise TypeError(f"{type(self.policy).__name__}.act returned {type(out).__name__}: expected a tuple "
                             "(actions, extras, state)")
         actions, extras, self.state = out
+        one = self._one
+        if one is not None and type(actions) is np.ndarray and actions.dtype is one[0] and actions.shape == one[1]:
+            mode = one[2]  # _specs.fits of one value, its checks decided in advance
+            if not mode or (math.isfinite(actions.item()) if mode == 1 else one[3] <= actions.item() <= one[4]):
+                return actions, extras
         if self._simple is not None and _specs.fits(self._simple, actions, self.num_lanes):
             return actions, extras
         try:
@@ -144,6 +151,24 @@ class Actor:
             raise SpecError(f"{type(self.policy).__name__}.act returned actions that do not fit the action space "
                             f"{space} for {self.num_lanes} lanes: {exc}") from None
         return actions, extras
+
+
+def _one_value_check(field: Any, num_lanes: int) -> tuple[Any, ...] | None:
+    """What :func:`rlflow.specs.fits` checks of actions that are one value (one lane of a scalar field):
+    ``(dtype, shape, mode, low, high)``, mode 0 (nothing more), 1 (finite) or 2 (within ``[low, high]``);
+    None for other actions, or a dtype that arrays do not carry by identity."""
+    if field is None or num_lanes * int(np.prod(field.shape, dtype=np.int64)) != 1:
+        return None
+    dtype = field.dtype
+    if dtype is not np.dtype(dtype.str):  # not the builtin instance arrays of this type carry
+        return None
+    shape = (num_lanes, *field.shape)
+    if dtype.kind == "f":
+        return (dtype, shape, 0 if field.allow_nonfinite else 1, 0.0, 0.0)
+    if dtype.kind in "iu" and (field.low is not None or field.high is not None):
+        return (dtype, shape, 2, -math.inf if field.low is None else field.low,
+                math.inf if field.high is None else field.high)
+    return (dtype, shape, 0, 0.0, 0.0)
 
 
 def _reset_rows(state: Any, initial: Any, first: np.ndarray) -> Any:

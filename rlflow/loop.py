@@ -34,10 +34,16 @@ from typing import Any
 import numpy as np
 
 from rlflow.actors import Actor, EpisodeStats, VariableClient, evaluate
+from rlflow.adders import _kernels as KA
 from rlflow.core import Learner, LearnerUpdate, Policy
 from rlflow.loggers import MultiLogger, make_logger
+from rlflow.types import ONE_LANE_NO as _NO
 
 __all__ = ["RunResult", "run"]
+
+# Whether run() takes one plain gymnasium env's steps that continue an episode in one compiled call
+# (_OneEnvSteps); off, every step goes through the general body (the tests compare the two).
+_ONE_ENV_STEPS = True
 
 
 @dataclass
@@ -101,6 +107,84 @@ class _Stop:
     def __exit__(self, *exc: object) -> None:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
+
+
+class _OneEnvSteps:
+    """:func:`run`'s body without a learner on one plain gymnasium env, for the steps that continue an
+    episode: the env's own ``step``, then one compiled call (:func:`~rlflow.adders._kernels.stage_env_step`)
+    that checks and stages its action, reward and observation as the adder's :meth:`stage` stages the env
+    wrapper's TimeStep of that step, and counts the episode's return and length as :class:`EpisodeStats`
+    does. What that call cannot take (an episode's end, an observation of another dtype or shape, a reward
+    that is not a float, extras, bad values) gets the wrapper's TimeStep of the step and goes through the
+    general body, which raises on bad input as it always does. The store, table, statistics and results
+    come out as the general body leaves them (tests check this)."""
+
+    def __init__(self, env: Any, actor: Actor, adder: Any, stats: EpisodeStats, plan: tuple[Any, ...]) -> None:
+        self.env, self.actor, self.adder, self.stats = env, actor, adder, stats
+        (self.raw_step, self.timestep, self.obs_dtype, self.obs_shape, self.block) = plan
+        # The kernel's control row: the episode's return and length while collect() runs, the value checks.
+        self.ctl = np.concatenate([np.zeros(2), self.block.plan[6]])
+        self.rows = tuple(col.reshape(-1) for col in (self.block.act, self.block.rew, self.block.obs))
+
+    @classmethod
+    def make(cls, env: Any, actor: Actor, adder: Any, stats: EpisodeStats) -> _OneEnvSteps | None:
+        """The collector of ``env``'s steps into ``adder``, or None when the general body must take them."""
+        one = getattr(env, "_one_env", None)
+        sink = getattr(adder, "_env_sink", None)
+        if one is None or sink is None or env.num_envs != 1 or not stats._one:
+            return None
+        got = one()
+        block = sink() if got is not None else None
+        if block is None:
+            return None
+        obs_dtype, obs_shape = block.plan[2], block.plan[3][1:]
+        if got[2] != obs_dtype or got[3] != obs_shape:  # the wrapper's arrays would go to the adder's general path
+            return None
+        return cls(env, actor, adder, stats, (got[0], got[1], obs_dtype, obs_shape, block))
+
+    def collect(self, ts: Any, limit: int, stop: _Stop, start: float,
+                max_seconds: float | None) -> tuple[int, Any, tuple[Any, Any] | None]:
+        """Act, step and stage up to ``limit`` steps from ``ts`` (until a stop or ``max_seconds``, as
+        :func:`run` checks them). Returns how many steps were staged, the TimeStep to act on next, and
+        ``(actions, extras)`` when that TimeStep is of one more step that the general body must write
+        and count (None when there is none)."""
+        select, raw_step, kernel = self.actor.select_action, self.raw_step, KA.stage_env_step
+        adder, stats, ctl, blk = self.adder, self.stats, self.ctl, self.block
+        staged, open_rows = blk.staged, adder._open
+        is_open = open_rows[0] >= 0  # (as a flush leaves it: it ends no episode here)
+        act_rows, rew_rows, obs_rows = self.rows
+        act_dtype, act_shape, obs_dtype, obs_shape = blk.plan[0], blk.plan[1], self.obs_dtype, self.obs_shape
+        full = adder.stage_steps
+        obs, first = ts.observation, ts.first
+        last = None  # the env's output of the last step staged here
+        taken = 0
+        ctl[0], ctl[1] = stats._ret, stats._len
+        try:
+            while taken < limit:
+                if stop.reason or (max_seconds is not None and time.monotonic() - start > max_seconds):
+                    break
+                actions, extras = select(obs, first=first)
+                if (not is_open or extras is not None or type(actions) is not np.ndarray
+                        or actions.dtype is not act_dtype or actions.shape != act_shape):
+                    return taken, self.env.step(actions), (actions, extras)
+                out = raw_step(actions[0])
+                o, r, terminated, truncated, _ = out
+                if (terminated or truncated or type(o) is not np.ndarray or o.dtype is not obs_dtype
+                        or o.shape != obs_shape or (type(r) is not float and type(r) is not np.float64)):
+                    return taken, self.timestep(*out), (actions, extras)
+                s = kernel(staged, ctl, actions, act_rows, r, rew_rows, o, obs_rows)
+                if s < 0:
+                    return taken, self.timestep(*out), (actions, extras)
+                taken += 1
+                obs, first, last = o[None].copy(), _NO, out
+                if s == full:
+                    adder._staged = full
+                    adder.flush()
+                    is_open = open_rows[0] >= 0
+            return taken, (ts if last is None else self.timestep(*last)), None
+        finally:  # the adder and the statistics as the general body leaves them, also on an exception
+            adder._staged = int(staged[0])
+            stats._ret, stats._len = float(ctl[0]), int(ctl[1])
 
 
 def run(env: Any, policy: Policy, learner: Learner | None, adder: Any, table: Any, *, steps: int,
@@ -213,6 +297,7 @@ def run(env: Any, policy: Policy, learner: Learner | None, adder: Any, table: An
     # Without a learner nothing samples the table during the run: steps are staged and written in blocks
     # (the adder flushes before anything else it does, e.g. the checkpoints' truncate).
     write = getattr(adder, "stage", adder.add) if learner is None else adder.add
+    fast = _OneEnvSteps.make(env, actor, adder, stats) if learner is None and _ONE_ENV_STEPS else None
     flush = getattr(adder, "flush", lambda: None)
     bar = tqdm(total=int(steps), initial=min(result.env_steps, int(steps)), unit="step", disable=not progress,
                dynamic_ncols=True)
@@ -233,17 +318,26 @@ def run(env: Any, policy: Policy, learner: Learner | None, adder: Any, table: An
                     raise RuntimeError(f"table {table.name!r}: the rate limiter admits neither a sample of "
                                        f"{batch_size} nor an env step's items ({table.rate_limiter!r}, "
                                        f"size {table.size})")
-                actions, extras = actor.select_action(ts.observation, first=ts.first)
-                ts = env.step(actions)
-                write(actions, ts, extras)
-                result.env_steps += lanes
-                if progress:
-                    bar.update(lanes)
-                for ret, length in stats.update(ts):
-                    result.episodes.append((result.env_steps, ret, length))
-                    emit("train", {"return": ret, "length": length})
-                if client is not None:
-                    client.update(result.env_steps)
+                if fast is not None:  # steps that continue an episode, until the next event or one that does not
+                    taken, ts, acted = fast.collect(ts, min(next_event, steps) - result.env_steps, stop, start,
+                                                    max_seconds)
+                    result.env_steps += taken
+                    if progress and taken:
+                        bar.update(taken)
+                else:
+                    actions, extras = actor.select_action(ts.observation, first=ts.first)
+                    acted, ts = (actions, extras), env.step(actions)
+                if acted is not None:
+                    actions, extras = acted
+                    write(actions, ts, extras)
+                    result.env_steps += lanes
+                    if progress:
+                        bar.update(lanes)
+                    for ret, length in stats.update(ts):
+                        result.episodes.append((result.env_steps, ret, length))
+                        emit("train", {"return": ret, "length": length})
+                    if client is not None:
+                        client.update(result.env_steps)
                 if result.env_steps < next_event:
                     continue
                 if result.env_steps >= counters["next_log"]:

@@ -6,6 +6,7 @@ import math
 import os
 import signal
 
+import gymnasium as gym
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -558,3 +559,149 @@ def test_a_state_that_cannot_be_stored_is_refused_keeping_the_last_checkpoint(tm
     path.write_bytes(b"not a state")
     with pytest.raises(CheckpointError, match="cannot be read as a saved state"):
         run_checkpoint.load_state(path)
+
+
+# --------------------------------------------------------------------------- one env's steps in one call
+class ScriptedEnv(gym.Env):
+    """Box(3,) observations and Discrete(3) actions. Episodes of 1 to 11 steps (seeded) end by termination
+    when their length is even; a TimeLimit of 7 truncates the others. Rewards (0.1 t + action) are not exact
+    in float32; every fifth step has an info entry. ``obs_dtype`` and ``reward_type`` are what the env
+    returns (the space says float32), ``nan_at`` the env step whose observation is NaN."""
+
+    observation_space = gym.spaces.Box(-100.0, 100.0, (3,), np.float32)
+    action_space = gym.spaces.Discrete(3)
+
+    def __init__(self, *, obs_dtype=np.float32, reward_type=float, nan_at=None) -> None:
+        self.obs_dtype, self.reward_type, self.nan_at = obs_dtype, reward_type, nan_at
+        self.steps = 0
+
+    def _obs(self):
+        obs = np.array([self.t, self.length, self.steps % 17], self.obs_dtype) / 3
+        if self.steps == self.nan_at:
+            obs[1] = np.nan
+        return obs
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t, self.length = 0, int(self.np_random.integers(1, 12))
+        return self._obs(), {}
+
+    def step(self, action):
+        self.t += 1
+        self.steps += 1
+        reward = self.reward_type(0.1 * self.t + int(action))
+        info = {"step": self.steps} if self.steps % 5 == 0 else {}
+        return self._obs(), reward, self.t >= self.length and self.length % 2 == 0, False, info
+
+
+def _scripted_run(monkeypatch, fast, *, steps=300, stage_steps=5, n=3, capacity=40, tmp_path=None, **env_kwargs):
+    """``rlflow.run`` collecting ``ScriptedEnv`` steps, with or without its one-env path; its store, table,
+    adder, result, and how many steps the one-env path staged."""
+    from rlflow.adders import _kernels as KA
+
+    staged = [0]
+    kernel = KA.stage_env_step
+
+    def counted(*args):
+        got = kernel(*args)
+        staged[0] += got > 0
+        return got
+
+    monkeypatch.setattr(KA, "stage_env_step", counted)
+    monkeypatch.setattr(rlflow.loop, "_ONE_ENV_STEPS", fast)
+    env = envs.GymEnvironment(gym.wrappers.TimeLimit(ScriptedEnv(**env_kwargs), max_episode_steps=7), seed=3)
+    store = StepStore(env.spec, capacity=capacity, lanes=1)
+    table = Table(store, sampler=Uniform(seed=0), remover=Fifo(seed=0), rate_limiter=MinSize(1))
+    adder = adders.NStepTransition(store, [table], n=n, discount=0.9, stage_steps=stage_steps)
+    extra = {} if tmp_path is None else {"checkpoint_every": 37, "checkpoint_dir": tmp_path / ("a" if fast else "b")}
+    result = rlflow.run(env, RandomPolicy(3, seed=1), None, adder, table, steps=steps, progress=False, **extra)
+    return store, table, adder, result, staged[0]
+
+
+def _assert_same(got, want, where=""):
+    """Nested dicts, lists and tuples of arrays and values are equal, item for item."""
+    if isinstance(want, dict):
+        assert got.keys() == want.keys(), where
+        for k, v in want.items():
+            _assert_same(got[k], v, f"{where}{k}/")
+    elif isinstance(want, list | tuple):
+        assert type(got) is type(want) and len(got) == len(want), where
+        for i, (g, w) in enumerate(zip(got, want, strict=True)):
+            _assert_same(g, w, f"{where}{i}/")
+    else:
+        np.testing.assert_array_equal(got, want, err_msg=where)
+
+
+@pytest.mark.parametrize(("env_kwargs", "uses_it"), [
+    ({}, True),
+    ({"reward_type": np.float64}, True),
+    ({"reward_type": np.float32}, False),  # a reward the one-env path does not take: every step goes the general way
+    ({"obs_dtype": np.float64}, False),  # the wrapper casts these observations
+])
+@pytest.mark.parametrize(("stage_steps", "n", "checkpoints"), [(5, 3, False), (64, 1, False), (3, 2, True)])
+def test_one_env_steps_leave_what_the_general_loop_body_leaves(monkeypatch, tmp_path, env_kwargs, uses_it,
+                                                                stage_steps, n, checkpoints):
+    kw = {"stage_steps": stage_steps, "n": n, "tmp_path": tmp_path if checkpoints else None, **env_kwargs}
+    s1, t1, a1, r1, fast = _scripted_run(monkeypatch, True, **kw)
+    s2, t2, a2, r2, general = _scripted_run(monkeypatch, False, **kw)
+    assert general == 0 and (fast > 200 if uses_it else fast == 0)
+    assert r1.env_steps == r2.env_steps == 300
+    assert r1.episodes == r2.episodes and len(r1.episodes) > 30  # returns to the last bit, lengths, env steps
+    assert s1.count[0] > 40  # the ring wrapped: items were evicted
+    _assert_same(s1.state_dict(), s2.state_dict())
+    _assert_same(a1.state_dict(), a2.state_dict())
+    _assert_same(t1.state_dict(), t2.state_dict())
+    assert t1.size == t2.size > 0
+
+
+@pytest.mark.parametrize("nan_at", [4, 23])
+def test_one_env_steps_raise_on_a_bad_observation_as_the_general_loop_body_does(monkeypatch, nan_at):
+    errors = []
+    for fast in (True, False):
+        with pytest.raises(SpecError, match="finite") as info:
+            _scripted_run(monkeypatch, fast, nan_at=nan_at, stage_steps=8)
+        errors.append(str(info.value))
+    assert errors[0] == errors[1]
+
+
+def test_one_env_steps_stop_at_a_bad_observation_with_the_steps_before_written(monkeypatch):
+    """What a run leaves when an env step's observation is bad: the steps before it, written (the run
+    flushes on its way out), and nothing of that step, with either body."""
+    left = []
+    for fast in (True, False):
+        monkeypatch.setattr(rlflow.loop, "_ONE_ENV_STEPS", fast)
+        env = envs.GymEnvironment(gym.wrappers.TimeLimit(ScriptedEnv(nan_at=30), max_episode_steps=7), seed=3)
+        store = StepStore(env.spec, capacity=100, lanes=1)
+        table = Table(store, sampler=Uniform(seed=0), remover=Fifo(seed=0), rate_limiter=MinSize(1))
+        adder = adders.NStepTransition(store, [table], n=2, discount=0.9, stage_steps=16)
+        with pytest.raises(SpecError, match="finite"):
+            rlflow.run(env, RandomPolicy(3, seed=1), None, adder, table, steps=100, progress=False)
+        left.append((store.state_dict(), table.state_dict(), int(store.count[0])))
+    _assert_same(left[0][0], left[1][0])
+    _assert_same(left[0][1], left[1][1])
+    assert left[0][2] == left[1][2] >= 30  # every step before the bad one, and the episodes' first rows
+
+
+@pytest.mark.parametrize(("space", "good", "bad", "match"), [
+    (gym.spaces.Discrete(3), np.array([2]), np.array([3]), "<= 2"),
+    (gym.spaces.Discrete(3, start=-1), np.array([-1]), np.array([-2]), ">= -1"),
+    (gym.spaces.Box(-1, 1, (1,), np.float32), np.array([[0.5]], np.float32), np.array([[np.nan]], np.float32),
+     "finite"),
+    (gym.spaces.Box(-1, 1, (), np.float64), np.array([7.0]), np.array([np.inf]), "finite"),  # no bounds on floats
+    (gym.spaces.MultiBinary(1), np.array([[1]], np.int8), np.array([[2]], np.int8), "<= 1"),
+])
+def test_the_actor_checks_one_lanes_single_action_as_any_other(space, good, bad, match):
+    from rlflow.actors import Actor
+    from rlflow.specs import from_space
+
+    class Fixed(rlflow.Policy):
+        def act(self, observation, state, *, evaluation=False):
+            return self.actions, None, state
+
+    policy = Fixed()
+    actor = Actor(policy, from_space(space), 1, space)
+    policy.actions = good
+    assert actor.select_action(np.zeros((1, 2)))[0] is good
+    policy.actions = bad
+    with pytest.raises(SpecError, match=match):
+        actor.select_action(np.zeros((1, 2)))

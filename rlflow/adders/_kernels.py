@@ -598,6 +598,52 @@ def stage_row(staged: np.ndarray, checks: np.ndarray, action: object, action_blo
     return s + 1
 
 
+@njit(inline="always", cache=True)
+def _flat_ok(flat: np.ndarray, mode: int, low: float, high: float) -> bool:
+    """:func:`_values_ok` of a 1-D array, its loops inline (the calls cost more than a few values' checks)."""
+    if mode == FINITE:
+        acc = flat.dtype.type(0)
+        for i in range(flat.shape[0]):  # x * 0 is 0 for finite x, NaN otherwise (as all_finite)
+            acc += flat[i] * 0
+        return acc == 0
+    if mode == BOUNDS:
+        for i in range(flat.shape[0]):  # compared as float64 (as within)
+            x = float(flat[i])
+            if x < low or x > high:
+                return False
+    return True
+
+
+@njit(**_OPTS)
+def stage_env_step(staged: np.ndarray, ctl: np.ndarray, action: np.ndarray, action_rows: np.ndarray, reward: float,
+                   reward_rows: np.ndarray, next_obs: np.ndarray, obs_rows: np.ndarray) -> int:
+    """A step that continues the episode of a one-env loop (``rlflow.run`` on one gymnasium env) into row
+    ``staged[0]`` of a one-lane block whose columns come flat (``action_rows``, ``reward_rows``,
+    ``obs_rows``: 1-D, row after row), from what the env returned: ``reward`` a float, cast to the block's
+    dtype as the env wrapper casts it, ``next_obs`` unbatched (the block's dtype and size: the caller
+    checks, and that the lane has an episode open). ``ctl`` is float64: the episode's return and length so
+    far, then the value checks of the action, the reward and the observation (mode, low, high each, as
+    :func:`stage_row` takes them); the values are checked after the cast. On success the row is counted
+    and the stored reward and one step are added to ``ctl[0]`` and ``ctl[1]``. Returns the rows staged,
+    or -2 (a bad value) having counted nothing."""
+    s = staged[0]
+    reward_rows[s] = reward
+    flat_action, flat_obs = np.ravel(action), np.ravel(next_obs)
+    if not (_flat_ok(reward_rows[s:s + 1], int(ctl[5]), ctl[6], ctl[7])
+            and _flat_ok(flat_action, int(ctl[2]), ctl[3], ctl[4])
+            and _flat_ok(flat_obs, int(ctl[8]), ctl[9], ctl[10])):
+        return -2
+    a, o = flat_action.shape[0], flat_obs.shape[0]
+    for i in range(a):
+        action_rows[s * a + i] = flat_action[i]
+    for i in range(o):
+        obs_rows[s * o + i] = flat_obs[i]
+    ctl[0] += np.float64(reward_rows[s])
+    ctl[1] += 1.0
+    staged[0] = s + 1
+    return s + 1
+
+
 # The one-lane write kernels with their unchanging arrays in a LaneBag (rlflow.replay._direct): what a call
 # passes is only what changes between calls.
 

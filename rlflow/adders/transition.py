@@ -523,6 +523,20 @@ class NStepTransition(Adder):
             self._flush_lane(False, False)
         return True
 
+    def _env_sink(self) -> _LaneBlock | None:
+        """The block :meth:`stage` holds a one-lane store's steps in, for a caller that stages a step which
+        continues the episode straight from a gymnasium env's output, as :meth:`_stage_lane` would stage
+        the env wrapper's TimeStep of it (``rlflow.run``'s one-env path, with
+        :func:`~rlflow.adders._kernels.stage_env_step`; it keeps ``_staged`` in step with the block's count
+        and calls :meth:`flush` when the block is full). None unless :meth:`stage` stages one lane's steps
+        that way and the rewards are stored as float32, as the wrapper makes them."""
+        if not self._lane_staging or type(self).stage is not NStepTransition.stage:
+            return None
+        blk = self._lane_block
+        if blk is None:
+            blk = self._lane_block = _LaneBlock(self)
+        return blk if blk.plan[4] == np.float32 else None
+
     def _flush_lane(self, terminated: bool, truncated: bool, restart: Any = None) -> None:
         """Write the rows :meth:`_stage_lane` holds, the episode ending on the last one when ``terminated`` or
         ``truncated`` (and the next one starting with ``restart`` when given). The block's episodes (its

@@ -117,8 +117,10 @@ class _OneEnv:
         """One step as the TimeStep :class:`GymEnvironment` makes of a one-env ``SAME_STEP`` vector env's
         step (infos included), built directly: one lane has no masks to combine and no final
         observations to stack. Its flags are shared read-only arrays (:data:`_NO`, :data:`_YES`)."""
-        obs, reward, terminated, truncated, info = self.env.step(
-            actions[0] if type(actions) is np.ndarray else _row_zero(actions))
+        return self.timestep(*self.env.step(actions[0] if type(actions) is np.ndarray else _row_zero(actions)))
+
+    def timestep(self, obs: Any, reward: Any, terminated: Any, truncated: Any, info: Any) -> TimeStep:
+        """The TimeStep of what the env's ``step`` returned (resetting the env when the episode ended)."""
         space = self.single_observation_space
         dtype = self._box_dtype
         if terminated or truncated:
@@ -335,6 +337,18 @@ class GymEnvironment:
         for i in lanes:
             _set_row(out, int(i), final_obs[i])
         return out
+
+    def _one_env(self) -> tuple[Any, Any, np.dtype, tuple[int, ...]] | None:
+        """For a caller that steps a plain ``gymnasium.Env`` itself (``rlflow.run``'s one-env path): the env's
+        ``step``, the function that makes the TimeStep :meth:`step` returns of its output (``(obs, reward,
+        terminated, truncated, info)``; it resets the env when the episode ended), and the observation
+        space's dtype and shape. An observation of exactly that dtype and shape is what :meth:`step` would
+        batch without a cast. None for a vector env or an observation space of several arrays."""
+        if not self._one or self._vec._box_dtype is None:  # type: ignore[attr-defined]
+            return None
+        vec: _OneEnv = self._vec  # type: ignore[assignment]
+        space = vec.single_observation_space
+        return vec.env.step, vec.timestep, np.dtype(vec._box_dtype), tuple(space.shape)
 
     # ------------------------------------------------------------------ lifetime
     def close(self) -> None:
