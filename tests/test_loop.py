@@ -568,18 +568,18 @@ class ScriptedEnv(gym.Env):
     in float32; every fifth step has an info entry. ``obs_dtype`` and ``reward_type`` are what the env
     returns (the space says float32), ``nan_at`` the env step whose observation is NaN."""
 
-    observation_space = gym.spaces.Box(-100.0, 100.0, (3,), np.float32)
     action_space = gym.spaces.Discrete(3)
 
-    def __init__(self, *, obs_dtype=np.float32, reward_type=float, nan_at=None) -> None:
-        self.obs_dtype, self.reward_type, self.nan_at = obs_dtype, reward_type, nan_at
+    def __init__(self, *, obs_shape=(3,), obs_dtype=np.float32, reward_type=float, nan_at=None) -> None:
+        self.observation_space = gym.spaces.Box(-100.0, 100.0, obs_shape, np.float32)
+        self.obs_shape, self.obs_dtype, self.reward_type, self.nan_at = obs_shape, obs_dtype, reward_type, nan_at
         self.steps = 0
 
     def _obs(self):
-        obs = np.array([self.t, self.length, self.steps % 17], self.obs_dtype) / 3
+        values = np.array([self.t, self.length, self.steps % 17], self.obs_dtype) / 3
         if self.steps == self.nan_at:
-            obs[1] = np.nan
-        return obs
+            values[1] = np.nan
+        return np.resize(values, self.obs_shape) if self.obs_shape != (3,) else values
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
@@ -637,6 +637,8 @@ def _assert_same(got, want, where=""):
     ({"reward_type": np.float64}, True),
     ({"reward_type": np.float32}, False),  # a reward the one-env path does not take: every step goes the general way
     ({"obs_dtype": np.float64}, False),  # the wrapper casts these observations
+    ({"obs_shape": ()}, True),
+    ({"obs_shape": (2, 3)}, True),
 ])
 @pytest.mark.parametrize(("stage_steps", "n", "checkpoints"), [(5, 3, False), (64, 1, False), (3, 2, True)])
 def test_one_env_steps_leave_what_the_general_loop_body_leaves(monkeypatch, tmp_path, env_kwargs, uses_it,
