@@ -119,12 +119,13 @@ class _OneEnvSteps:
     general body, which raises on bad input as it always does. The store, table, statistics and results
     come out as the general body leaves them (tests check this)."""
 
-    def __init__(self, env: Any, actor: Actor, adder: Any, stats: EpisodeStats, plan: tuple[Any, ...]) -> None:
+    def __init__(self, env: Any, actor: Actor, adder: Any, stats: EpisodeStats, raw_step: Any, timestep: Any,
+                 block: Any) -> None:
         self.env, self.actor, self.adder, self.stats = env, actor, adder, stats
-        (self.raw_step, self.timestep, self.obs_dtype, self.obs_shape, self.block) = plan
+        self.raw_step, self.timestep, self.block = raw_step, timestep, block
         # The kernel's control row: the episode's return and length while collect() runs, the value checks.
-        self.ctl = np.concatenate([np.zeros(2), self.block.plan[6]])
-        self.rows = tuple(col.reshape(-1) for col in (self.block.act, self.block.rew, self.block.obs))
+        self.ctl = np.concatenate([np.zeros(2), block.plan[6]])
+        self.rows = tuple(col.reshape(-1) for col in (block.act, block.rew, block.obs))
 
     @classmethod
     def make(cls, env: Any, actor: Actor, adder: Any, stats: EpisodeStats) -> _OneEnvSteps | None:
@@ -137,10 +138,9 @@ class _OneEnvSteps:
         block = sink() if got is not None else None
         if block is None:
             return None
-        obs_dtype, obs_shape = block.plan[2], block.plan[3][1:]
-        if got[2] != obs_dtype or got[3] != obs_shape:  # the wrapper's arrays would go to the adder's general path
+        if got[2] != block.plan[2] or got[3] != block.plan[3][1:]:  # the wrapper's arrays would go the general way
             return None
-        return cls(env, actor, adder, stats, (got[0], got[1], obs_dtype, obs_shape, block))
+        return cls(env, actor, adder, stats, got[0], got[1], block)
 
     def collect(self, ts: Any, limit: int, stop: _Stop, start: float,
                 max_seconds: float | None) -> tuple[int, Any, tuple[Any, Any] | None]:
@@ -153,7 +153,7 @@ class _OneEnvSteps:
         staged, open_rows = blk.staged, adder._open
         is_open = open_rows[0] >= 0  # (as a flush leaves it: it ends no episode here)
         act_rows, rew_rows, obs_rows = self.rows
-        act_dtype, act_shape, obs_dtype, obs_shape = blk.plan[0], blk.plan[1], self.obs_dtype, self.obs_shape
+        act_dtype, act_shape, obs_dtype, obs_shape = blk.plan[0], blk.plan[1], blk.plan[2], blk.plan[3][1:]
         full = adder.stage_steps
         obs, first = ts.observation, ts.first
         last = None  # the env's output of the last step staged here

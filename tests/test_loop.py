@@ -639,6 +639,7 @@ def _assert_same(got, want, where=""):
     ({"obs_dtype": np.float64}, False),  # the wrapper casts these observations
     ({"obs_shape": ()}, True),
     ({"obs_shape": (2, 3)}, True),
+    ({"obs_shape": (6, 7)}, True),  # more values than the compiled call checks inline
 ])
 @pytest.mark.parametrize(("stage_steps", "n", "checkpoints"), [(5, 3, False), (64, 1, False), (3, 2, True)])
 def test_one_env_steps_leave_what_the_general_loop_body_leaves(monkeypatch, tmp_path, env_kwargs, uses_it,
@@ -656,12 +657,13 @@ def test_one_env_steps_leave_what_the_general_loop_body_leaves(monkeypatch, tmp_
     assert t1.size == t2.size > 0
 
 
+@pytest.mark.parametrize("obs_shape", [(3,), (6, 7)])
 @pytest.mark.parametrize("nan_at", [4, 23])
-def test_one_env_steps_raise_on_a_bad_observation_as_the_general_loop_body_does(monkeypatch, nan_at):
+def test_one_env_steps_raise_on_a_bad_observation_as_the_general_loop_body_does(monkeypatch, nan_at, obs_shape):
     errors = []
     for fast in (True, False):
         with pytest.raises(SpecError, match="finite") as info:
-            _scripted_run(monkeypatch, fast, nan_at=nan_at, stage_steps=8)
+            _scripted_run(monkeypatch, fast, nan_at=nan_at, stage_steps=8, obs_shape=obs_shape)
         errors.append(str(info.value))
     assert errors[0] == errors[1]
 

@@ -600,7 +600,10 @@ def stage_row(staged: np.ndarray, checks: np.ndarray, action: object, action_blo
 
 @njit(inline="always", cache=True)
 def _flat_ok(flat: np.ndarray, mode: int, low: float, high: float) -> bool:
-    """:func:`_values_ok` of a 1-D array, its loops inline (the calls cost more than a few values' checks)."""
+    """:func:`_values_ok` of a 1-D array: a few values are checked by loops inline here (calling the compiled
+    checks costs more than they do), more by those checks (:func:`all_finite` vectorises)."""
+    if flat.shape[0] > 32:
+        return _values_ok(flat, mode, low, high)
     if mode == FINITE:
         acc = flat.dtype.type(0)
         for i in range(flat.shape[0]):  # x * 0 is 0 for finite x, NaN otherwise (as all_finite)
