@@ -3,9 +3,11 @@
 A write of ``T`` rows of one lane evicts the items starting at the rows it overwrites and inserts the
 items it completes. Through :class:`~rlflow.replay.Table`'s methods that is a dozen compiled calls and
 some forty Python-level steps. :func:`evict` and :func:`insert` do the same inside one compiled call:
-the same kernels (``evict_range``, ``check_add_items``, the selectors' ``dense_*``, ``ring_*`` and sum
+the same kernels (``evict_range``, ``add_items``, the selectors' ``dense_*``, ``ring_*`` and sum
 tree updates) in the same order, so the table ends in exactly the state the methods leave (tests
-compare the two, selector states and RNGs included). :class:`Arrays` hands the kernels a table's arrays,
+compare the two, selector states and RNGs included). The windows an n-step write inserts lie in one
+episode one after the other, so :func:`insert` checks their span once where ``Table.insert`` checks
+each window. :class:`Arrays` hands the kernels a table's arrays,
 and :func:`settle` updates the Python-side counters (sizes, free slots, rate limiter) afterwards.
 
 Only the common tables take this path: a :class:`~rlflow.replay.Uniform` or
@@ -21,7 +23,7 @@ import numpy as np
 from numba import njit, types
 from numba.experimental import structref
 
-from rlflow.replay._item_kernels import check_add_items, evict_range
+from rlflow.replay._item_kernels import add_items, evict_range, wrap
 from rlflow.replay._kernels import dense_delete, dense_insert, ring_delete, ring_push
 from rlflow.replay.selectors import Fifo, Prioritized, Uniform
 from rlflow.replay.sum_tree import _update
@@ -127,16 +129,22 @@ def insert(tab: tuple, kind: int, alpha: float, state: np.ndarray, count: np.nda
            capacity: int, cross_episodes: bool, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
            returns: np.ndarray, discounts: np.ndarray, slots: np.ndarray, keys: np.ndarray,
            clash: np.ndarray) -> tuple[int, int]:
-    """``Table.insert`` of ``lanes.shape[0]`` items with priority 1 and fields (return, discount), given
-    room for all and the rate limiter's consent. Returns the first item whose window is not stored
-    (nothing inserted) or -1, and how many items share their start row with another (``clash``)."""
+    """``Table.insert`` of ``lanes.shape[0] >= 1`` items with priority 1 and fields (return, discount), given
+    room for all and the rate limiter's consent, for the windows an n-step write makes: one lane's, inside
+    one episode, starts and ends not decreasing. Their span (the first start to the last end) is checked
+    once: stored, and in one episode unless ``cross_episodes``. That is ``check_windows`` of each window,
+    whose valid length is then its length. Returns 0 when the span fails (nothing inserted: a broken
+    invariant) or -1, and how many items share their start row with another (``clash``)."""
     m = lanes.shape[0]
+    lane, lo, hi = lanes[0], starts[0], starts[m - 1] + lengths[m - 1]
+    c = count[lane]
+    if lo < max(c - capacity, 0) or hi > c or (
+            not cross_episodes and episode_id[lane, wrap(lo, capacity)] != episode_id[lane, wrap(hi - 1, capacity)]):
+        return 0, 0
     meta, priority, row_slot, free = tab[0], tab[1], tab[2], tab[3]
     prios = np.ones(m)
-    bad, clashes = check_add_items(count, episode_id, capacity, cross_episodes, meta, priority, row_slot, free,
-                             state[NUM_FREE], state[NEXT_SEQ], lanes, starts, lengths, prios, slots, keys, clash)
-    if bad >= 0:
-        return bad, 0
+    clashes = add_items(meta, priority, row_slot, free, state[NUM_FREE], state[NEXT_SEQ], lanes, starts, lengths,
+                        lengths, prios, capacity, slots, keys, clash)
     ret, disc = tab[4], tab[5]
     seqs = np.empty(m, np.int64)
     for j in range(m):
