@@ -14,6 +14,7 @@ from rlflow.replay._prefetch import prefetch, prefetch_write
 _OPTS = {"cache": True, "nogil": True}
 
 KEY, LANE, START, LENGTH, VALID, TIMES = range(6)
+_AHEAD = 16  # how many items ahead a kernel walking scattered slots requests their lines
 
 
 @njit(inline="always", cache=True)
@@ -103,9 +104,11 @@ def check_windows(count: np.ndarray, episode_id: np.ndarray, capacity: int, lane
     when ``cross_episodes``). Bad (valid length 0): lane out of range, length outside ``[1, capacity]``,
     or a row not stored (before ``count - capacity`` or at/after ``count``). Returns -1 if none is bad.
     """
-    n_lanes = count.shape[0]
+    n_lanes, n = count.shape[0], lanes.shape[0]
     first_bad = -1
-    for i in range(lanes.shape[0]):
+    for i in range(n):
+        if i + _AHEAD < n and 0 <= lanes[i + _AHEAD] < n_lanes:  # other lanes' rows are far apart: requested ahead
+            prefetch(episode_id, lanes[i + _AHEAD] * capacity + wrap(starts[i + _AHEAD], capacity))
         lane, start, length = lanes[i], starts[i], lengths[i]
         if lane < 0 or lane >= n_lanes or length < 1 or length > capacity:
             ok = False
@@ -140,9 +143,14 @@ def add_items(meta: np.ndarray, priority: np.ndarray, row_slot: np.ndarray, free
     ``clash[i]`` is set when the row's index cell already holds an item (the caller keeps an overflow
     list for those); returns how many clashed.
     """
-    max_size = meta.shape[0]
+    max_size, width = meta.shape
+    n = lanes.shape[0]
     clashes = 0
-    for i in range(lanes.shape[0]):
+    for i in range(n):
+        if i + _AHEAD < n:  # the slots' meta rows and the start rows' cells are far apart: requested ahead
+            j = i + _AHEAD
+            prefetch_write(meta, free[num_free - 1 - j] * width)
+            prefetch_write(row_slot, lanes[j] * capacity + wrap(starts[j], capacity))
         s = free[num_free - 1 - i]
         key = (next_seq + i) * max_size + s
         slots[i] = s
@@ -172,7 +180,12 @@ def remove_items(meta: np.ndarray, row_slot: np.ndarray, free: np.ndarray, num_f
     ``indirect[i]`` is set for an item that was not in its index cell (it is in the overflow list).
     """
     total = 0
-    for i in range(slots.shape[0]):
+    n, width = slots.shape[0], meta.shape[1]
+    for i in range(min(_AHEAD, n)):  # the slots' meta rows are cold lines, far apart: requested ahead of use
+        prefetch_write(meta, slots[i] * width)
+    for i in range(n):
+        if i + _AHEAD < n:
+            prefetch_write(meta, slots[i + _AHEAD] * width)
         s = slots[i]
         lane = meta[s, LANE]
         pos = wrap(meta[s, START], capacity)
@@ -190,9 +203,12 @@ def remove_items(meta: np.ndarray, row_slot: np.ndarray, free: np.ndarray, num_f
 @njit(**_OPTS)
 def indexed_at(row_slot: np.ndarray, lanes: np.ndarray, rows: np.ndarray, capacity: int) -> np.ndarray:
     """Slots held by the index cells of ``rows[i]`` in ``lanes[i]`` (empty cells skipped)."""
-    out = np.empty(lanes.shape[0], np.int64)
+    n = lanes.shape[0]
+    out = np.empty(n, np.int64)
     m = 0
-    for i in range(lanes.shape[0]):
+    for i in range(n):
+        if i + _AHEAD < n:  # rows of other lanes are far apart: their cells requested ahead of use
+            prefetch(row_slot, lanes[i + _AHEAD] * capacity + wrap(rows[i + _AHEAD], capacity))
         s = row_slot[lanes[i], wrap(rows[i], capacity)]
         if s >= 0:
             out[m] = s

@@ -17,9 +17,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from rlflow.replay._prefetch import prefetch
+from rlflow.replay._prefetch import prefetch, prefetch_write
 
 _OPTS = {"cache": True, "nogil": True}
+_AHEAD = 16  # how many slots ahead a kernel walking scattered slots requests their lines
 
 
 @njit(**_OPTS)
@@ -101,7 +102,14 @@ def dense_insert(items: np.ndarray, where: np.ndarray, live: np.ndarray, count: 
 @njit(**_OPTS)
 def dense_delete(items: np.ndarray, where: np.ndarray, live: np.ndarray, count: int, slots: np.ndarray) -> int:
     """Remove slots from a dense set by moving the last element into the hole; new count."""
-    for j in range(slots.shape[0]):
+    n = slots.shape[0]
+    for j in range(n):
+        # The slots' cells are far apart: request each slot's position two strides ahead, and the hole it
+        # points to one stride ahead (a hint: a position moved since is only a wasted request).
+        if j + 2 * _AHEAD < n:
+            prefetch_write(where, slots[j + 2 * _AHEAD])
+        if j + _AHEAD < n:
+            prefetch_write(items, max(where[slots[j + _AHEAD]], 0))
         s = slots[j]
         p = where[s]
         if p >= 0:
