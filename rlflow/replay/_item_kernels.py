@@ -9,12 +9,11 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from rlflow.replay._prefetch import prefetch, prefetch_write
+from rlflow.replay._prefetch import AHEAD, prefetch, prefetch_write
 
 _OPTS = {"cache": True, "nogil": True}
 
 KEY, LANE, START, LENGTH, VALID, TIMES = range(6)
-_AHEAD = 16  # how many items ahead a kernel walking scattered slots requests their lines
 
 
 @njit(inline="always", cache=True)
@@ -107,8 +106,8 @@ def check_windows(count: np.ndarray, episode_id: np.ndarray, capacity: int, lane
     n_lanes, n = count.shape[0], lanes.shape[0]
     first_bad = -1
     for i in range(n):
-        if i + _AHEAD < n and 0 <= lanes[i + _AHEAD] < n_lanes:  # other lanes' rows are far apart: requested ahead
-            prefetch(episode_id, lanes[i + _AHEAD] * capacity + wrap(starts[i + _AHEAD], capacity))
+        if i + AHEAD < n and 0 <= lanes[i + AHEAD] < n_lanes:  # other lanes' rows are far apart: requested ahead
+            prefetch(episode_id, lanes[i + AHEAD] * capacity + wrap(starts[i + AHEAD], capacity))
         lane, start, length = lanes[i], starts[i], lengths[i]
         if lane < 0 or lane >= n_lanes or length < 1 or length > capacity:
             ok = False
@@ -147,8 +146,8 @@ def add_items(meta: np.ndarray, priority: np.ndarray, row_slot: np.ndarray, free
     n = lanes.shape[0]
     clashes = 0
     for i in range(n):
-        if i + _AHEAD < n:  # the slots' meta rows and the start rows' cells are far apart: requested ahead
-            j = i + _AHEAD
+        if i + AHEAD < n:  # the slots' meta rows and the start rows' cells are far apart: requested ahead
+            j = i + AHEAD
             prefetch_write(meta, free[num_free - 1 - j] * width)
             prefetch_write(row_slot, lanes[j] * capacity + wrap(starts[j], capacity))
         s = free[num_free - 1 - i]
@@ -181,11 +180,11 @@ def remove_items(meta: np.ndarray, row_slot: np.ndarray, free: np.ndarray, num_f
     """
     total = 0
     n, width = slots.shape[0], meta.shape[1]
-    for i in range(min(_AHEAD, n)):  # the slots' meta rows are cold lines, far apart: requested ahead of use
+    for i in range(min(AHEAD, n)):  # the slots' meta rows are cold lines, far apart: requested ahead of use
         prefetch_write(meta, slots[i] * width)
     for i in range(n):
-        if i + _AHEAD < n:
-            prefetch_write(meta, slots[i + _AHEAD] * width)
+        if i + AHEAD < n:
+            prefetch_write(meta, slots[i + AHEAD] * width)
         s = slots[i]
         lane = meta[s, LANE]
         pos = wrap(meta[s, START], capacity)
@@ -207,8 +206,8 @@ def indexed_at(row_slot: np.ndarray, lanes: np.ndarray, rows: np.ndarray, capaci
     out = np.empty(n, np.int64)
     m = 0
     for i in range(n):
-        if i + _AHEAD < n:  # rows of other lanes are far apart: their cells requested ahead of use
-            prefetch(row_slot, lanes[i + _AHEAD] * capacity + wrap(rows[i + _AHEAD], capacity))
+        if i + AHEAD < n:  # rows of other lanes are far apart: their cells requested ahead of use
+            prefetch(row_slot, lanes[i + AHEAD] * capacity + wrap(rows[i + AHEAD], capacity))
         s = row_slot[lanes[i], wrap(rows[i], capacity)]
         if s >= 0:
             out[m] = s

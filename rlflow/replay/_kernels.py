@@ -17,10 +17,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from rlflow.replay._prefetch import prefetch, prefetch_write
+from rlflow.replay._prefetch import AHEAD, prefetch, prefetch_write
 
 _OPTS = {"cache": True, "nogil": True}
-_AHEAD = 16  # how many slots ahead a kernel walking scattered slots requests their lines
 
 
 @njit(**_OPTS)
@@ -106,10 +105,10 @@ def dense_delete(items: np.ndarray, where: np.ndarray, live: np.ndarray, count: 
     for j in range(n):
         # The slots' cells are far apart: request each slot's position two strides ahead, and the hole it
         # points to one stride ahead (a hint: a position moved since is only a wasted request).
-        if j + 2 * _AHEAD < n:
-            prefetch_write(where, slots[j + 2 * _AHEAD])
-        if j + _AHEAD < n:
-            prefetch_write(items, max(where[slots[j + _AHEAD]], 0))
+        if j + 2 * AHEAD < n:
+            prefetch_write(where, slots[j + 2 * AHEAD])
+        if j + AHEAD < n:
+            prefetch_write(items, max(where[slots[j + AHEAD]], 0))
         s = slots[j]
         p = where[s]
         if p >= 0:

@@ -20,7 +20,11 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-__all__ = ["prefetch", "prefetch_write"]
+__all__ = ["AHEAD", "prefetch", "prefetch_write"]
+
+# How many elements ahead a kernel walking scattered slots or rows one by one requests their lines: enough
+# misses in flight to overlap, few enough to be used before they are evicted.
+AHEAD = 16
 
 
 def _intrinsic(write: int) -> Any:
