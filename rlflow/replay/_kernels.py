@@ -88,7 +88,11 @@ def tt_top(win: np.ndarray, k1: np.ndarray, k2: np.ndarray, size: int, n: int) -
 @njit(**_OPTS)
 def dense_insert(items: np.ndarray, where: np.ndarray, live: np.ndarray, count: int, slots: np.ndarray) -> int:
     """Append slots to a dense set (``items[:count]``, ``where[slot]`` its position); new count."""
-    for j in range(slots.shape[0]):
+    n = slots.shape[0]
+    for j in range(n):
+        if j + AHEAD < n:  # the slots' cells are far apart: requested ahead of use
+            prefetch_write(where, slots[j + AHEAD])
+            prefetch_write(live, slots[j + AHEAD])
         s = slots[j]
         if where[s] < 0:
             items[count] = s
@@ -257,7 +261,10 @@ def ring_delete(ring_slot: np.ndarray, ring_seq: np.ndarray, ht: np.ndarray, seq
     the ring short without ever scanning entries that went cold.
     """
     r = ring_slot.shape[0]
-    for j in range(slots.shape[0]):
+    n = slots.shape[0]
+    for j in range(n):
+        if j + AHEAD < n:  # the slots' cells are far apart: requested ahead of use
+            prefetch_write(seq_of, slots[j + AHEAD])
         seq_of[slots[j]] = -1
     while ht[1] > ht[0] and seq_of[ring_slot[ht[0] & (r - 1)]] != ring_seq[ht[0] & (r - 1)]:
         ht[0] += 1
