@@ -139,7 +139,8 @@ class Actor:
         one = self._one
         if one is not None and type(actions) is np.ndarray and actions.dtype is one[0] and actions.shape == one[1]:
             mode = one[2]  # _specs.fits of one value, its checks decided in advance
-            if not mode or (math.isfinite(actions.item()) if mode == 1 else one[3] <= actions.item() <= one[4]):
+            if mode == _specs.NO_CHECK or (math.isfinite(actions.item()) if mode == _specs.FINITE
+                                           else one[3] <= actions.item() <= one[4]):
                 return actions, extras
         if self._simple is not None and _specs.fits(self._simple, actions, self.num_lanes):
             return actions, extras
@@ -155,20 +156,14 @@ class Actor:
 
 def _one_value_check(field: Any, num_lanes: int) -> tuple[Any, ...] | None:
     """What :func:`rlflow.specs.fits` checks of actions that are one value (one lane of a scalar field):
-    ``(dtype, shape, mode, low, high)``, mode 0 (nothing more), 1 (finite) or 2 (within ``[low, high]``);
-    None for other actions, or a dtype that arrays do not carry by identity."""
+    ``(dtype, shape, mode, low, high)`` with :func:`rlflow.specs.check_mode`'s mode and bounds; None for
+    other actions, bounds float64 cannot hold, or a dtype that arrays do not carry by identity."""
     if field is None or num_lanes * int(np.prod(field.shape, dtype=np.int64)) != 1:
         return None
-    dtype = field.dtype
-    if dtype is not np.dtype(dtype.str):  # not the builtin instance arrays of this type carry
+    dtype, mode = field.dtype, _specs.check_mode(field)
+    if mode is None or dtype is not np.dtype(dtype.str):  # not the builtin instance arrays of this type carry
         return None
-    shape = (num_lanes, *field.shape)
-    if dtype.kind == "f":
-        return (dtype, shape, 0 if field.allow_nonfinite else 1, 0.0, 0.0)
-    if dtype.kind in "iu" and (field.low is not None or field.high is not None):
-        return (dtype, shape, 2, -math.inf if field.low is None else field.low,
-                math.inf if field.high is None else field.high)
-    return (dtype, shape, 0, 0.0, 0.0)
+    return (dtype, (num_lanes, *field.shape), *mode)
 
 
 def _reset_rows(state: Any, initial: Any, first: np.ndarray) -> Any:

@@ -37,6 +37,7 @@ __all__ = [
     "Spec",
     "SpecError",
     "add_agent_axis",
+    "check_mode",
     "fits",
     "flatten_data",
     "flatten_spec",
@@ -254,6 +255,26 @@ def fits(field: Field, value: Any, n: int) -> bool:
             return bool(low <= value.item() <= high)
         return _within(value, low, high)
     return True
+
+
+# How :func:`fits` checks a field's values, as compiled checks take it: not at all, finite, or within bounds.
+NO_CHECK, FINITE, BOUNDS = 0, 1, 2
+
+
+def check_mode(field: Field) -> tuple[int, float, float] | None:
+    """:func:`fits`'s value check of ``field`` as ``(mode, low, high)`` (mode :data:`NO_CHECK`,
+    :data:`FINITE` or :data:`BOUNDS`, the bounds as float64); None where float64 cannot hold it (integer
+    bounds beyond float64's exact integers)."""
+    kind = field.dtype.kind
+    if kind == "f":
+        return (NO_CHECK if field.allow_nonfinite else FINITE), 0.0, 0.0
+    if kind in "iu" and (field.low is not None or field.high is not None):
+        low = -math.inf if field.low is None else float(field.low)
+        high = math.inf if field.high is None else float(field.high)
+        if max(abs(low), abs(high)) >= 2.0**53 and math.isfinite(low + high):
+            return None
+        return BOUNDS, low, high
+    return NO_CHECK, 0.0, 0.0
 
 
 _kernels: Any = None

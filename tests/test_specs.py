@@ -1,3 +1,5 @@
+import math
+
 import numpy as np
 import pytest
 from gymnasium import spaces
@@ -5,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rlflow import specs
-from rlflow.specs import Field, SpecError
+from rlflow.specs import BOUNDS, FINITE, NO_CHECK, Field, SpecError, check_mode
 
 
 def test_from_space_every_kind():
@@ -154,3 +156,16 @@ def test_fits_is_validate_without_conversion(data):
         expected = False
     assert specs.fits(field, value, n) == expected
     assert not specs.fits(field, value.tolist(), n)  # only an ndarray fits as it is
+
+
+@pytest.mark.parametrize(("field", "expected"), [
+    (Field((2,), np.float32), (FINITE, 0.0, 0.0)),
+    (Field((), np.float64, allow_nonfinite=True), (NO_CHECK, 0.0, 0.0)),
+    (Field((), np.int64, low=0, high=5), (BOUNDS, 0.0, 5.0)),
+    (Field((), np.int8, low=-3), (BOUNDS, -3.0, math.inf)),
+    (Field((), np.int64), (NO_CHECK, 0.0, 0.0)),  # no bounds
+    (Field((), np.bool_), (NO_CHECK, 0.0, 0.0)),
+    (Field((), np.uint64, low=0, high=2**60), None),  # float64 cannot hold the bound exactly
+])
+def test_check_mode_is_fits_value_check_as_numbers(field, expected):
+    assert check_mode(field) == expected

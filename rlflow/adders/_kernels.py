@@ -20,6 +20,7 @@ from numba import njit
 from rlflow.replay import _direct
 from rlflow.replay._item_kernels import _mark_row, all_finite, within, wrap
 from rlflow.replay._prefetch import prefetch_write
+from rlflow.specs import BOUNDS, FINITE  # how a value is checked before it is staged (specs.check_mode)
 
 _OPTS = {"cache": True, "nogil": True}
 
@@ -523,8 +524,6 @@ def write_nstep_block(steps: int, flags: np.ndarray, codes: np.ndarray, open_row
     return m
 
 
-# How a value is checked before it is staged (specs.fits's checks): not at all, finite, or within bounds.
-NO_CHECK, FINITE, BOUNDS = 0, 1, 2
 
 
 @njit(inline="always", cache=True)
@@ -555,7 +554,7 @@ def stage_simple(staged: np.ndarray, open_rows: np.ndarray, open_flag: np.ndarra
                  final_block: np.ndarray) -> int:
     """One step into row ``staged[0]`` of a stage block, for stores whose action, reward and observation are
     each one field: check the values (``checks``: mode, low, high of the action, the reward and the
-    observation; a mode is :data:`NO_CHECK`, :data:`FINITE` or :data:`BOUNDS`) and the flags
+    observation, as :func:`rlflow.specs.check_mode` gives them) and the flags
     (:func:`stage_flow`; a block's first step starts from ``open_rows >= 0``), then copy every input to
     its block and count the step. Returns the steps staged, or -1 (flags) / -2 (values) having changed
     nothing. Shapes and dtypes are the caller's to check."""

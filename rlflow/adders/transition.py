@@ -26,7 +26,6 @@ Had the episode been truncated instead, the last three discounts would be ``.729
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -814,25 +813,10 @@ class _Block:
         self.discounts = np.zeros(items, np.float32)
 
 
-def _check_mode(field: Field) -> tuple[int, float, float] | None:
-    """How :func:`~rlflow.adders._kernels.stage_simple` checks values of ``field`` (:func:`rlflow.specs.fits`'s
-    checks); None where it cannot (integer bounds beyond float64's exact integers)."""
-    kind = field.dtype.kind
-    if kind == "f":
-        return (KA.NO_CHECK if field.allow_nonfinite else KA.FINITE), 0.0, 0.0
-    if kind in "iu" and (field.low is not None or field.high is not None):
-        low = -math.inf if field.low is None else float(field.low)
-        high = math.inf if field.high is None else float(field.high)
-        if max(abs(low), abs(high)) >= 2.0**53 and math.isfinite(low + high):
-            return None
-        return KA.BOUNDS, low, high
-    return KA.NO_CHECK, 0.0, 0.0
-
-
 def value_checks(fields: Sequence[Field]) -> np.ndarray | None:
     """The compiled staging kernels' value checks of ``fields``: (mode, low, high) of each, in a row
-    (:func:`_check_mode`); None when one of them cannot be checked there."""
-    modes = [_check_mode(f) for f in fields]
+    (:func:`rlflow.specs.check_mode`); None when one of them cannot be checked there."""
+    modes = [_specs.check_mode(f) for f in fields]
     if any(m is None for m in modes):
         return None
     return np.array([x for m in modes for x in m], np.float64)
