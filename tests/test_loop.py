@@ -579,7 +579,7 @@ class ScriptedEnv(gym.Env):
         values = np.array([self.t, self.length, self.steps % 17], self.obs_dtype) / 3
         if self.steps == self.nan_at:
             values[1] = np.nan
-        return np.resize(values, self.obs_shape) if self.obs_shape != (3,) else values
+        return np.resize(values, self.obs_shape)
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
