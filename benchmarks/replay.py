@@ -32,12 +32,13 @@ import peers
 from peers import ADAPTERS, CASES, Case, get_pool
 
 from rlflow import adders, specs
-from rlflow.replay import Fifo, MinSize, Prioritized, ReplayBuffer, StepStore, Table, Uniform
+from rlflow.replay import Fifo, MinSize, Prioritized, ReplayBuffer, RowTable, StepStore, Table, Uniform
 from rlflow.types import TimeStep, step_spec
 
 
 class RlflowAdapter(peers._Base):
-    """rlflow: a StepStore, an n-step transition adder and a Table (Uniform or Prioritized sampler).
+    """rlflow: a StepStore, an n-step transition adder and a table: a Table with a Uniform sampler (or, with
+    ``--table row``, a RowTable) or a Prioritized one (the ``per`` case), and a Fifo remover.
 
     Every row is written once, through ``adders.NStepTransition`` (n = 1, or ``case.nstep``); the table's
     items are windows of rows and sampling returns ``Transition`` batches (``next_observation`` is the
@@ -65,7 +66,7 @@ class RlflowAdapter(peers._Base):
             if self.add_layout == "stream":
                 return f"{n}.add_steps, {case.batch} steps of one lane"
             return f"{n}.stage, {case.batch} lanes"
-        return {"sample": f"Table.sample (Uniform) of {n} items",
+        return {"sample": f"{'RowTable' if UNIFORM_TABLE == 'row' else 'Table'}.sample (Uniform) of {n} items",
                 "per": f"Table.sample (Prioritized) + update_priorities of {n} items"}[case.op]
 
     def setup(self, case: Case, rng: np.random.Generator) -> None:
@@ -98,8 +99,13 @@ class RlflowAdapter(peers._Base):
     def _make(self, case: Case, lanes: int) -> None:
         spec = step_spec(specs.Field(case.obs_shape, case.obs_dtype), specs.Field((case.act_dim,), case.act_dtype))
         self.store = StepStore(spec, capacity=case.capacity // lanes, lanes=lanes)
-        sampler = Prioritized(peers.PER_ALPHA, peers.PER_BETA, seed=0) if case.op == "per" else Uniform(seed=0)
-        self.table = Table(self.store, sampler=sampler, remover=Fifo(), rate_limiter=MinSize(1))
+        if case.op == "per":
+            self.table = Table(self.store, sampler=Prioritized(peers.PER_ALPHA, peers.PER_BETA, seed=0),
+                               remover=Fifo(), rate_limiter=MinSize(1))
+        elif UNIFORM_TABLE == "row":  # each item in its start row's slot
+            self.table = RowTable(self.store, seed=0, rate_limiter=MinSize(1))
+        else:
+            self.table = Table(self.store, sampler=Uniform(seed=0), remover=Fifo(), rate_limiter=MinSize(1))
         self.adder = adders.NStepTransition(self.store, [self.table], n=case.nstep, discount=case.gamma)
 
     def _setup_stream(self, case: Case, pool: Any) -> None:
@@ -165,6 +171,7 @@ class RlflowAdapter(peers._Base):
 
 
 WARMUP_ROUNDS = 2  # timed but not counted
+UNIFORM_TABLE = "table"  # the uniform cases' table: "table" (Table, Uniform sampler) or "row" (RowTable); --table
 
 ADAPTERS_ALL = {"rlflow": RlflowAdapter, **ADAPTERS}
 
@@ -254,7 +261,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--peers", nargs="*", default=others, choices=others)
     parser.add_argument("--rounds", type=int, default=9, help="interleaved timing rounds (medians are over these)")
     parser.add_argument("--target-s", type=float, default=0.1, help="seconds per timed round")
+    parser.add_argument("--table", choices=["table", "row"], default="table",
+                        help="the uniform cases' table: Table with a Uniform sampler, or RowTable")
     args = parser.parse_args(argv)
+    global UNIFORM_TABLE
+    UNIFORM_TABLE = args.table
     print(f"python {sys.version.split()[0]}, numpy {np.__version__}; medians of {args.rounds} interleaved rounds; "
           "torch intra-op threads: 1", flush=True)
     groups: list[Group] = []

@@ -384,7 +384,7 @@ def lane_steps_direct(lane: int, ended: bool, terminated: bool, truncated: bool,
         bad, out[4] = _direct.insert(tab, kind, alpha, state, count, episode_id, capacity, cross_episodes, lanes[:m],
                                      starts[:m], lengths[:m], returns[:m], discounts[:m], slots[:m], keys[:m],
                                      clash[:m])
-        return -3 if bad >= 0 else 1
+        return -3 if bad >= 0 else 0 if bad == -2 else 1
     return 0
 
 

@@ -3,6 +3,7 @@
 from rlflow.replay.buffer import ReplayBuffer
 from rlflow.replay.checkpoint import CheckpointError, load, save
 from rlflow.replay.rate_limiters import MinSize, Queue, RateLimiter, SampleToInsertRatio, Stack
+from rlflow.replay.row_table import RowTable
 from rlflow.replay.sample import Sample
 from rlflow.replay.selectors import Fifo, Lifo, MaxHeap, MinHeap, Prioritized, Selector, Uniform
 from rlflow.replay.storage import StepStore
@@ -21,6 +22,7 @@ __all__ = [
     "RateLimitTimeout",
     "RateLimiter",
     "ReplayBuffer",
+    "RowTable",
     "Sample",
     "SampleToInsertRatio",
     "Selector",

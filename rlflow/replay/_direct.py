@@ -23,16 +23,19 @@ import numpy as np
 from numba import njit, types
 from numba.experimental import structref
 
-from rlflow.replay._item_kernels import add_items, evict_range, wrap
+from rlflow.replay import _row_kernels as _rows
+from rlflow.replay._item_kernels import KEY, LANE, LENGTH, START, TIMES, VALID, add_items, evict_range, wrap
 from rlflow.replay._kernels import dense_delete, dense_insert, ring_delete, ring_push
+from rlflow.replay.row_table import RowTable
 from rlflow.replay.selectors import Fifo, Prioritized, Uniform
 from rlflow.replay.sum_tree import _update
 
 if TYPE_CHECKING:
     from rlflow.replay.table import Table
 
-UNIFORM, PRIORITIZED = 0, 1
+UNIFORM, PRIORITIZED, ROWS = 0, 1, 2
 _I = np.zeros(1, np.int64)
+_I2 = np.zeros((1, 1), np.int64)
 _B = np.zeros(1, np.bool_)
 _F = np.zeros(1, np.float64)
 # Slots of the int64 state array the kernels read and update: free slots, next insertion number, and
@@ -50,6 +53,14 @@ class Arrays:
         self.kind, self.tab = UNIFORM, None
         self.state = np.zeros(3, np.int64)
         sampler, remover, items = self.sampler, self.remover, self.items
+        cols = items.columns
+        ret, disc = cols.get(fields[0]), cols.get(fields[1])
+        if ret is None or disc is None or ret.ndim != 1 or disc.ndim != 1 or len(cols) != 2:
+            return
+        if isinstance(table, RowTable):  # slots are rows: no free list, row index or selectors
+            self.kind = ROWS
+            self.tab = (items.meta, _F, _I2, _I, ret, disc, _I, _I, _B, _F, _F, _I, _I, _I, _I, _I)
+            return
         if type(remover) is not Fifo:
             return
         if type(sampler) is Uniform:
@@ -58,10 +69,6 @@ class Arrays:
             tree = sampler.tree
             self.kind, sel = PRIORITIZED, (_I, _I, _B, tree.sums, tree.mins, tree.offsets)
         else:
-            return
-        cols = items.columns
-        ret, disc = cols.get(fields[0]), cols.get(fields[1])
-        if ret is None or disc is None or ret.ndim != 1 or disc.ndim != 1 or len(cols) != 2:
             return
         self.tab = (items.meta, items.priority, items.row_slot, items.free, ret, disc, *sel, remover._ring_slot,
                     remover._ring_seq, remover._ht, remover._seq_of)
@@ -112,6 +119,10 @@ def evict(tab: tuple, kind: int, state: np.ndarray, lane: int, lo: int, hi: int,
     """``Table.on_overwrite_range(lane, lo, hi)``: drop the items starting at rows ``lo .. hi - 1``.
     Returns how many, and their times sampled summed."""
     meta, row_slot, free = tab[0], tab[2], tab[3]
+    if kind == ROWS:
+        m, times = _rows.evict_range(meta, lane, lo, hi, capacity)
+        state[NUM_FREE] += m
+        return m, times
     slots, times = evict_range(meta, row_slot, free, state[NUM_FREE], lane, lo, hi, capacity)
     m = slots.shape[0]
     if m:
@@ -134,7 +145,8 @@ def insert(tab: tuple, kind: int, alpha: float, state: np.ndarray, count: np.nda
     one episode, starts and ends not decreasing. Their span (the first start to the last end) is checked
     once: stored, and in one episode unless ``cross_episodes``. That is ``check_windows`` of each window,
     whose valid length is then its length. Returns 0 when the span fails (nothing inserted: a broken
-    invariant) or -1, and how many items share their start row with another (``clash``)."""
+    invariant), -2 when a RowTable's slot is taken (nothing inserted: the table's own insert raises) or -1,
+    and how many items share their start row with another (``clash``)."""
     m = lanes.shape[0]
     lane, lo, hi = lanes[0], starts[0], starts[m - 1] + lengths[m - 1]
     c = count[lane]
@@ -142,6 +154,8 @@ def insert(tab: tuple, kind: int, alpha: float, state: np.ndarray, count: np.nda
             not cross_episodes and episode_id[lane, wrap(lo, capacity)] != episode_id[lane, wrap(hi - 1, capacity)]):
         return 0, 0
     meta, priority, row_slot, free = tab[0], tab[1], tab[2], tab[3]
+    if kind == ROWS:
+        return _insert_rows(meta, tab[4], tab[5], state, capacity, lanes, starts, lengths, returns, discounts, keys), 0
     prios = np.ones(m)
     clashes = add_items(meta, priority, row_slot, free, state[NUM_FREE], state[NEXT_SEQ], lanes, starts, lengths,
                         lengths, prios, capacity, slots, keys, clash)
@@ -160,6 +174,36 @@ def insert(tab: tuple, kind: int, alpha: float, state: np.ndarray, count: np.nda
         _update(tab[9], tab[10], tab[11], slots, prios, alpha)
     ring_push(tab[12], tab[13], tab[14], tab[15], slots, seqs)
     return -1, clashes
+
+
+@njit(inline="always", cache=True)
+def _insert_rows(meta: np.ndarray, ret: np.ndarray, disc: np.ndarray, state: np.ndarray, capacity: int,
+                 lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray, returns: np.ndarray,
+                 discounts: np.ndarray, keys: np.ndarray) -> int:
+    """:func:`insert` into a RowTable: each item in its start row's slot (``RowTable._insert_now``, windows
+    already checked). -2 (nothing inserted) when a slot holds an item, else -1."""
+    m = lanes.shape[0]
+    base = lanes[0] * capacity
+    for j in range(m):
+        if meta[base + wrap(starts[j], capacity), KEY] != -1:
+            return -2
+    total = meta.shape[0]
+    seq = state[NEXT_SEQ]
+    for j in range(m):
+        s = base + wrap(starts[j], capacity)
+        key = (seq + j) * total + s
+        meta[s, KEY] = key
+        meta[s, LANE] = lanes[j]
+        meta[s, START] = starts[j]
+        meta[s, LENGTH] = lengths[j]
+        meta[s, VALID] = lengths[j]
+        meta[s, TIMES] = 0
+        ret[s] = returns[j, 0]
+        disc[s] = discounts[j]
+        keys[j] = key
+    state[NUM_FREE] -= m
+    state[NEXT_SEQ] += m
+    return -1
 
 
 # ---------------------------------------------------------------------------------------------- the bag

@@ -200,7 +200,8 @@ def draw_rows(meta: np.ndarray, slots: np.ndarray, times_col: int) -> np.ndarray
     for j in range(slots.shape[0]):
         s = slots[j]
         meta[s, times_col] += 1
-        out[j] = meta[s]
+        for c in range(meta.shape[1]):  # an explicit loop: a row slice assignment costs several times more
+            out[j, c] = meta[s, c]
     return out
 
 

@@ -214,6 +214,8 @@ def _check_table_arrays(t: Table, a: dict[str, np.ndarray], store_state: dict[st
     if n and ok.all():
         c = count[lanes]
         ok &= (starts >= np.maximum(c - store.capacity, 0)) & (starts + lengths <= c)
+    if t.config().get("items") == "rows":  # a RowTable's item sits in the slot of its start row
+        ok &= slots == lanes * store.capacity + starts % store.capacity
     if not ok.all() or not np.isfinite(a["priority"]).all() or (a["priority"] < 0).any():
         raise CheckpointError(f"checkpoint table {t.name!r}: items with impossible keys, windows or priorities")
     for name, f in t.item_fields.items():
@@ -239,5 +241,6 @@ def _check_selector_arrays(t: Table, role: str, meta: dict[str, Any], a: dict[st
     for k in ("items", "order"):
         if k in a and not np.array_equal(np.sort(a[k]), np.sort(live)):
             raise CheckpointError(f"checkpoint table {t.name!r} {role}: {k} do not match the live items")
-    generator = type(selector.rng.bit_generator)()
-    generator.state = meta["rng"]  # raises on a malformed state
+    if selector.rng is not None:
+        generator = type(selector.rng.bit_generator)()
+        generator.state = meta["rng"]  # raises on a malformed state

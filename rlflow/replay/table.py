@@ -176,7 +176,11 @@ class Table:
             self.item_spec = item_spec
             self.item_fields = fields
             self._flat_item_spec = _is_flat(item_spec)
-            self._items = Items(self.max_size, self.store.num_lanes, self.store.capacity, fields)
+            self._items = self._new_items(fields)
+
+    def _new_items(self, fields: dict[str, _specs.Field]) -> Items:
+        """Empty item slots for items with these fields."""
+        return Items(self.max_size, self.store.num_lanes, self.store.capacity, fields)
 
     # ------------------------------------------------------------------ bookkeeping
     @property

@@ -1,0 +1,360 @@
+"""RowTable: the items a Table would hold, kept in their start rows' slots, drawn uniformly."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rlflow import adders, specs
+from rlflow.replay import (
+    CheckpointError,
+    Fifo,
+    MinSize,
+    RateLimitTimeout,
+    RowTable,
+    SampleToInsertRatio,
+    StepStore,
+    Table,
+    Uniform,
+    load,
+    save,
+)
+from rlflow.specs import Field, SpecError
+from rlflow.types import TimeStep, step_spec
+
+SPEC = {"id": Field((), np.int64), "obs": Field((2,), np.float32)}
+ITEM = {"ret": Field((), np.float32)}
+BIG = 10**6
+OBS = specs.Field((2,), np.float32)
+ACT = specs.Field((), np.int64, low=0, high=3)
+
+
+def write(store, lanes=None, first=None):
+    lanes = np.arange(store.num_lanes) if lanes is None else np.asarray(lanes)
+    ids = lanes * BIG + store.count[lanes]
+    return store.append({"id": ids, "obs": np.stack([ids, -ids], -1).astype(np.float32)}, lanes=lanes, first=first)
+
+
+def check_rows(sample):
+    """Every valid row of every window is the row the item names (never stale, never another lane)."""
+    ids = sample.data["id"]
+    expect = sample.lanes[:, None] * BIG + sample.starts[:, None] + np.arange(ids.shape[1])[None, :]
+    assert np.all(np.where(sample.mask, ids == expect, ids == 0))
+
+
+def snapshot(table):
+    lim = table.rate_limiter.state_dict()
+    return {**table.items(), "size": table.size, "limiter": (lim["inserts"], lim["samples"], lim["deletes"]),
+            "rng": str(table.sampler.rng.bit_generator.state)}
+
+
+def assert_same(a, b):
+    assert a.keys() == b.keys()
+    for k in a:
+        if isinstance(a[k], np.ndarray):
+            np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+        else:
+            assert a[k] == b[k], k
+
+
+def by_row(items):
+    """A table's items keyed by (lane, start), without keys and priorities (which differ by design)."""
+    order = np.lexsort((items["start"], items["lane"]))
+    return {k: v[order] for k, v in items.items() if k not in ("key", "priority")}
+
+
+# ---------------------------------------------------------------------------------------------- against a Table
+def drive(adder, events, lanes, rng_seed):
+    """Feed ``events`` (per step, per lane: 'go', 'term' or 'trunc') through ``adder`` via add or stage."""
+    rng = np.random.default_rng(rng_seed)
+    z, one = np.zeros(lanes, bool), np.ones(lanes, bool)
+    obs = rng.random((lanes, 2), np.float32)
+    adder.add_first(TimeStep(obs, np.zeros(lanes, np.float32), z, z, one, z))
+    for step, (ev, staged) in enumerate(events):
+        ev = np.asarray(ev)
+        term, trunc = ev == 1, ev == 2
+        done = term | trunc
+        nxt = (rng.random((lanes, 2)) + step).astype(np.float32)
+        final = nxt + 0.5 if done.any() else None  # the next episode's first observation differs from the final one
+        ts = TimeStep(nxt, rng.normal(size=lanes).astype(np.float32), term, trunc, done, done,
+                      final_observation=final)
+        (adder.stage if staged else adder.add)(rng.integers(0, 3, lanes), ts)
+    adder.flush()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    lanes=st.integers(1, 3), capacity=st.integers(6, 14), n=st.integers(1, 4),
+    steps=st.lists(st.tuples(st.lists(st.sampled_from([0, 0, 0, 0, 1, 2]), min_size=3, max_size=3), st.booleans()),
+                   max_size=60),
+    draws=st.integers(0, 3),
+)
+def test_holds_the_items_a_table_holds(lanes, capacity, n, steps, draws):
+    """N-step transitions through add and stage (episodes ending by termination and truncation, the rings
+    wrapping): a RowTable holds the same windows and fields as a Table, counts the same inserts and
+    deletes, and its draws return the rows their items name."""
+    events = [(ev[:lanes], staged) for ev, staged in steps]
+    spec = step_spec(OBS, ACT)
+    tables = []
+    for kind in (Table, RowTable):
+        store = StepStore(spec, capacity=capacity, lanes=lanes)
+        table = Table(store, sampler=Uniform(seed=0), remover=Fifo()) if kind is Table else RowTable(store, seed=0)
+        adder = adders.NStepTransition(store, [table], n=n, discount=0.9, stage_steps=5)
+        drive(adder, events, lanes, 7)
+        tables.append((store, table))
+    (_, t0), (_, t1) = tables
+    assert_same(by_row(t0.items()), by_row(t1.items()))
+    l0, l1 = t0.rate_limiter, t1.rate_limiter
+    assert (l0.inserts, l0.deletes, t0.size) == (l1.inserts, l1.deletes, t1.size)
+    if t1.size and draws:
+        sample = t1.sample(16)
+        live = {(lane, start): i for i, (lane, start) in enumerate(zip(t1.items()["lane"], t1.items()["start"],
+                                                                        strict=True))}
+        assert all((a, b) in live for a, b in zip(sample.lanes, sample.starts, strict=True))
+        # The drawn transition is the one a Table sample of that item returns.
+        keys0 = {(int(a), int(b)): int(k) for a, b, k in zip(t0.items()["lane"], t0.items()["start"],
+                                                              t0.items()["key"], strict=True)}
+        for i in range(16):
+            want = t0.sample(1)
+            while (int(want.lanes[0]), int(want.starts[0])) != (int(sample.lanes[i]), int(sample.starts[i])):
+                want = t0.sample(1)
+            for name in ("observation", "action", "reward", "discount", "next_observation"):
+                np.testing.assert_array_equal(getattr(want.data, name)[0], getattr(sample.data, name)[i])
+            assert keys0[(int(want.lanes[0]), int(want.starts[0]))] == int(want.keys[0])
+
+
+def test_sequences_and_episodes_go_in_too():
+    """Any adder whose items start at distinct rows: sequences with a period, whole episodes."""
+    spec = step_spec(OBS, ACT)
+    events = [([1 if t % 7 == 6 else 0] * 2, False) for t in range(30)]
+    for make in (lambda s, ts: adders.Sequence(s, ts, length=4, period=2),
+                 lambda s, ts: adders.Sequence(s, ts, length=3, period=2, end_behavior="write"),
+                 lambda s, ts: adders.Episode(s, ts, max_length=8)):
+        held = []
+        for kind in (Table, RowTable):
+            store = StepStore(spec, capacity=16, lanes=2)
+            table = Table(store, sampler=Uniform(seed=0), remover=Fifo()) if kind is Table else RowTable(store)
+            drive(make(store, [table]), events, 2, 3)
+            held.append(by_row(table.items()))
+        assert held[0]["start"].size >= 2
+        assert_same(*held)
+
+
+# ---------------------------------------------------------------------------------------------- draws
+def fits(counts, expected):
+    """Pearson's chi-square of ``counts`` against ``expected`` below its 1-in-10^4 quantile (normal approximation)."""
+    chi2 = float(((counts - expected) ** 2 / expected).sum())
+    dof = counts.size - 1
+    return chi2 < dof + 5 * np.sqrt(2 * dof)
+
+
+def filled(capacity=10, lanes=3, every=1, seed=0, **kw):
+    """A store with full rings and an item of length 2 at every ``every``-th row of each lane."""
+    store = StepStore(SPEC, capacity=capacity, lanes=lanes)
+    table = RowTable(store, seed=seed, **kw)
+    for _ in range(capacity + 3):
+        write(store)
+    for lane in range(lanes):
+        starts = np.arange(3, capacity + 2, every)
+        table.insert(np.full(starts.size, lane), starts, 2)
+    return store, table
+
+
+@pytest.mark.parametrize("every", [1, 2, 6])  # most rows start an item; half; fewer than a quarter (a list)
+def test_each_draw_is_uniform_over_the_live_items(every):
+    _, table = filled(every=every, lanes=3, capacity=12)
+    table.delete(table.items()["key"][::3])
+    live = table.items()
+    n = live["key"].size
+    draws = 60 * n
+    s = table.sample(draws)
+    check_rows(s)
+    assert np.all(s.probabilities == 1 / n) and np.all(s.weights == 1)
+    counts = np.array([(s.keys == k).sum() for k in live["key"]])
+    assert counts.sum() == draws  # every draw is a live item
+    assert fits(counts, np.full(n, draws / n))
+
+
+def test_uneven_lanes_are_drawn_uniformly():
+    store = StepStore(SPEC, capacity=20, lanes=3)
+    table = RowTable(store, seed=3)
+    for lane, rows in ((0, 20), (1, 3), (2, 9)):
+        for _ in range(rows):
+            write(store, lanes=[lane])
+        table.insert(np.full(rows - 1, lane), np.arange(rows - 1), 2)
+    s = table.sample(30 * table.size)
+    counts = np.bincount(s.lanes, minlength=3)
+    assert fits(counts, np.array([19, 2, 8]) / 29 * counts.sum())
+
+
+def test_max_times_sampled_retires_at_the_draw_that_reaches_it():
+    _, table = filled(capacity=4, lanes=1, max_times_sampled=2)
+    assert table.size == 3
+    s = table.sample(6)  # three items, two draws each: the batch must take every item exactly twice
+    assert sorted(np.bincount(s.starts).tolist()) == [0, 0, 0, 2, 2, 2]
+    assert table.size == 0 and table.rate_limiter.deletes == 3
+    assert not table.can_sample(1)
+
+
+def test_max_times_sampled_never_oversamples():
+    _, table = filled(capacity=16, lanes=2, max_times_sampled=3, seed=5)
+    seen: dict[int, int] = {}
+    while table.can_sample(4):
+        s = table.sample(4)
+        for k, times in zip(s.keys.tolist(), s.times_sampled.tolist(), strict=True):
+            seen[k] = seen.get(k, 0) + 1
+            assert times == seen[k] <= 3
+    assert sum(seen.values()) == table.rate_limiter.samples
+
+
+# ---------------------------------------------------------------------------------------------- bad input
+def test_bad_inserts_change_nothing():
+    _, table = filled(capacity=8, lanes=2, every=2)
+    before = snapshot(table)
+    cases = [
+        ({"lanes": [0], "starts": [5], "lengths": [2]}, ValueError, "already starts an item"),
+        ({"lanes": [0, 1, 0], "starts": [4, 4, 4], "lengths": [2, 2, 1]}, ValueError, "earlier item of this insert"),
+        ({"lanes": [0], "starts": [0], "lengths": [2]}, ValueError, "not stored"),
+        ({"lanes": [2], "starts": [6], "lengths": [1]}, ValueError, "lanes"),
+        ({"lanes": [0], "starts": [6], "lengths": [1], "priorities": [-1.0]}, ValueError, "priorities"),
+        ({"lanes": [0], "starts": [6], "lengths": [1], "fields": {"x": [1]}}, SpecError, "no item_spec"),
+    ]
+    for kwargs, error, words in cases:
+        with pytest.raises(error, match=words):
+            table.insert(**kwargs)
+        assert_same(before, snapshot(table))
+
+
+def test_an_insert_let_in_by_parts_refuses_shared_rows_before_any_part():
+    store = StepStore(SPEC, capacity=8)
+    table = RowTable(store, rate_limiter=SampleToInsertRatio(1.0, 1, (-2.0, 2.0)))
+    for _ in range(8):
+        write(store)
+    before = snapshot(table)
+    with pytest.raises(ValueError, match="earlier item of this insert"):
+        table.insert([0] * 5, [0, 1, 2, 3, 2], 1, timeout=0.01)
+    assert_same(before, snapshot(table))
+    with pytest.raises(RateLimitTimeout):
+        table.insert([0] * 5, [0, 1, 2, 3, 4], 1, timeout=0.01)
+    twin = Table(StepStore(SPEC, capacity=8), rate_limiter=SampleToInsertRatio(1.0, 1, (-2.0, 2.0)))
+    for _ in range(8):
+        write(twin.store)
+    with pytest.raises(RateLimitTimeout):
+        twin.insert([0] * 5, [0, 1, 2, 3, 4], 1, timeout=0.01)
+    assert table.size == twin.size == 2  # the parts the limiter let in stay, as in a Table
+    assert table.items()["start"].tolist() == twin.items()["start"].tolist()
+
+
+def test_priorities_are_checked_and_change_nothing():
+    _, table = filled(capacity=6, lanes=1, seed=2)
+    keys = table.items()["key"]
+    assert table.update_priorities([keys[0], keys[0], keys[1] + 999], [5.0, 6.0, 1.0]) == 2
+    with pytest.raises(ValueError, match="priorities"):
+        table.update_priorities(keys[:1], [np.nan])
+    twin = filled(capacity=6, lanes=1, seed=2)[1]
+    np.testing.assert_array_equal(table.sample(50).keys, twin.sample(50).keys)
+
+
+def test_overwrites_empty_the_slots_and_count_deletes():
+    store = StepStore(SPEC, capacity=4, lanes=2)
+    table = RowTable(store, seed=0)
+    for _ in range(4):
+        write(store)
+    table.insert([0, 0, 1], [0, 2, 1], [2, 2, 3])
+    write(store, lanes=[0])
+    assert table.items()["start"].tolist() == [2, 1] and table.rate_limiter.deletes == 1
+    write(store, lanes=[0, 1])  # lane 0 row 1 (no item), lane 1 row 0 (none)
+    assert table.size == 2
+    write(store, lanes=[1])  # lane 1 row 1
+    assert table.items()["lane"].tolist() == [0] and table.rate_limiter.deletes == 2
+    store.extend(0, {"id": np.zeros(3, np.int64), "obs": np.zeros((3, 2), np.float32)})
+    assert table.size == 0 and table.rate_limiter.deletes == 3
+
+
+# ---------------------------------------------------------------------------------------------- checkpoints
+def test_checkpoint_round_trip_continues_the_same_draws(tmp_path):
+    store, table = filled(capacity=9, lanes=2, every=1, seed=4, item_spec=None, max_times_sampled=5)
+    table.sample(7)
+    save(tmp_path / "c", store, [table])
+    saved = snapshot(table)
+    expect = [table.sample(5).keys for _ in range(3)]
+    store2 = StepStore(SPEC, capacity=9, lanes=2)
+    table2 = RowTable(store2, seed=4, max_times_sampled=5)
+    load(tmp_path / "c", store2, [table2])
+    assert_same(snapshot(table2), saved)
+    for want in expect:
+        np.testing.assert_array_equal(table2.sample(5).keys, want)
+    for s in (store, store2):  # evictions and inserts go on alike from the restored slots
+        write(s)
+    table.insert([1], [12], 1)
+    table2.insert([1], [12], 1)
+    assert_same(snapshot(table2), snapshot(table))
+
+
+def test_a_checkpoint_of_another_table_kind_or_moved_items_is_refused(tmp_path):
+    store = StepStore(SPEC, capacity=6)
+    table = Table(store, sampler=Uniform(seed=0), remover=Fifo())
+    for _ in range(6):
+        write(store)
+    table.insert([0, 0], [1, 3], 2)
+    save(tmp_path / "t", store, [table])
+    row_store, row_table = filled(capacity=6, lanes=1)
+    before = snapshot(row_table)
+    with pytest.raises(CheckpointError, match="configuration"):
+        load(tmp_path / "t", row_store, [row_table])
+    assert_same(before, snapshot(row_table))
+    save(tmp_path / "r", row_store, [row_table])
+    with np.load(tmp_path / "r") as z:
+        arrays = dict(z)
+    arrays["table/0/slot"] = np.roll(arrays["table/0/slot"], 1)  # items in other rows' slots
+    arrays["table/0/meta"][:, 0] = arrays["table/0/meta"][:, 0] // 6 * 6 + arrays["table/0/slot"]
+    with open(tmp_path / "bad", "wb") as f:
+        np.savez(f, **arrays)
+    with pytest.raises(CheckpointError, match="impossible"):
+        load(tmp_path / "bad", row_store, [row_table])
+    assert_same(before, snapshot(row_table))
+
+
+def test_min_size_gates_sampling():
+    store = StepStore(SPEC, capacity=6)
+    table = RowTable(store, rate_limiter=MinSize(3))
+    for _ in range(6):
+        write(store)
+    table.insert([0, 0], [0, 1], 1)
+    assert not table.can_sample(1)
+    with pytest.raises(RateLimitTimeout):
+        table.sample(1, timeout=0.01)
+    table.insert([0], [2], 1)
+    assert table.sample(4).keys.size == 4
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    chunks=st.lists(st.tuples(st.integers(1, 9), st.lists(st.sampled_from([0, 0, 0, 0, 0, 1, 2]), min_size=9,
+                                                          max_size=9)), min_size=1, max_size=12),
+    n=st.integers(1, 3), capacity=st.integers(14, 24),
+)
+def test_the_one_call_lane_writes_fill_a_row_table_as_the_general_path_does(chunks, n, capacity):
+    """One lane's add_steps (episodes ending inside a call and at its end, the ring wrapping) through the
+    compiled one-call path and through the general path leave the same RowTable, keys included."""
+    spec = step_spec(OBS, ACT)
+    held = []
+    for direct in (True, False):
+        store = StepStore(spec, capacity=capacity)
+        table = RowTable(store, seed=0)
+        adder = adders.NStepTransition(store, [table], n=n, discount=0.9)
+        if not direct:
+            adder._direct = None
+        rng = np.random.default_rng(1)
+        no, one = np.zeros(1, bool), np.ones(1, bool)
+        adder.add_first(TimeStep(rng.random((1, 2), np.float32), np.zeros(1, np.float32), no, no, one, no))
+        for t, ends in chunks:
+            ends = np.asarray(ends[:t])
+            firsts = rng.random((int((ends > 0).sum()), 2)).astype(np.float32)
+            adder.add_steps(0, rng.integers(0, 3, t), rng.normal(size=t).astype(np.float32),
+                            rng.random((t, 2)).astype(np.float32), terminated=ends == 1, truncated=ends == 2,
+                            first_observations=firsts)
+        held.append(snapshot(table) | {"count": int(store.count[0])})
+        if direct:
+            assert adder._direct is not None
+    assert_same(*held)
