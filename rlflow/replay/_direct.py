@@ -12,7 +12,9 @@ and :func:`settle` updates the Python-side counters (sizes, free slots, rate lim
 
 Only the common tables take this path: a :class:`~rlflow.replay.Uniform` or
 :class:`~rlflow.replay.Prioritized` sampler, a :class:`~rlflow.replay.Fifo` remover, no items sharing a
-start row, and scalar item fields ``return`` and ``discount``. Everything else takes the methods.
+start row, and scalar item fields ``return`` and ``discount``; or a :class:`~rlflow.replay.RowTable` with
+those fields (kind ``ROWS``: each item written to its start row's slot, an overwritten row's slot
+emptied, as ``RowTable``'s methods do). Everything else takes the methods.
 """
 
 from __future__ import annotations
