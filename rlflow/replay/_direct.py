@@ -26,7 +26,7 @@ from numba import njit, types
 from numba.experimental import structref
 
 from rlflow.replay import _row_kernels as _rows
-from rlflow.replay._item_kernels import KEY, LANE, LENGTH, START, TIMES, VALID, add_items, evict_range, wrap
+from rlflow.replay._item_kernels import KEY, add_items, evict_range, set_meta, wrap
 from rlflow.replay._kernels import dense_delete, dense_insert, ring_delete, ring_push
 from rlflow.replay.row_table import RowTable
 from rlflow.replay.selectors import Fifo, Prioritized, Uniform
@@ -194,12 +194,7 @@ def _insert_rows(meta: np.ndarray, ret: np.ndarray, disc: np.ndarray, state: np.
     for j in range(m):
         s = base + wrap(starts[j], capacity)
         key = (seq + j) * total + s
-        meta[s, KEY] = key
-        meta[s, LANE] = lanes[j]
-        meta[s, START] = starts[j]
-        meta[s, LENGTH] = lengths[j]
-        meta[s, VALID] = lengths[j]
-        meta[s, TIMES] = 0
+        set_meta(meta, s, key, lanes[j], starts[j], lengths[j], lengths[j])
         ret[s] = returns[j, 0]
         disc[s] = discounts[j]
         keys[j] = key

@@ -30,6 +30,17 @@ def wrap(x: int, capacity: int) -> int:
 
 
 @njit(inline="always", cache=True)
+def set_meta(meta: np.ndarray, s: int, key: int, lane: int, start: int, length: int, valid: int) -> None:
+    """Slot ``s``'s record of a new item: its key, window and valid length, never sampled."""
+    meta[s, KEY] = key
+    meta[s, LANE] = lane
+    meta[s, START] = start
+    meta[s, LENGTH] = length
+    meta[s, VALID] = valid
+    meta[s, TIMES] = 0
+
+
+@njit(inline="always", cache=True)
 def _mark_row(episode_id: np.ndarray, episode_step: np.ndarray, next_episode: np.ndarray, next_step: np.ndarray,
               count: np.ndarray, lane: int, first: bool, capacity: int) -> int:
     """Record the episode id and step of the next row of ``lane`` and advance its cursors; the row."""
@@ -154,12 +165,7 @@ def add_items(meta: np.ndarray, priority: np.ndarray, row_slot: np.ndarray, free
         key = (next_seq + i) * max_size + s
         slots[i] = s
         keys[i] = key
-        meta[s, KEY] = key
-        meta[s, LANE] = lanes[i]
-        meta[s, START] = starts[i]
-        meta[s, LENGTH] = lengths[i]
-        meta[s, VALID] = valid[i]
-        meta[s, TIMES] = 0
+        set_meta(meta, s, key, lanes[i], starts[i], lengths[i], valid[i])
         priority[s] = priorities[i]
         pos = wrap(starts[i], capacity)
         if row_slot[lanes[i], pos] < 0:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from rlflow.replay._item_kernels import KEY, LANE, LENGTH, START, TIMES, VALID, check_windows, wrap
+from rlflow.replay._item_kernels import KEY, TIMES, check_windows, set_meta, wrap
 from rlflow.replay._prefetch import AHEAD, prefetch, prefetch_write
 
 _OPTS = {"cache": True, "nogil": True}
@@ -47,12 +47,7 @@ def place(count: np.ndarray, episode_id: np.ndarray, capacity: int, cross_episod
             prefetch_write(meta, slots[i + AHEAD] * meta.shape[1])
         s = slots[i]
         key = (next_seq + i) * total + s
-        meta[s, KEY] = key
-        meta[s, LANE] = lanes[i]
-        meta[s, START] = starts[i]
-        meta[s, LENGTH] = lengths[i]
-        meta[s, VALID] = valid[i]
-        meta[s, TIMES] = 0
+        set_meta(meta, s, key, lanes[i], starts[i], lengths[i], valid[i])
         keys[i] = key
     return -1, 0
 

@@ -224,15 +224,20 @@ class Items:
         arrays.update({f"field/{n}": c[live] for n, c in self.columns.items()})
         return {"next_seq": self.next_seq, "arrays": arrays}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        a = state["arrays"]
+    def _load_records(self, a: dict[str, Any]) -> np.ndarray:
+        """Every slot's record and item fields from checkpoint arrays ``a`` (the others emptied); the live slots."""
         live = np.asarray(a["slot"], np.int64)
         self.meta[:] = 0
         self.meta[:, KEY] = -1
         self.meta[live, :6] = a["meta"]
-        self.priority[live] = a["priority"]
         for n, c in self.columns.items():
             c[live] = a[f"field/{n}"]
+        return live
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        a = state["arrays"]
+        live = self._load_records(a)
+        self.priority[live] = a["priority"]
         self.num_free = int(a["free"].size)
         self.free[: self.num_free] = a["free"]
         self.next_seq = int(state["next_seq"])

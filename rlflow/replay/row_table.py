@@ -28,19 +28,16 @@ Semantics (the :class:`Table` ones, less the selectors):
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import numpy as np
 
-from rlflow import specs as _specs
 from rlflow.replay import _row_kernels as KR
 from rlflow.replay._item_kernels import KEY, LANE, LENGTH, START, TIMES, VALID
 from rlflow.replay.items import META_WIDTH, Items, _field_columns, _inline
-from rlflow.replay.rate_limiters import MinSize, RateLimiter
+from rlflow.replay.rate_limiters import RateLimiter
 from rlflow.replay.storage import StepStore
-from rlflow.replay.table import Table, _check_priorities, _int_array, _is_flat
-from rlflow.replay.views import ItemView
+from rlflow.replay.table import Table, _check_priorities, _int_array
 from rlflow.specs import Field, Spec
 
 __all__ = ["RowTable"]
@@ -124,13 +121,7 @@ class _RowItems(Items):
         return {"next_seq": self.next_seq, "arrays": arrays}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        a = state["arrays"]
-        live = np.asarray(a["slot"], np.int64)
-        self.meta[:] = 0
-        self.meta[:, KEY] = -1
-        self.meta[live, :6] = a["meta"]
-        for n, c in self.columns.items():
-            c[live] = a[f"field/{n}"]
+        live = self._load_records(state["arrays"])
         self.num_free = self.max_size - live.size
         self.next_seq = int(state["next_seq"])
         self.times_total = int(self.meta[live, TIMES].sum())
@@ -160,27 +151,12 @@ class RowTable(Table):
         cross_episodes: bool = False,
         name: str = "table",
     ) -> None:
-        self.store = store
-        self.name = name
         self.sampler: Any = _RowUniform(seed)
         self.remover: Any = _Overwrite()
-        self.max_size = store.capacity * store.num_lanes
-        if max_times_sampled is not None and int(max_times_sampled) < 1:
-            raise ValueError(f"max_times_sampled must be >= 1 or None, got {max_times_sampled}")
-        self.max_times_sampled = None if max_times_sampled is None else int(max_times_sampled)
-        self.rate_limiter = rate_limiter if rate_limiter is not None else MinSize(1)
-        self.rate_limiter.check_deadlock_free(self.max_size, self.max_times_sampled)
-        self.item_spec = item_spec
-        self.item_fields = _specs.flatten_spec(item_spec) if item_spec is not None else {}
-        self._flat_item_spec = _is_flat(item_spec)
-        self.cross_episodes = bool(cross_episodes)
-        self.lock = store.lock
-        self._cond = threading.Condition(store.lock)
-        self._waiting = 0
+        self._setup(store, None, max_times_sampled, rate_limiter, item_spec, cross_episodes, name)
         self._items: _RowItems = _RowItems(store.num_lanes, store.capacity, self.item_fields)
         self._acc = np.zeros(3, np.int64)
         self._retired = 0
-        self.view: ItemView | None = None
         store.subscribe(self)
 
     def _new_items(self, fields: dict[str, Field]) -> _RowItems:

@@ -128,12 +128,21 @@ class Table:
         cross_episodes: bool = False,
         name: str = "table",
     ) -> None:
-        self.store = store
-        self.name = name
         self.sampler = sampler if sampler is not None else Uniform()
         self.remover = remover if remover is not None else Fifo()
         if self.sampler is self.remover:
             raise ValueError("sampler and remover must be two selector objects")
+        self._setup(store, max_size, max_times_sampled, rate_limiter, item_spec, cross_episodes, name)
+        self.sampler.bind(self.max_size)
+        self.remover.bind(self.max_size)
+        self._items = Items(self.max_size, store.num_lanes, store.capacity, self.item_fields)
+        store.subscribe(self)
+
+    def _setup(self, store: StepStore, max_size: int | None, max_times_sampled: int | None,
+               rate_limiter: RateLimiter | None, item_spec: Spec | None, cross_episodes: bool, name: str) -> None:
+        """The checked arguments and the lock every table kind keeps."""
+        self.store = store
+        self.name = name
         self.max_size = int(max_size) if max_size is not None else store.capacity * store.num_lanes
         if self.max_size < 1:
             raise ValueError(f"max_size must be >= 1, got {max_size}")
@@ -149,11 +158,7 @@ class Table:
         self.lock = store.lock
         self._cond = threading.Condition(store.lock)
         self._waiting = 0  # threads blocked in insert or sample
-        self.sampler.bind(self.max_size)
-        self.remover.bind(self.max_size)
-        self._items = Items(self.max_size, store.num_lanes, store.capacity, self.item_fields)
         self.view: ItemView | None = None
-        store.subscribe(self)
 
     def configure_items(self, view: ItemView, item_spec: Spec | None) -> None:
         """Declare the kind of items this table holds: samples are then shaped by ``view``.
