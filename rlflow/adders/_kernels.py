@@ -19,7 +19,7 @@ from numba import njit
 
 from rlflow.replay import _direct
 from rlflow.replay._item_kernels import _mark_row, all_finite, within, wrap
-from rlflow.replay._prefetch import prefetch_write
+from rlflow.replay._prefetch import copy_bytes, prefetch_write
 from rlflow.specs import BOUNDS, FINITE  # how a value is checked before it is staged (specs.check_mode)
 
 _OPTS = {"cache": True, "nogil": True}
@@ -71,8 +71,8 @@ def plan_step(open_rows: np.ndarray, first: np.ndarray, last: np.ndarray, termin
 
 @njit(inline="always", cache=True)
 def _copy_row(col: np.ndarray, i: int, data: np.ndarray, lane: int) -> None:
-    for b in range(col.shape[1]):
-        col[i, b] = data[lane, b]
+    w = col.shape[1]
+    copy_bytes(col, i * w, data, lane * w, w)
 
 
 @njit(inline="always", cache=True)

@@ -28,6 +28,7 @@ from numba.experimental import structref
 from rlflow.replay import _row_kernels as _rows
 from rlflow.replay._item_kernels import KEY, add_items, evict_range, set_meta, wrap
 from rlflow.replay._kernels import dense_delete, dense_insert, ring_delete, ring_push
+from rlflow.replay._prefetch import AHEAD, prefetch
 from rlflow.replay.row_table import RowTable
 from rlflow.replay.selectors import Fifo, Prioritized, Uniform
 from rlflow.replay.sum_tree import _update
@@ -157,7 +158,7 @@ def insert(tab: tuple, kind: int, alpha: float, state: np.ndarray, count: np.nda
         return 0, 0
     meta, priority, row_slot, free = tab[0], tab[1], tab[2], tab[3]
     if kind == ROWS:
-        return _insert_rows(meta, tab[4], tab[5], state, capacity, lanes, starts, lengths, returns, discounts, keys), 0
+        return (-1 if place_rows(tab, state, capacity, lanes, starts, lengths, returns, discounts, keys) else -2), 0
     prios = np.ones(m)
     clashes = add_items(meta, priority, row_slot, free, state[NUM_FREE], state[NEXT_SEQ], lanes, starts, lengths,
                         lengths, prios, capacity, slots, keys, clash)
@@ -179,20 +180,23 @@ def insert(tab: tuple, kind: int, alpha: float, state: np.ndarray, count: np.nda
 
 
 @njit(inline="always", cache=True)
-def _insert_rows(meta: np.ndarray, ret: np.ndarray, disc: np.ndarray, state: np.ndarray, capacity: int,
-                 lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray, returns: np.ndarray,
-                 discounts: np.ndarray, keys: np.ndarray) -> int:
-    """:func:`insert` into a RowTable: each item in its start row's slot (``RowTable._insert_now``, windows
-    already checked). -2 (nothing inserted) when a slot holds an item, else -1."""
+def place_rows(tab: tuple, state: np.ndarray, capacity: int, lanes: np.ndarray, starts: np.ndarray,
+               lengths: np.ndarray, returns: np.ndarray, discounts: np.ndarray, keys: np.ndarray) -> bool:
+    """Items with fields (return, discount) into a RowTable (``tab`` of kind ``ROWS``), each in its start row's
+    slot, as ``RowTable._insert_now`` places them (windows known to be stored, in one episode: valid length
+    = length). False, having placed nothing, when a slot holds an item."""
+    meta, ret, disc = tab[0], tab[4], tab[5]
     m = lanes.shape[0]
-    base = lanes[0] * capacity
+    width, total = meta.shape[1], meta.shape[0]
+    nl = total // capacity
     for j in range(m):
-        if meta[base + wrap(starts[j], capacity), KEY] != -1:
-            return -2
-    total = meta.shape[0]
+        if j + AHEAD < m:  # scattered slots (one lane's items, lanes apart): requested ahead
+            prefetch(meta, (wrap(starts[j + AHEAD], capacity) * nl + lanes[j + AHEAD]) * width)
+        if meta[wrap(starts[j], capacity) * nl + lanes[j], KEY] != -1:
+            return False
     seq = state[NEXT_SEQ]
     for j in range(m):
-        s = base + wrap(starts[j], capacity)
+        s = wrap(starts[j], capacity) * nl + lanes[j]
         key = (seq + j) * total + s
         set_meta(meta, s, key, lanes[j], starts[j], lengths[j], lengths[j])
         ret[s] = returns[j, 0]
@@ -200,7 +204,7 @@ def _insert_rows(meta: np.ndarray, ret: np.ndarray, disc: np.ndarray, state: np.
         keys[j] = key
     state[NUM_FREE] -= m
     state[NEXT_SEQ] += m
-    return -1
+    return True
 
 
 # ---------------------------------------------------------------------------------------------- the bag

@@ -20,7 +20,7 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-__all__ = ["AHEAD", "prefetch", "prefetch_write"]
+__all__ = ["AHEAD", "copy_bytes", "prefetch", "prefetch_write"]
 
 # How many elements ahead a kernel walking scattered slots or rows one by one requests their lines: enough
 # misses in flight to overlap, few enough to be used before they are evicted.
@@ -80,3 +80,21 @@ def _probe(touch: Any, hint: Any) -> Any:
 
 prefetch = _probe(_touch, _llvm_prefetch)
 prefetch_write = _probe(_touch_write, _llvm_prefetch_write)
+
+
+@intrinsic
+def copy_bytes(typingctx: Any, dst: Any, i: Any, src: Any, j: Any, n: Any) -> Any:
+    """Copy ``n`` bytes from flat element ``j`` of ``src`` to flat element ``i`` of ``dst`` (C-contiguous uint8
+    arrays, the ranges inside them and apart) as one ``llvm.memcpy``: a row of a few dozen bytes costs a few
+    wide moves instead of a byte loop."""
+    if not all(isinstance(a, types.Array) and a.layout == "C" and a.dtype == types.uint8 for a in (dst, src)):
+        return None
+    sig = types.void(dst, i, src, j, n)
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        d = context.make_array(signature.args[0])(context, builder, args[0])
+        s = context.make_array(signature.args[2])(context, builder, args[2])
+        cgutils.raw_memcpy(builder, builder.gep(d.data, [args[1]]), builder.gep(s.data, [args[3]]), args[4], 1)
+        return context.get_dummy_value()
+
+    return sig, codegen

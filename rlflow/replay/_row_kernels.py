@@ -1,6 +1,6 @@
 """Compiled kernels of a :class:`~rlflow.replay.RowTable`: items kept in the slot of the row they start at.
 
-Slot ``lane * capacity + start % capacity`` holds the item starting at that row, in the 64-byte meta row
+Slot ``(start % capacity) * lanes + lane`` holds the item starting at that row, in the 64-byte meta row
 layout of :mod:`rlflow.replay.items` (``KEY, LANE, START, LENGTH, VALID, TIMES``, inline fields); an empty
 slot has ``KEY == -1``. Semantics are documented in ``row_table.py``.
 """
@@ -32,8 +32,9 @@ def place(count: np.ndarray, episode_id: np.ndarray, capacity: int, cross_episod
     bad = check_windows(count, episode_id, capacity, lanes, starts, lengths, cross_episodes, valid)
     if bad >= 0:
         return bad, WINDOW
+    nl = meta.shape[0] // capacity
     for i in range(n):
-        s = lanes[i] * capacity + wrap(starts[i], capacity)
+        s = wrap(starts[i], capacity) * nl + lanes[i]
         k = meta[s, KEY]
         if k != -1:
             for j in range(i):  # undo the marks: nothing changed
@@ -57,10 +58,11 @@ def evict_rows(meta: np.ndarray, lanes: np.ndarray, rows: np.ndarray, capacity: 
     """Empty the slots of rows ``rows[i]`` of ``lanes[i]``; return how many held an item, and their times sampled."""
     removed = times = 0
     n = lanes.shape[0]
+    nl = meta.shape[0] // capacity
     for i in range(n):
         if i + AHEAD < n:
-            prefetch_write(meta, (lanes[i + AHEAD] * capacity + wrap(rows[i + AHEAD], capacity)) * meta.shape[1])
-        s = lanes[i] * capacity + wrap(rows[i], capacity)
+            prefetch_write(meta, (wrap(rows[i + AHEAD], capacity) * nl + lanes[i + AHEAD]) * meta.shape[1])
+        s = wrap(rows[i], capacity) * nl + lanes[i]
         if meta[s, KEY] >= 0:
             removed += 1
             times += meta[s, TIMES]
@@ -72,9 +74,9 @@ def evict_rows(meta: np.ndarray, lanes: np.ndarray, rows: np.ndarray, capacity: 
 def evict_range(meta: np.ndarray, lane: int, lo: int, hi: int, capacity: int) -> tuple[int, int]:
     """:func:`evict_rows` of rows ``lo .. hi - 1`` of ``lane``."""
     removed = times = 0
-    base = lane * capacity
+    nl = meta.shape[0] // capacity
     for r in range(lo, min(hi, lo + capacity)):
-        s = base + wrap(r, capacity)
+        s = wrap(r, capacity) * nl + lane
         if meta[s, KEY] >= 0:
             removed += 1
             times += meta[s, TIMES]
@@ -136,7 +138,7 @@ def draw_stored(uniforms: np.ndarray, count: np.ndarray, capacity: int, meta: np
                         hi = mid
                 lane = lo
             row = max(count[lane] - capacity, 0) + x - cum[lane]
-            s = lane * capacity + wrap(row, capacity)
+            s = wrap(row, capacity) * lanes + lane
             cand[q] = s
             prefetch(meta, s * meta.shape[1])
         for q in range(k):  # in order: a draw sees the retirements of the draws before it

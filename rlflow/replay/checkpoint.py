@@ -215,7 +215,7 @@ def _check_table_arrays(t: Table, a: dict[str, np.ndarray], store_state: dict[st
         c = count[lanes]
         ok &= (starts >= np.maximum(c - store.capacity, 0)) & (starts + lengths <= c)
     if t.config().get("items") == "rows":  # a RowTable's item sits in the slot of its start row
-        ok &= slots == lanes * store.capacity + starts % store.capacity
+        ok &= slots == starts % store.capacity * store.num_lanes + lanes
     if not ok.all() or not np.isfinite(a["priority"]).all() or (a["priority"] < 0).any():
         raise CheckpointError(f"checkpoint table {t.name!r}: items with impossible keys, windows or priorities")
     for name, f in t.item_fields.items():

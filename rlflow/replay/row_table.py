@@ -5,8 +5,10 @@ them: each insert and each eviction updates three structures at scattered places
 none of that: uniform sampling, items evicted only when the store overwrites their rows, and at most one
 item starting at each row (an n-step transition per action, a sequence every ``period >= 1`` rows, an
 episode per first row). A RowTable is that table. The item starting at row ``r`` of lane ``l`` lives in
-slot ``l * capacity + r % capacity``: an insert writes the item's 64-byte record there, an overwrite of
+slot ``(r % capacity) * lanes + l``: an insert writes the item's 64-byte record there, an overwrite of
 the row empties it, and a draw picks a stored row at random and takes it when an item starts there.
+Slots are numbered position-major, so a step of every lane (a vector env's) writes one contiguous run
+of records.
 
 Semantics (the :class:`Table` ones, less the selectors):
 
@@ -201,7 +203,7 @@ class RowTable(Table):
                 return self._insert_now(lanes_arr, starts_arr, lengths_arr, None, prios, cols)
             # Admitted in parts as the rate limiter allows: refuse shared start rows before any part goes in.
             self._check_windows(lanes_arr, starts_arr, lengths_arr)
-            slots = lanes_arr * self.store.capacity + starts_arr % self.store.capacity
+            slots = starts_arr % self.store.capacity * self.store.num_lanes + lanes_arr
             taken = self._items.meta[slots, KEY] >= 0
             uniq, first = np.unique(slots, return_index=True)
             if taken.any() or uniq.size < n:
