@@ -37,8 +37,9 @@ from rlflow.types import TimeStep, step_spec
 
 
 class RlflowAdapter(peers._Base):
-    """rlflow: a StepStore, an n-step transition adder and a table: a Table with a Uniform sampler (or, with
-    ``--table row``, a RowTable) or a Prioritized one (the ``per`` case), and a Fifo remover.
+    """rlflow: a StepStore, an n-step transition adder and a table: a RowTable for the uniform cases (or, with
+    ``--table table``, a Table with a Uniform sampler and a Fifo remover), a Table with a Prioritized sampler
+    and a Fifo remover for the ``per`` case.
 
     Every row is written once, through ``adders.NStepTransition`` (n = 1, or ``case.nstep``); the table's
     items are windows of rows and sampling returns ``Transition`` batches (``next_observation`` is the
@@ -171,7 +172,7 @@ class RlflowAdapter(peers._Base):
 
 
 WARMUP_ROUNDS = 2  # timed but not counted
-UNIFORM_TABLE = "table"  # the uniform cases' table: "table" (Table, Uniform sampler) or "row" (RowTable); --table
+UNIFORM_TABLE = "row"  # the uniform cases' table: "row" (RowTable) or "table" (Table, Uniform sampler); --table
 
 ADAPTERS_ALL = {"rlflow": RlflowAdapter, **ADAPTERS}
 
@@ -261,8 +262,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--peers", nargs="*", default=others, choices=others)
     parser.add_argument("--rounds", type=int, default=9, help="interleaved timing rounds (medians are over these)")
     parser.add_argument("--target-s", type=float, default=0.1, help="seconds per timed round")
-    parser.add_argument("--table", choices=["table", "row"], default="table",
-                        help="the uniform cases' table: Table with a Uniform sampler, or RowTable")
+    parser.add_argument("--table", choices=["row", "table"], default="row",
+                        help="the uniform cases' table: RowTable, or Table with a Uniform sampler")
     args = parser.parse_args(argv)
     global UNIFORM_TABLE
     UNIFORM_TABLE = args.table

@@ -27,8 +27,9 @@ import numpy as np
 
 from rlflow import specs as _specs
 from rlflow.replay.rate_limiters import MinSize
+from rlflow.replay.row_table import RowTable
 from rlflow.replay.sample import Sample
-from rlflow.replay.selectors import Fifo, Prioritized, Uniform
+from rlflow.replay.selectors import Fifo, Prioritized
 from rlflow.replay.storage import StepStore
 from rlflow.replay.table import Table
 from rlflow.specs import Spec, SpecError
@@ -81,8 +82,10 @@ class ReplayBuffer:
         spec = step_spec(_as_spec(observation), _as_spec(action), extras)
         self.store = StepStore(spec, capacity=int(capacity) // self.num_envs, lanes=self.num_envs,
                                backend=backend, directory=directory)
-        sampler = Prioritized(alpha=alpha, beta=beta, seed=seed) if prioritized else Uniform(seed=seed)
-        self.table = Table(self.store, sampler=sampler, remover=Fifo(), rate_limiter=MinSize(1), name="replay")
+        self.table: Table = (
+            Table(self.store, sampler=Prioritized(alpha=alpha, beta=beta, seed=seed), remover=Fifo(),
+                  rate_limiter=MinSize(1), name="replay") if prioritized
+            else RowTable(self.store, seed=seed, rate_limiter=MinSize(1), name="replay"))
         self.adder = NStepTransition(self.store, [self.table], n=n_step, discount=discount)
         self._obs_fields = self.adder._obs_fields
         self._lanes = np.arange(self.num_envs)
