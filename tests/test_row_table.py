@@ -358,3 +358,23 @@ def test_the_one_call_lane_writes_fill_a_row_table_as_the_general_path_does(chun
         if direct:
             assert adder._direct is not None
     assert_same(*held)
+
+
+def test_a_restored_emptier_store_is_drawn_from_as_a_fresh_one(tmp_path):
+    """A table whose rings were full, restored to a checkpoint of fewer rows, draws as a fresh table
+    restored from it (it counts the store's rows again)."""
+    store, table = StepStore(SPEC, capacity=10, lanes=2), None
+    table = RowTable(store, seed=9)
+    for _ in range(3):
+        write(store)
+    table.insert([0, 0, 1, 1], [0, 1, 0, 1], 2)
+    save(tmp_path / "early", store, [table])
+    for _ in range(12):
+        write(store)
+    table.insert([0, 1], [13, 13], 2)
+    table.sample(4)  # draws from full rings
+    fresh_store = StepStore(SPEC, capacity=10, lanes=2)
+    fresh = RowTable(fresh_store, seed=9)
+    for s, t in ((store, table), (fresh_store, fresh)):
+        load(tmp_path / "early", s, [t])
+    np.testing.assert_array_equal(table.sample(32).keys, fresh.sample(32).keys)

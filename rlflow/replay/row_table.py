@@ -159,6 +159,7 @@ class RowTable(Table):
         self._items: _RowItems = _RowItems(store.num_lanes, store.capacity, self.item_fields)
         self._acc = np.zeros(3, np.int64)
         self._retired = 0
+        self._stored = 0  # rows the store holds, as of the last draw
         store.subscribe(self)
 
     def _new_items(self, fields: dict[str, Field]) -> _RowItems:
@@ -248,8 +249,9 @@ class RowTable(Table):
         slots, probs = np.empty(n, np.int64), np.empty(n, np.float64)
         out = np.empty((n, META_WIDTH), np.int64)
         size = self.size
-        stored = int(np.minimum(store.count, store.capacity).sum())
-        if 4 * size >= stored:
+        if self._stored < self.max_size:  # every ring full: stays so (counts never go down)
+            self._stored = int(np.minimum(store.count, store.capacity).sum())
+        if 4 * size >= self._stored:
             j = 0
             while j < n:
                 if j and not acc[0]:
@@ -306,6 +308,7 @@ class RowTable(Table):
             self.sampler.load_state_dict(state["sampler"])
             self.remover.load_state_dict(state["remover"])
             self._items.load_state_dict(state)
+            self._stored = 0  # the store was restored too: its rows are counted again at the next draw
             self._wake()
 
     def __repr__(self) -> str:
