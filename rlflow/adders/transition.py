@@ -664,9 +664,28 @@ class NStepTransition(Adder):
                                      b.final_bytes, flat["terminated"], flat["truncated"], flat["first"],
                                      flat["last"], b.rows, self.n, self._powers, self._rewards, b.lanes, b.starts,
                                      b.lengths, b.returns, b.discounts)
-            if k:
+            if k and not self._place_made(k, b):
                 self._insert(b.lanes[:k], b.starts[:k], b.lengths[:k],
                              {"return": b.returns[:k].reshape(k, *self._reward_shape), "discount": b.discounts[:k]})
+
+    def _place_made(self, k: int, b: _Block) -> bool:
+        """The ``k`` items a block write made, placed in the adder's one table when it is a RowTable, in one
+        compiled call (:func:`rlflow.replay._direct.place_made`: their windows lie in one episode each, so
+        only that they are stored is checked). False, having placed nothing, when the table needs its own
+        insert (another kind, another listener, a priority function, no rate-limiter consent, or a
+        refusal it will explain). The caller holds the store's lock."""
+        got = self._direct_table()
+        if got is None or got[1].kind != _direct.ROWS or self.tables[0].name in self.priority_fns:
+            return False
+        table, arrays = got
+        if not table.rate_limiter.can_insert(k):
+            return False
+        placed = _direct.place_made(arrays.tab, arrays.state, self.store.count, self.store.capacity, b.lanes[:k],
+                                    b.starts[:k], b.lengths[:k], b.returns[:k], b.discounts[:k], b.keys[:k])
+        if placed < 0:
+            return False
+        _direct.settle(table, arrays.state, 0, 0, placed)
+        return True
 
     def _step_columns(self, actions: Any, rewards: Any, extras: Any, t: int,
                       what: str = "add_steps") -> dict[str, np.ndarray]:
@@ -811,6 +830,7 @@ class _Block:
         self.lanes, self.starts, self.lengths = np.zeros((3, items), np.int64)
         self.returns = np.zeros((items, adder._reward_size), np.float32)
         self.discounts = np.zeros(items, np.float32)
+        self.keys = np.zeros(items, np.int64)  # keys of the items placed by _place_made
 
 
 def value_checks(fields: Sequence[Field]) -> np.ndarray | None:

@@ -207,6 +207,22 @@ def place_rows(tab: tuple, state: np.ndarray, capacity: int, lanes: np.ndarray, 
     return True
 
 
+@njit(cache=True, nogil=True)
+def place_made(tab: tuple, state: np.ndarray, count: np.ndarray, capacity: int, lanes: np.ndarray, starts: np.ndarray,
+               lengths: np.ndarray, returns: np.ndarray, discounts: np.ndarray, keys: np.ndarray) -> int:
+    """:func:`place_rows` of the n-step items an adder's block write made (each window inside one episode,
+    ending at a row just written), after checking each window is stored. Returns the items placed, or -1
+    (a window not stored) / -2 (a slot holds an item), having placed nothing: the table's own insert then
+    says why."""
+    for j in range(lanes.shape[0]):
+        c = count[lanes[j]]
+        if starts[j] < max(c - capacity, 0) or starts[j] + lengths[j] > c:
+            return -1
+    if not place_rows(tab, state, capacity, lanes, starts, lengths, returns, discounts, keys):
+        return -2
+    return lanes.shape[0]
+
+
 # ---------------------------------------------------------------------------------------------- the bag
 # Each argument of a compiled call is type-checked and unboxed on every call; a one-lane write takes some
 # forty arrays that stay the same from call to call (the store's columns and counters, the table's
