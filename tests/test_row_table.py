@@ -378,3 +378,60 @@ def test_a_restored_emptier_store_is_drawn_from_as_a_fresh_one(tmp_path):
     for s, t in ((store, table), (fresh_store, fresh)):
         load(tmp_path / "early", s, [t])
     np.testing.assert_array_equal(table.sample(32).keys, fresh.sample(32).keys)
+
+
+def test_writers_and_samplers_in_threads():
+    """Four writers (a lane each, wrapping many times, an item per new row) and three samplers: every sample
+    shows the rows its items name, and the counters add up afterwards."""
+    import threading
+
+    store = StepStore(SPEC, capacity=16, lanes=4)
+    table = RowTable(store, seed=3, max_times_sampled=4, rate_limiter=SampleToInsertRatio(1.0, 8, (-4.0, 12.0)))
+    errors: list[str] = []
+    drawn = [0]
+    done = threading.Event()
+    gate = threading.Barrier(7)
+
+    def writer(lane):
+        try:
+            gate.wait()
+            for r in range(300):
+                write(store, lanes=[lane], first=np.array([r % 37 == 0]))
+                if r % 37 != 0:  # an item of two rows, unless its second row starts an episode
+                    table.insert([lane], [r - 1], [2], timeout=10)
+        except Exception as e:
+            errors.append(f"writer {lane}: {type(e).__name__}: {e}")
+
+    def sampler():
+        try:
+            gate.wait()
+            for _ in range(100_000):  # a bound, never reached: the loop ends when the writers are done
+                if done.is_set() and not table.can_sample(1):
+                    break
+                batch = 1 if done.is_set() else 2  # drain the limiter exactly at the end
+                try:  # another sampler may take what this one waits for: waits are short and retried
+                    s = table.sample(batch, timeout=0.2)
+                except RateLimitTimeout:
+                    continue
+                check_rows(s)
+                with lock:
+                    drawn[0] += batch
+        except Exception as e:
+            errors.append(f"sampler: {type(e).__name__}: {e}")
+
+    lock = threading.Lock()
+    writers = [threading.Thread(target=writer, args=(lane,)) for lane in range(4)]
+    samplers = [threading.Thread(target=sampler) for _ in range(3)]
+    for t in writers + samplers:
+        t.start()
+    for t in writers:
+        t.join(60)
+    done.set()
+    for t in samplers:
+        t.join(60)
+    assert not errors, errors
+    lim = table.rate_limiter
+    items = table.items()
+    assert lim.inserts == 4 * sum(1 for r in range(300) if r % 37) and lim.samples == drawn[0]
+    assert lim.inserts - lim.deletes == table.size == items["key"].size
+    assert np.all(items["times_sampled"] < 4)
