@@ -435,3 +435,15 @@ def test_writers_and_samplers_in_threads():
     assert lim.inserts == 4 * sum(1 for r in range(300) if r % 37) and lim.samples == drawn[0]
     assert lim.inserts - lim.deletes == table.size == items["key"].size
     assert np.all(items["times_sampled"] < 4)
+
+
+def test_memory_per_row_is_what_the_docs_say():
+    """docs/tables.md: a RowTable takes 64 bytes a store row; a Table 80 a slot plus 9 a row, then its selectors."""
+    store = StepStore(SPEC, capacity=50, lanes=3)
+    rows = RowTable(store)._items
+    assert sum(a.nbytes for a in vars(rows).values() if isinstance(a, np.ndarray)) == 64 * 150
+    items = Table(store)._items
+    slots = items.meta.nbytes + items.priority.nbytes + items.free.nbytes
+    index = items.row_slot.nbytes + items.has_overflow.nbytes
+    assert (slots, index) == (80 * 150, 9 * 150)
+    assert sum(a.nbytes for a in vars(items).values() if isinstance(a, np.ndarray)) == slots + index
