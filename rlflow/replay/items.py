@@ -54,6 +54,14 @@ def _field_columns(meta: np.ndarray, fields: dict[str, Field]) -> dict[str, np.n
 
 class Items:
     def __init__(self, max_size: int, lanes: int, capacity: int, fields: dict[str, Field]) -> None:
+        self._init_records(max_size, capacity, fields)
+        self.priority = np.zeros(max_size, np.float64)
+        self.free = np.arange(max_size - 1, -1, -1, dtype=np.int64)  # a stack; the top is at num_free - 1
+        self.row_slot = np.full((lanes, capacity), -1, np.int64)
+        self.has_overflow = np.zeros((lanes, capacity), np.bool_)
+
+    def _init_records(self, max_size: int, capacity: int, fields: dict[str, Field]) -> None:
+        """Empty slots' records and item fields, and the counters (what every kind of items keeps)."""
         self.max_size = max_size
         self.capacity = capacity
         # One 64-byte row per slot, so that a draw reads one cache line: KEY, LANE, START, LENGTH, VALID,
@@ -61,7 +69,6 @@ class Items:
         # gathering them costs no further cache miss.
         self.meta = np.zeros((max_size, META_WIDTH), np.int64)
         self.meta[:, KEY] = -1
-        self.priority = np.zeros(max_size, np.float64)
         self.fields = fields
         self.columns = _field_columns(self.meta, fields)
         self.inline = _inline(fields)
@@ -69,13 +76,10 @@ class Items:
         self._inline_at = {n: (f.dtype, off // f.dtype.itemsize, (off + f.nbytes) // f.dtype.itemsize,
                                None if not f.shape else (-1, *f.shape))
                            for n, f in fields.items() for off in [(self.inline or {}).get(n, 0)]}
-        self.free = np.arange(max_size - 1, -1, -1, dtype=np.int64)  # a stack; the top is at num_free - 1
         self.num_free = max_size
         self.next_seq = 0
         self.times_total = 0  # times sampled, summed over live items
-        self.row_slot = np.full((lanes, capacity), -1, np.int64)
         self.overflow: dict[tuple[int, int], list[int]] = {}  # further items starting at a taken row
-        self.has_overflow = np.zeros((lanes, capacity), np.bool_)
 
     @property
     def size(self) -> int:

@@ -36,7 +36,7 @@ import numpy as np
 
 from rlflow.replay import _row_kernels as KR
 from rlflow.replay._item_kernels import KEY, LANE, LENGTH, START, TIMES, VALID
-from rlflow.replay.items import META_WIDTH, Items, _field_columns, _inline
+from rlflow.replay.items import META_WIDTH, Items
 from rlflow.replay.rate_limiters import RateLimiter
 from rlflow.replay.storage import StepStore
 from rlflow.replay.table import Table, _check_priorities, _int_array
@@ -94,24 +94,7 @@ class _RowItems(Items):
     """The items of a RowTable: :class:`Items`' meta rows and item fields, one slot per store row."""
 
     def __init__(self, lanes: int, capacity: int, fields: dict[str, Field]) -> None:
-        self.max_size = lanes * capacity
-        self.capacity = capacity
-        self.meta = np.zeros((self.max_size, META_WIDTH), np.int64)
-        self.meta[:, KEY] = -1
-        self.fields = fields
-        self.columns = _field_columns(self.meta, fields)
-        self.inline = _inline(fields)
-        self._inline_at = {n: (f.dtype, off // f.dtype.itemsize, (off + f.nbytes) // f.dtype.itemsize,
-                               None if not f.shape else (-1, *f.shape))
-                           for n, f in fields.items() for off in [(self.inline or {}).get(n, 0)]}
-        self.num_free = self.max_size
-        self.next_seq = 0
-        self.times_total = 0
-        self.overflow: dict[tuple[int, int], list[int]] = {}
-
-    def live_in_order(self) -> np.ndarray:
-        slots = np.flatnonzero(self.meta[:, KEY] >= 0)
-        return slots[np.argsort(self.meta[slots, KEY] // self.max_size, kind="stable")]
+        self._init_records(lanes * capacity, capacity, fields)
 
     def state_dict(self) -> dict[str, Any]:
         live = self.live_in_order()
