@@ -160,17 +160,23 @@ def filled(capacity=10, lanes=3, every=1, seed=0, **kw):
     return store, table
 
 
-@pytest.mark.parametrize("every", [1, 2, 6])  # most rows start an item; half; fewer than a quarter (a list)
-def test_each_draw_is_uniform_over_the_live_items(every):
-    _, table = filled(every=every, lanes=3, capacity=12)
+@pytest.mark.parametrize(("every", "capacity", "batch"), [
+    (1, 12, None), (2, 12, None),  # most rows start an item; half: redraws
+    (6, 12, None),  # fewer than a quarter, few items per draw: a list of the live slots
+    (6, 60, 2),  # fewer than a quarter, many items per draw: redraws
+])
+def test_each_draw_is_uniform_over_the_live_items(every, capacity, batch):
+    _, table = filled(every=every, lanes=3, capacity=capacity)
     table.delete(table.items()["key"][::3])
     live = table.items()
     n = live["key"].size
     draws = 60 * n
-    s = table.sample(draws)
-    check_rows(s)
-    assert np.all(s.probabilities == 1 / n) and np.all(s.weights == 1)
-    counts = np.array([(s.keys == k).sum() for k in live["key"]])
+    parts = [table.sample(batch or draws) for _ in range(draws // (batch or draws))]
+    for s in parts:
+        check_rows(s)
+        assert np.all(s.probabilities == 1 / n) and np.all(s.weights == 1)
+    keys = np.concatenate([s.keys for s in parts])
+    counts = np.array([(keys == k).sum() for k in live["key"]])
     assert counts.sum() == draws  # every draw is a live item
     assert fits(counts, np.full(n, draws / n))
 

@@ -20,7 +20,8 @@ Semantics (the :class:`Table` ones, less the selectors):
 - ``sample(B)`` makes ``B`` draws with replacement, each uniform over the live items
   (``probabilities`` ``1 / size``, ``weights`` 1). A draw picks one of the stored rows (lanes weighted
   by the rows they hold) and is redrawn until an item starts there; while fewer than a quarter of the
-  stored rows start an item, draws pick from a list of the live slots instead. With ``max_times_sampled``,
+  stored rows start an item and the table holds fewer than 8 items per draw, draws pick from a list of
+  the live slots instead (a scan of every slot's record). With ``max_times_sampled``,
   an item is removed at the draw that reaches the limit, so later draws of the batch cannot take it
   (exactly the sequential draws).
 - ``update_priorities`` checks its input and counts the live keys, as a Table with a uniform sampler
@@ -234,7 +235,7 @@ class RowTable(Table):
         size = self.size
         if self._stored < self.max_size:  # every ring full: stays so (counts never go down)
             self._stored = int(np.minimum(store.count, store.capacity).sum())
-        if 4 * size >= self._stored:
+        if 4 * size >= self._stored or size >= 8 * n:  # redraws are fewer than a scan of the rows' records
             j = 0
             while j < n:
                 if j and not acc[0]:
@@ -246,7 +247,7 @@ class RowTable(Table):
                     self._counted(-retired)
                     items.times_total -= int(acc[2])
         else:
-            live = items.live_in_order()
+            live = np.flatnonzero(items.meta[:, KEY] >= 0)
             KR.draw_packed(rng.random(n), live, items.meta, limit, slots, out, probs, acc)
             if acc[1]:
                 self._retired += int(acc[1])
