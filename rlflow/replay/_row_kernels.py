@@ -118,6 +118,7 @@ def draw_stored(uniforms: np.ndarray, count: np.ndarray, capacity: int, meta: np
         cum[lane + 1] = cum[lane] + stored
         even = even and stored == cum[1]
     total = cum[lanes]
+    full = total == meta.shape[0]
     n = slots.shape[0]
     retired = retired_times = 0
     cand = np.empty(_BLOCK, np.int64)
@@ -126,6 +127,10 @@ def draw_stored(uniforms: np.ndarray, count: np.ndarray, capacity: int, meta: np
         k = min(_BLOCK, m - i)
         for q in range(k):  # the block's rows first, their lines requested: the checks below then hit cache
             x = min(np.int64(uniforms[i + q] * total), total - 1)
+            if full:  # every slot holds a stored row: any one-to-one map of x to slots is uniform, x itself too
+                cand[q] = x
+                prefetch(meta, x * meta.shape[1])
+                continue
             if even:
                 lane = x // cum[1]
             else:

@@ -236,12 +236,18 @@ class RowTable(Table):
         if self._stored < self.max_size:  # every ring full: stays so (counts never go down)
             self._stored = int(np.minimum(store.count, store.capacity).sum())
         if 4 * size >= self._stored or size >= 8 * n:  # redraws are fewer than a scan of the rows' records
-            j = 0
+            j, idle = 0, 0
             while j < n:
-                if j and not acc[0]:
-                    raise RuntimeError(f"table {self.name!r}: no item left to draw {n - j} more (a broken invariant)")
-                j = KR.draw_stored(rng.random(2 * (n - j) + 8), store.count, store.capacity, items.meta, j,
-                                   int(acc[0]) if j else size, limit, slots, out, probs, acc)
+                # Each round tries more rows than its draws need on average: 64 rounds without a draw mean the
+                # records and the count disagree.
+                if (j and not acc[0]) or idle == 64:
+                    raise RuntimeError(f"table {self.name!r}: no item found to draw {n - j} more (a broken invariant)")
+                live = int(acc[0]) if j else size
+                tries = (n - j) * self._stored // live + (n - j) // 4 + 8  # the draws' expected tries, and some
+                before = j
+                j = KR.draw_stored(rng.random(tries), store.count, store.capacity, items.meta, j, live, limit, slots,
+                                   out, probs, acc)
+                idle = 0 if j > before else idle + 1
                 retired, self._retired = int(acc[1]), self._retired + int(acc[1])
                 if retired:
                     self._counted(-retired)
