@@ -140,7 +140,7 @@ class RowTable(Table):
         self.sampler: Any = _RowUniform(seed)
         self.remover: Any = _Overwrite()
         self._setup(store, None, max_times_sampled, rate_limiter, item_spec, cross_episodes, name)
-        self._items: _RowItems = _RowItems(store.num_lanes, store.capacity, self.item_fields)
+        self._items: _RowItems = self._new_items(self.item_fields)
         self._acc = np.zeros(3, np.int64)
         self._retired = 0
         self._stored = 0  # rows the store holds, as of the last draw

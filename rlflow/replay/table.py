@@ -135,7 +135,7 @@ class Table:
         self._setup(store, max_size, max_times_sampled, rate_limiter, item_spec, cross_episodes, name)
         self.sampler.bind(self.max_size)
         self.remover.bind(self.max_size)
-        self._items = Items(self.max_size, store.num_lanes, store.capacity, self.item_fields)
+        self._items = self._new_items(self.item_fields)
         store.subscribe(self)
 
     def _setup(self, store: StepStore, max_size: int | None, max_times_sampled: int | None,
