@@ -123,21 +123,36 @@ def test_holds_the_items_a_table_holds(lanes, capacity, n, steps, draws):
             assert keys0[(int(want.lanes[0]), int(want.starts[0]))] == int(want.keys[0])
 
 
-def test_sequences_and_episodes_go_in_too():
-    """Any adder whose items start at distinct rows: sequences with a period, whole episodes."""
+@settings(max_examples=40, deadline=None)
+@given(
+    adder=st.sampled_from(["sequence", "write", "continue", "episode"]), length=st.integers(1, 4),
+    period=st.integers(1, 4),
+    steps=st.lists(st.lists(st.sampled_from([0, 0, 0, 0, 1, 2]), min_size=2, max_size=2), min_size=1, max_size=40),
+)
+def test_sequences_and_episodes_go_in_too(adder, length, period, steps):
+    """Any adder whose items start at distinct rows (sequences with a period, every end behaviour; whole
+    episodes), on random episodes and wrapping rings: the same items as in a Table."""
     spec = step_spec(OBS, ACT)
-    events = [([1 if t % 7 == 6 else 0] * 2, False) for t in range(30)]
-    for make in (lambda s, ts: adders.Sequence(s, ts, length=4, period=2),
-                 lambda s, ts: adders.Sequence(s, ts, length=3, period=2, end_behavior="write"),
-                 lambda s, ts: adders.Episode(s, ts, max_length=8)):
-        held = []
-        for kind in (Table, RowTable):
-            store = StepStore(spec, capacity=16, lanes=2)
-            table = Table(store, sampler=Uniform(seed=0), remover=Fifo()) if kind is Table else RowTable(store)
-            drive(make(store, [table]), events, 2, 3)
-            held.append(by_row(table.items()))
-        assert held[0]["start"].size >= 2
-        assert_same(*held)
+    events = [(ev, False) for ev in steps]
+    make = {
+        "sequence": lambda s, ts: adders.Sequence(s, ts, length=length, period=period),
+        "write": lambda s, ts: adders.Sequence(s, ts, length=length, period=period, end_behavior="write"),
+        "continue": lambda s, ts: adders.Sequence(s, ts, length=length, period=period, end_behavior="continue"),
+        "episode": lambda s, ts: adders.Episode(s, ts, max_length=6),
+    }[adder]
+    cross = adder == "continue"
+    held = []
+    for kind in (Table, RowTable):
+        store = StepStore(spec, capacity=9, lanes=2)
+        table = (Table(store, sampler=Uniform(seed=0), remover=Fifo(), cross_episodes=cross) if kind is Table
+                 else RowTable(store, cross_episodes=cross))
+        if adder == "episode":  # episodes longer than max_length are refused: end them in time
+            events = [([1 if (t % 5 == 4) else e for e in ev], staged) for t, (ev, staged) in enumerate(events)]
+        drive(make(store, [table]), events, 2, 3)
+        held.append(by_row(table.items()))
+    if len(steps) >= 12:  # rows enough for some item to be held (the stream is not vacuous)
+        assert held[0]["start"].size > 0
+    assert_same(*held)
 
 
 # ---------------------------------------------------------------------------------------------- draws
@@ -453,3 +468,16 @@ def test_memory_per_row_is_what_the_docs_say():
     index = items.row_slot.nbytes + items.has_overflow.nbytes
     assert (slots, index) == (80 * 150, 9 * 150)
     assert sum(a.nbytes for a in vars(items).values() if isinstance(a, np.ndarray)) == slots + index
+
+
+def test_a_window_crossing_an_episode_start_is_masked_there():
+    store = StepStore(SPEC, capacity=8, lanes=2)
+    table = RowTable(store, seed=1, item_spec=ITEM)
+    for t in range(4):
+        write(store, first=np.array([t == 2, False]))
+    keys = table.insert([0, 1], [1, 0], [3, 3], fields={"ret": [1.5, 2.5]})
+    s = table.sample(64)
+    check_rows(s)
+    assert table.items()["valid"].tolist() == [1, 3]  # lane 0's window [1, 4) meets an episode start at row 2
+    assert s.mask[s.keys == keys[0]][0].tolist() == [True, False, False]
+    assert s.fields["ret"].tolist() == [{int(keys[0]): 1.5, int(keys[1]): 2.5}[k] for k in s.keys.tolist()]
