@@ -269,12 +269,18 @@ def check_mode(field: Field) -> tuple[int, float, float] | None:
     if kind == "f":
         return (NO_CHECK if field.allow_nonfinite else FINITE), 0.0, 0.0
     if kind in "iu" and (field.low is not None or field.high is not None):
+        if not _float_exact(field.low, field.high):
+            return None
         low = -math.inf if field.low is None else float(field.low)
         high = math.inf if field.high is None else float(field.high)
-        if max(abs(low), abs(high)) >= 2.0**53 and math.isfinite(low + high):
-            return None
         return BOUNDS, low, high
     return NO_CHECK, 0.0, 0.0
+
+
+def _float_exact(*bounds: Any) -> bool:
+    """Whether every finite bound (None and infinities aside) is an integer float64 holds exactly, so that
+    values compared with it as float64 compare as they would exactly."""
+    return all(b is None or not math.isfinite(b) or abs(b) < 2.0**53 for b in bounds)
 
 
 _kernels: Any = None
@@ -302,7 +308,7 @@ def _within(arr: np.ndarray, low: float, high: float) -> bool:
     """Whether every value of an integer array lies in ``[low, high]`` (a compiled pass for 1-8 byte ints)."""
     if not arr.size:
         return True
-    if max(abs(low), abs(high)) >= 2.0**53 and math.isfinite(low + high):  # beyond float64's exact integers
+    if not _float_exact(low, high):  # compared as Python integers, not float64
         return bool(arr.min() >= low and arr.max() <= high)
     return bool(_item_kernels().within(arr.reshape(-1), float(low), float(high)))
 

@@ -166,6 +166,21 @@ def test_fits_is_validate_without_conversion(data):
     (Field((), np.int64), (NO_CHECK, 0.0, 0.0)),  # no bounds
     (Field((), np.bool_), (NO_CHECK, 0.0, 0.0)),
     (Field((), np.uint64, low=0, high=2**60), None),  # float64 cannot hold the bound exactly
+    (Field((), np.int64, high=2**60), None),  # nor with the other bound open
+    (Field((), np.int64, low=-(2**60)), None),
 ])
 def test_check_mode_is_fits_value_check_as_numbers(field, expected):
     assert check_mode(field) == expected
+
+
+@pytest.mark.parametrize(("low", "high", "values", "ok"), [
+    (None, 2**60, [2**60, 0], True),
+    (None, 2**60, [2**60 + 1, 0], False),  # 2**60 + 1 rounds to 2**60 in float64
+    (-(2**60), None, [-(2**60) - 1, 0], False),
+    (0, 2**60, [2**60 + 1, 0], False),
+])
+def test_fits_compares_large_integer_bounds_exactly(low, high, values, ok):
+    field = Field((), np.int64, low=low, high=high)
+    value = np.array(values, np.int64)
+    assert specs.fits(field, value, 2) is ok  # the compiled pass
+    assert specs.fits(field, value[:1], 1) is ok  # the one-value shortcut
