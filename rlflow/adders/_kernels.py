@@ -528,11 +528,25 @@ def write_nstep_block(steps: int, flags: np.ndarray, codes: np.ndarray, open_row
 
 @njit(inline="always", cache=True)
 def _values_ok(x: np.ndarray, mode: int, low: float, high: float) -> bool:
-    """``specs.fits``'s value check of ``x`` (the same compiled passes: :func:`all_finite`, :func:`within`)."""
+    """``specs.fits``'s value check of ``x``: more than 32 values by its compiled passes (:func:`all_finite`
+    vectorises, :func:`within`), fewer by the same loops inline here (a call costs more than they do)."""
+    flat = np.ravel(x)
+    if flat.shape[0] > 32:
+        if mode == FINITE:
+            return all_finite(flat)
+        if mode == BOUNDS:
+            return within(flat, low, high)  # exact for integers below 2**53 (larger bounds never come here)
+        return True
     if mode == FINITE:
-        return all_finite(np.ravel(x))
+        acc = flat.dtype.type(0)
+        for i in range(flat.shape[0]):  # x * 0 is 0 for finite x, NaN otherwise (as all_finite)
+            acc += flat[i] * 0
+        return acc == 0
     if mode == BOUNDS:
-        return within(np.ravel(x), low, high)  # exact for integers below 2**53 (larger bounds never come here)
+        for i in range(flat.shape[0]):  # compared as float64 (as within)
+            v = float(flat[i])
+            if v < low or v > high:
+                return False
     return True
 
 
@@ -597,25 +611,6 @@ def stage_row(staged: np.ndarray, checks: np.ndarray, action: object, action_blo
     return s + 1
 
 
-@njit(inline="always", cache=True)
-def _flat_ok(flat: np.ndarray, mode: int, low: float, high: float) -> bool:
-    """:func:`_values_ok` of a 1-D array: a few values are checked by loops inline here (calling the compiled
-    checks costs more than they do), more by those checks (:func:`all_finite` vectorises)."""
-    if flat.shape[0] > 32:
-        return _values_ok(flat, mode, low, high)
-    if mode == FINITE:
-        acc = flat.dtype.type(0)
-        for i in range(flat.shape[0]):  # x * 0 is 0 for finite x, NaN otherwise (as all_finite)
-            acc += flat[i] * 0
-        return acc == 0
-    if mode == BOUNDS:
-        for i in range(flat.shape[0]):  # compared as float64 (as within)
-            x = float(flat[i])
-            if x < low or x > high:
-                return False
-    return True
-
-
 @njit(**_OPTS)
 def stage_env_step(staged: np.ndarray, ctl: np.ndarray, action: np.ndarray, action_rows: np.ndarray, reward: float,
                    reward_rows: np.ndarray, next_obs: np.ndarray, obs_rows: np.ndarray) -> int:
@@ -631,9 +626,9 @@ def stage_env_step(staged: np.ndarray, ctl: np.ndarray, action: np.ndarray, acti
     s = staged[0]
     reward_rows[s] = reward
     flat_action, flat_obs = np.ravel(action), np.ravel(next_obs)
-    if not (_flat_ok(reward_rows[s:s + 1], int(ctl[5]), ctl[6], ctl[7])
-            and _flat_ok(flat_action, int(ctl[2]), ctl[3], ctl[4])
-            and _flat_ok(flat_obs, int(ctl[8]), ctl[9], ctl[10])):
+    if not (_values_ok(reward_rows[s:s + 1], int(ctl[5]), ctl[6], ctl[7])
+            and _values_ok(flat_action, int(ctl[2]), ctl[3], ctl[4])
+            and _values_ok(flat_obs, int(ctl[8]), ctl[9], ctl[10])):
         return -2
     a, o = flat_action.shape[0], flat_obs.shape[0]
     for i in range(a):
