@@ -8,7 +8,7 @@ episode per first row). A RowTable is that table. The item starting at row ``r``
 slot ``(r % capacity) * lanes + l``: an insert writes the item's 64-byte record there, an overwrite of
 the row empties it, and a draw picks a stored row at random and takes it when an item starts there.
 Slots are numbered position-major, so a step of every lane (a vector env's) writes one contiguous run
-of records.
+of records while the lanes are at the same ring position.
 
 Semantics (the :class:`Table` ones, less the selectors):
 
