@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from id_rows import ITEM, SPEC, assert_same, check_sample_data, write
 
 from rlflow import adders, specs
 from rlflow.replay import (
@@ -19,42 +20,17 @@ from rlflow.replay import (
     load,
     save,
 )
-from rlflow.specs import Field, SpecError
+from rlflow.specs import SpecError
 from rlflow.types import TimeStep, step_spec
 
-SPEC = {"id": Field((), np.int64), "obs": Field((2,), np.float32)}
-ITEM = {"ret": Field((), np.float32)}
-BIG = 10**6
 OBS = specs.Field((2,), np.float32)
 ACT = specs.Field((), np.int64, low=0, high=3)
-
-
-def write(store, lanes=None, first=None):
-    lanes = np.arange(store.num_lanes) if lanes is None else np.asarray(lanes)
-    ids = lanes * BIG + store.count[lanes]
-    return store.append({"id": ids, "obs": np.stack([ids, -ids], -1).astype(np.float32)}, lanes=lanes, first=first)
-
-
-def check_rows(sample):
-    """Every valid row of every window is the row the item names (never stale, never another lane)."""
-    ids = sample.data["id"]
-    expect = sample.lanes[:, None] * BIG + sample.starts[:, None] + np.arange(ids.shape[1])[None, :]
-    assert np.all(np.where(sample.mask, ids == expect, ids == 0))
 
 
 def snapshot(table):
     lim = table.rate_limiter.state_dict()
     return {**table.items(), "size": table.size, "limiter": (lim["inserts"], lim["samples"], lim["deletes"]),
             "rng": str(table.sampler.rng.bit_generator.state)}
-
-
-def assert_same(a, b):
-    assert a.keys() == b.keys()
-    for k in a:
-        if isinstance(a[k], np.ndarray):
-            np.testing.assert_array_equal(a[k], b[k], err_msg=k)
-        else:
-            assert a[k] == b[k], k
 
 
 def by_row(items):
@@ -188,7 +164,7 @@ def test_each_draw_is_uniform_over_the_live_items(every, capacity, batch):
     draws = 60 * n
     parts = [table.sample(batch or draws) for _ in range(draws // (batch or draws))]
     for s in parts:
-        check_rows(s)
+        check_sample_data(s)
         assert np.all(s.probabilities == 1 / n) and np.all(s.weights == 1)
     keys = np.concatenate([s.keys for s in parts])
     counts = np.array([(keys == k).sum() for k in live["key"]])
@@ -434,7 +410,7 @@ def test_writers_and_samplers_in_threads():
                     s = table.sample(batch, timeout=0.2)
                 except RateLimitTimeout:
                     continue
-                check_rows(s)
+                check_sample_data(s)
                 with lock:
                     drawn[0] += batch
         except Exception as e:
@@ -477,7 +453,7 @@ def test_a_window_crossing_an_episode_start_is_masked_there():
         write(store, first=np.array([t == 2, False]))
     keys = table.insert([0, 1], [1, 0], [3, 3], fields={"ret": [1.5, 2.5]})
     s = table.sample(64)
-    check_rows(s)
+    check_sample_data(s)
     assert table.items()["valid"].tolist() == [1, 3]  # lane 0's window [1, 4) meets an episode start at row 2
     assert s.mask[s.keys == keys[0]][0].tolist() == [True, False, False]
     assert s.fields["ret"].tolist() == [{int(keys[0]): 1.5, int(keys[1]): 2.5}[k] for k in s.keys.tolist()]

@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from id_rows import ITEM, SPEC, assert_same, check_sample_data, write
 
 from rlflow.replay import (
     Fifo,
@@ -18,43 +19,11 @@ from rlflow.replay import (
 )
 from rlflow.specs import Field, SpecError
 
-SPEC = {"id": Field((), np.int64), "obs": Field((2,), np.float32)}
-ITEM = {"ret": Field((), np.float32)}
-BIG = 10**6
-
-
-def row_data(lanes, rows):
-    ids = np.asarray(lanes) * BIG + np.asarray(rows)
-    return {"id": ids, "obs": np.stack([ids, -ids], -1).astype(np.float32)}
-
-
-def write(store, lanes=None, first=None):
-    lanes = np.arange(store.num_lanes) if lanes is None else np.asarray(lanes)
-    return store.append(row_data(lanes, store.count[lanes]), lanes=lanes, first=first)
-
-
-def check_sample_data(sample):
-    """Every valid row of every window is the row the item names (never stale, never another lane)."""
-    ids = sample.data["id"]
-    expect = sample.lanes[:, None] * BIG + sample.starts[:, None] + np.arange(ids.shape[1])[None, :]
-    assert np.all(np.where(sample.mask, ids == expect, ids == 0))
-
 
 def snapshot(table):
     items = table.items()
     return {**items, "size": table.size, "limiter": dict(table.rate_limiter.state_dict()),
             "sampler": {k: v for k, v in table.sampler.state_dict().items() if k != "rng"}}
-
-
-def assert_same(a, b):
-    assert a.keys() == b.keys()
-    for k in a:
-        if isinstance(a[k], np.ndarray):
-            np.testing.assert_array_equal(a[k], b[k], err_msg=k)
-        elif isinstance(a[k], dict):
-            assert_same(a[k], b[k])
-        else:
-            assert a[k] == b[k], k
 
 
 def test_insert_and_sample_windows_with_fields():

@@ -1,0 +1,40 @@
+"""Rows whose ``id`` encodes ``(lane, row)``: a store of them, written a row per lane at a time, lets a test
+check that every sampled window shows exactly the rows its item names (table and row-table tests)."""
+
+import numpy as np
+
+from rlflow.specs import Field
+
+SPEC = {"id": Field((), np.int64), "obs": Field((2,), np.float32)}
+ITEM = {"ret": Field((), np.float32)}
+BIG = 10**6  # ids lane * BIG + row
+
+
+def row_data(lanes, rows):
+    ids = np.asarray(lanes) * BIG + np.asarray(rows)
+    return {"id": ids, "obs": np.stack([ids, -ids], -1).astype(np.float32)}
+
+
+def write(store, lanes=None, first=None):
+    """One row on each of ``lanes`` (default: every lane), ``first[i]`` starting an episode."""
+    lanes = np.arange(store.num_lanes) if lanes is None else np.asarray(lanes)
+    return store.append(row_data(lanes, store.count[lanes]), lanes=lanes, first=first)
+
+
+def check_sample_data(sample):
+    """Every valid row of every window is the row the item names (never stale, never another lane)."""
+    ids = sample.data["id"]
+    expect = sample.lanes[:, None] * BIG + sample.starts[:, None] + np.arange(ids.shape[1])[None, :]
+    assert np.all(np.where(sample.mask, ids == expect, ids == 0))
+
+
+def assert_same(a, b):
+    """Two snapshots (dicts of arrays, nested dicts and plain values) are equal, key by key."""
+    assert a.keys() == b.keys()
+    for k in a:
+        if isinstance(a[k], np.ndarray):
+            np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+        elif isinstance(a[k], dict):
+            assert_same(a[k], b[k])
+        else:
+            assert a[k] == b[k], k
