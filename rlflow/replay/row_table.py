@@ -49,8 +49,6 @@ __all__ = ["RowTable"]
 class _RowUniform:
     """A RowTable's draws: the seeded generator and the live item count (what checkpoints keep of it)."""
 
-    deterministic = False
-
     def __init__(self, seed: int | None) -> None:
         self.seed = seed
         self.rng = np.random.default_rng(seed)
