@@ -222,6 +222,53 @@ def test_bad_inserts_change_nothing():
         assert_same(before, snapshot(table))
 
 
+def _staged_adder(limiter=None, n=1):
+    """Three lanes staged 8 steps a block into a RowTable."""
+    store = StepStore(step_spec(OBS, ACT), capacity=40, lanes=3)
+    table = RowTable(store, seed=0, **({} if limiter is None else {"rate_limiter": limiter}))
+    return store, table, adders.NStepTransition(store, [table], n=n, discount=0.9, stage_steps=8)
+
+
+def test_a_block_meeting_a_taken_start_row_places_none_of_its_items():
+    """A block flush writes a RowTable's items in place; an item whose start row holds one inserted by hand
+    makes the table's own insert refuse the block's items: none of them is placed (those placed before it
+    are taken back), the rows stay written, the hand-made item stays."""
+    store, table, adder = _staged_adder()
+    events = [([0, 0, 0], True)] * 8
+    drive(adder, events, 3, 5)  # 8 rows a lane: items start at rows 0 .. 7
+    before = by_row(table.items())
+    assert before["start"].size == 3 * 8
+    # Lane 1's open row, where the next block's first item of lane 1 starts.
+    table.insert([1], [8], [1], fields={"return": [0.0], "discount": [1.0]})
+    hand = by_row(table.items())
+    rng = np.random.default_rng(0)
+    z = np.zeros(3, bool)
+    for step in range(8):
+        ts = TimeStep(rng.random((3, 2), np.float32), np.ones(3, np.float32), z, z, z, z)
+        if step < 7:
+            adder.stage(np.zeros(3, np.int64), ts)
+        else:
+            with pytest.raises(ValueError, match="row 8 of lane 1 already starts an item"):
+                adder.stage(np.zeros(3, np.int64), ts)
+    assert store.count.tolist() == [17, 17, 17]  # the block's rows are written
+    assert_same(hand, by_row(table.items()))  # and none of its items is in the table
+    assert table.rate_limiter.inserts == 3 * 8 + 1 and table.size == 3 * 8 + 1
+
+
+def test_a_block_the_rate_limiter_may_not_admit_at_once_goes_through_the_table_insert():
+    """A limiter that would not admit a whole block's worth of items (n * lanes * steps) in one go: the block
+    flush leaves its items to the table's insert, which admits them as it can, and the table ends as one
+    fed step by step does."""
+    made = []
+    for staged in (True, False):
+        _, table, adder = _staged_adder(SampleToInsertRatio(1.0, 1, (-100.0, 60.0)), n=3)
+        assert not table.rate_limiter.can_insert(3 * 3 * 8) and table.rate_limiter.can_insert(3 * 8)
+        drive(adder, [([0, 1, 0], staged)] * 8, 3, 9)
+        made.append(table)
+    assert_same(by_row(made[0].items()), by_row(made[1].items()))
+    assert made[0].size == made[1].size == 2 * 6 + 8 and made[0].rate_limiter.inserts == made[1].rate_limiter.inserts
+
+
 def test_an_insert_let_in_by_parts_refuses_shared_rows_before_any_part():
     store = StepStore(SPEC, capacity=8)
     table = RowTable(store, rate_limiter=SampleToInsertRatio(1.0, 1, (-2.0, 2.0)))
@@ -432,6 +479,20 @@ def test_writers_and_samplers_in_threads():
     assert lim.inserts == 4 * sum(1 for r in range(300) if r % 37) and lim.samples == drawn[0]
     assert lim.inserts - lim.deletes == table.size == items["key"].size
     assert np.all(items["times_sampled"] < 4)
+
+
+def test_each_record_is_one_cache_line(tmp_path):
+    """docs/tables.md: records start on a 64-byte boundary, in both kinds of table and after a restore."""
+    for kind in (RowTable, Table):
+        store = StepStore(SPEC, capacity=50, lanes=3)
+        table = kind(store)
+        for _ in range(4):
+            write(store)
+        table.insert([0, 1], [1, 2], [2, 2])
+        save(tmp_path / kind.__name__, store, [table])
+        load(tmp_path / kind.__name__, store, [table])
+        meta = table._items.meta
+        assert meta.ctypes.data % 64 == 0 and meta.strides == (64, 8) and table.size == 2
 
 
 def test_memory_per_row_is_what_the_docs_say():

@@ -4,7 +4,7 @@ One ``Adder.add`` on ``E`` lanes writes a few hundred bytes per lane, scattered 
 (each lane's cursor is elsewhere). Done with numpy it is some forty calls per step, and their overhead,
 not the memory traffic, is the cost. Here it is three calls: :func:`plan_step` checks each lane's flags
 against its state and lists the rows the step overwrites (so the tables can drop their items first),
-:func:`write_step` writes every row and its episode marks, and :func:`nstep_items` turns what happened
+:func:`write_steps` writes every row and its episode marks, and :func:`nstep_items` turns what happened
 into n-step transition items. The semantics are those of :mod:`rlflow.adders.base` and
 :mod:`rlflow.adders.transition`; tests compare this path with the general one.
 
@@ -18,14 +18,18 @@ import numpy as np
 from numba import njit
 
 from rlflow.replay import _direct
-from rlflow.replay._item_kernels import _mark_row, all_finite, within, wrap
+from rlflow.replay._item_kernels import KEY, TIMES, _mark_row, all_finite, set_meta, within, wrap
 from rlflow.replay._prefetch import copy_bytes, prefetch_write
 from rlflow.specs import BOUNDS, FINITE  # how a value is checked before it is staged (specs.check_mode)
 
 _OPTS = {"cache": True, "nogil": True}
 
+_SLOTS_AHEAD = 8  # rows ahead whose RowTable slots write_steps requests
+
 # What a step did on a lane (see the flag table in rlflow.types).
 CONTINUE, END, END_START, START = 0, 1, 2, 3
+# What write_steps does with the n-step items its steps complete.
+NO_ITEMS, STEP_ITEMS, ROW_ITEMS = 0, 1, 2
 
 
 @njit(**_OPTS)
@@ -82,80 +86,6 @@ def _prefetch_rows(cols: tuple, i: int) -> None:
         col = cols[j]
         prefetch_write(col, i * col.shape[1])
         prefetch_write(col, i * col.shape[1] + col.shape[1] - 1)
-
-
-@njit(**_OPTS)
-def write_step(code: np.ndarray, open_rows: np.ndarray, episode_start: np.ndarray, terminated: np.ndarray,
-               truncated: np.ndarray, count: np.ndarray, episode_id: np.ndarray, episode_step: np.ndarray,
-               next_episode: np.ndarray, next_step: np.ndarray, capacity: int, act_cols: tuple,
-               act_data: tuple, obs_cols: tuple, obs_data: tuple, final_data: tuple, s: int, term_col: np.ndarray,
-               trunc_col: np.ndarray, first_col: np.ndarray, last_col: np.ndarray, final_rows: np.ndarray,
-               ended_starts: np.ndarray, new_rows: np.ndarray) -> None:
-    """Write one step of every lane, as planned by :func:`plan_step`; its inputs are step ``s`` of the
-    ``(steps, E, row_bytes)`` blocks ``act_data``, ``obs_data`` and ``final_data``.
-
-    An open row gets its action columns (action, reward, extras) and flags; an ended lane gets its final
-    row (final observation, zero action columns, ``last``); a lane that goes on or starts gets a new
-    open row (``first`` on a start). Updates the lanes' open rows and episode starts, and fills, per
-    lane, the final row and its episode's first row (-1 if none) and the new open row (-1 if none).
-    """
-    # Each lane writes at its own cursor, far from the others': request every line first, so the
-    # misses of all lanes overlap instead of coming one after another.
-    for lane in range(code.shape[0]):
-        c = code[lane]
-        base = lane * capacity
-        if c != START:
-            i = base + wrap(open_rows[lane], capacity)
-            _prefetch_rows(act_cols, i)
-            prefetch_write(term_col, i)
-            prefetch_write(trunc_col, i)
-        for r in range(count[lane], count[lane] + (2 if c == END_START else 1)):  # final and/or new open row
-            i = base + wrap(r, capacity)
-            _prefetch_rows(obs_cols, i)
-            prefetch_write(first_col, i)
-            prefetch_write(last_col, i)
-            prefetch_write(episode_id, i)
-            prefetch_write(episode_step, i)
-    for lane in range(code.shape[0]):
-        c = code[lane]
-        base = lane * capacity
-        final_rows[lane] = -1
-        ended_starts[lane] = -1
-        new_rows[lane] = -1
-        if c != START:
-            i = base + wrap(open_rows[lane], capacity)
-            for j in range(len(act_cols)):
-                _copy_row(act_cols[j], i, act_data[j][s], lane)
-            term_col[i] = terminated[lane]
-            trunc_col[i] = truncated[lane]
-        if c == END or c == END_START:
-            r = _mark_row(episode_id, episode_step, next_episode, next_step, count, lane, False, capacity)
-            i = base + wrap(r, capacity)
-            for j in range(len(obs_cols)):
-                _copy_row(obs_cols[j], i, final_data[j][s], lane)
-            for j in range(len(act_cols)):
-                col = act_cols[j]
-                for b in range(col.shape[1]):
-                    col[i, b] = 0
-            term_col[i] = False
-            trunc_col[i] = False
-            first_col[i] = False
-            last_col[i] = True
-            final_rows[lane] = r
-            ended_starts[lane] = episode_start[lane]
-            open_rows[lane] = -1
-        if c != END:
-            starts = c != CONTINUE
-            r = _mark_row(episode_id, episode_step, next_episode, next_step, count, lane, starts, capacity)
-            i = base + wrap(r, capacity)
-            for j in range(len(obs_cols)):
-                _copy_row(obs_cols[j], i, obs_data[j][s], lane)
-            first_col[i] = starts
-            last_col[i] = False
-            open_rows[lane] = r
-            if starts:
-                episode_start[lane] = r
-            new_rows[lane] = r
 
 
 @njit(inline="always", cache=True)
@@ -218,6 +148,152 @@ def nstep_items(code: np.ndarray, final_rows: np.ndarray, ended_starts: np.ndarr
             lo = max(ended_starts[lane], f - n + (1 if final_was_open else 0))
             m = _window_items(m, lane, lo, f, f, terminated[lane], n, powers, rewards, capacity, lanes, starts,
                               lengths, returns, discounts)
+    return m
+
+
+@njit(**_OPTS)
+def write_steps(codes: np.ndarray, terminated: np.ndarray, truncated: np.ndarray, open_rows: np.ndarray,
+                episode_start: np.ndarray, count: np.ndarray, episode_id: np.ndarray, episode_step: np.ndarray,
+                next_episode: np.ndarray, next_step: np.ndarray, capacity: int, act_cols: tuple, act_data: tuple,
+                obs_cols: tuple, obs_data: tuple, final_data: tuple, term_col: np.ndarray, trunc_col: np.ndarray,
+                first_col: np.ndarray, last_col: np.ndarray, rows: np.ndarray, items: int, n: int,
+                powers: np.ndarray, rewards: np.ndarray, tab: tuple, state: np.ndarray, place: bool,
+                lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray, returns: np.ndarray,
+                discounts: np.ndarray, out: np.ndarray) -> int:
+    """Write ``codes.shape[0]`` planned steps of every lane (:func:`plan_step`, :func:`plan_block`); step
+    ``s`` has flags ``terminated[s]`` and ``truncated[s]`` and its inputs are row ``s`` of the
+    ``(steps, E, row_bytes)`` blocks ``act_data``, ``obs_data`` and ``final_data``.
+
+    An open row gets its action columns (action, reward, extras) and flags; an ended lane gets its final
+    row (final observation, zero action columns, ``last``); a lane that goes on or starts gets a new
+    open row (``first`` on a start). Updates the lanes' open rows and episode starts; ``rows[s]`` gets,
+    per lane, the step's final row, the first row of the episode its action belongs to (the ended one, or
+    the one going on) and its new open row, each -1 if none.
+
+    Lane after lane, each lane's steps in turn: a lane's rows are written one after another, in its own
+    lines, instead of one line per lane and step (every lane's first lines are requested at once, so
+    their misses overlap). ``items`` says what becomes of the n-step items the steps complete (outputs
+    sized ``n E steps``), and the return value is how many:
+
+    - ``NO_ITEMS``: none here (the caller makes them from ``rows``; returns 0);
+    - ``STEP_ITEMS``: :func:`nstep_items` of each step in turn, in the order separate steps give them;
+    - ``ROW_ITEMS``: for an adder whose one table, the store's only listener, is a RowTable (``tab``,
+      ``state``: :class:`rlflow.replay._direct.Arrays` of kind ``ROWS``). Before a row is written, the
+      item starting at the row it overwrites is dropped (the table's ``on_overwrite``); each item goes
+      to the outputs as its step completes it (lane after lane: a RowTable keeps no insertion order) and,
+      with ``place`` (the rate limiter admits them all), to its start row's slot, keyed as
+      :func:`rlflow.replay._direct.place_rows` keys them. ``out`` gets the items dropped, their times
+      sampled, and the items placed: all, or none when a slot turned out taken (a broken invariant: the
+      table's own insert of the outputs then explains it).
+    """
+    steps, num_lanes = codes.shape[0], codes.shape[1]
+    for lane in range(num_lanes):
+        c = codes[0, lane]
+        base = lane * capacity
+        if c != START:
+            i = base + wrap(open_rows[lane], capacity)
+            _prefetch_rows(act_cols, i)
+            prefetch_write(term_col, i)
+            prefetch_write(trunc_col, i)
+        for r in range(count[lane], count[lane] + (2 if c == END_START else 1)):  # final and/or new open row
+            i = base + wrap(r, capacity)
+            _prefetch_rows(obs_cols, i)
+            prefetch_write(first_col, i)
+            prefetch_write(last_col, i)
+            prefetch_write(episode_id, i)
+            prefetch_write(episode_step, i)
+    meta, ret, disc = tab[0], tab[4], tab[5]
+    total, width = meta.shape[0], meta.shape[1]
+    slots_per_row = total // capacity
+    seq = state[_direct.NEXT_SEQ]
+    removed = times = m = 0
+    taken = False
+    for lane in range(num_lanes):
+        base = lane * capacity
+        if items == ROW_ITEMS:  # a lane's slots are a line each, rows apart: requested ahead of the writes
+            for r in range(count[lane], count[lane] + min(steps, _SLOTS_AHEAD)):
+                prefetch_write(meta, (wrap(r, capacity) * slots_per_row + lane) * width)
+        for s in range(steps):
+            c = codes[s, lane]
+            if items == ROW_ITEMS:
+                if s + _SLOTS_AHEAD < steps:
+                    prefetch_write(meta, (wrap(count[lane] + _SLOTS_AHEAD, capacity) * slots_per_row + lane) * width)
+                for r in range(count[lane], count[lane] + (2 if c == END_START else 1)):  # rows overwritten
+                    if r >= capacity:
+                        slot = wrap(r, capacity) * slots_per_row + lane
+                        if meta[slot, KEY] >= 0:
+                            removed += 1
+                            times += meta[slot, TIMES]
+                            meta[slot, KEY] = -1
+            final = new = -1
+            episode = episode_start[lane] if c != START else -1
+            if c != START:
+                i = base + wrap(open_rows[lane], capacity)
+                for j in range(len(act_cols)):
+                    _copy_row(act_cols[j], i, act_data[j][s], lane)
+                term_col[i] = terminated[s, lane]
+                trunc_col[i] = truncated[s, lane]
+            if c == END or c == END_START:
+                final = _mark_row(episode_id, episode_step, next_episode, next_step, count, lane, False, capacity)
+                i = base + wrap(final, capacity)
+                for j in range(len(obs_cols)):
+                    _copy_row(obs_cols[j], i, final_data[j][s], lane)
+                for j in range(len(act_cols)):
+                    col = act_cols[j]
+                    for b in range(col.shape[1]):
+                        col[i, b] = 0
+                term_col[i] = False
+                trunc_col[i] = False
+                first_col[i] = False
+                last_col[i] = True
+                open_rows[lane] = -1
+            if c != END:
+                begins = c != CONTINUE
+                new = _mark_row(episode_id, episode_step, next_episode, next_step, count, lane, begins, capacity)
+                i = base + wrap(new, capacity)
+                for j in range(len(obs_cols)):
+                    _copy_row(obs_cols[j], i, obs_data[j][s], lane)
+                first_col[i] = begins
+                last_col[i] = False
+                open_rows[lane] = new
+                if begins:
+                    episode_start[lane] = new
+            rows[s, 0, lane], rows[s, 1, lane], rows[s, 2, lane] = final, episode, new
+            if items != ROW_ITEMS:
+                continue
+            made = m
+            if c == CONTINUE:
+                if new - n >= episode:
+                    _nstep_item(m, lane, new - n, n, powers[n], rewards, powers, capacity, lanes, starts, lengths,
+                                returns, discounts)
+                    m += 1
+            elif final >= 0:
+                m = _window_items(m, lane, max(episode, final - n), final, final, terminated[s, lane], n, powers,
+                                  rewards, capacity, lanes, starts, lengths, returns, discounts)
+            if place and not taken:
+                for j in range(made, m):
+                    slot = wrap(starts[j], capacity) * slots_per_row + lane
+                    if meta[slot, KEY] != -1:
+                        taken = True
+                        break
+                    set_meta(meta, slot, (seq + j) * total + slot, lane, starts[j], lengths[j], lengths[j])
+                    ret[slot] = returns[j, 0]
+                    disc[slot] = discounts[j]
+    if items == STEP_ITEMS:
+        for s in range(steps):
+            m += nstep_items(codes[s], rows[s, 0], rows[s, 1], rows[s, 2], rows[s, 1], terminated[s], n, powers,
+                             rewards, capacity, False, lanes[m:], starts[m:], lengths[m:], returns[m:], discounts[m:])
+    if items == ROW_ITEMS:
+        placed = m if place else 0
+        if taken:  # undo the placements: those slots were empty
+            placed = 0
+            for j in range(m):
+                slot = wrap(starts[j], capacity) * slots_per_row + lanes[j]
+                if meta[slot, KEY] == (seq + j) * total + slot:
+                    meta[slot, KEY] = -1
+        state[_direct.NUM_FREE] += removed - placed
+        state[_direct.NEXT_SEQ] += placed
+        out[0], out[1], out[2] = removed, times, placed
     return m
 
 
@@ -428,7 +504,7 @@ def lane_first_direct(lane: int, checks: np.ndarray, obs: np.ndarray, count: np.
                       state: np.ndarray, out: np.ndarray) -> int:
     """``add_first`` of one lane with no episode in progress, in one call (the store and table as in
     :func:`lane_steps_direct`): evicts the table's items at the row about to be overwritten, writes the
-    observation ``obs`` (``(1, width)``) as the new episode's first row, as :func:`write_step` writes a
+    observation ``obs`` (``(1, width)``) as the new episode's first row, as :func:`write_steps` writes a
     start. ``out`` gets the items evicted, their times sampled and the new row. Returns -2 (bad values:
     nothing changed) or 0."""
     if not _values_ok(obs, int(checks[6]), checks[7], checks[8]):
@@ -502,28 +578,6 @@ def plan_block(steps: int, flags: np.ndarray, open_rows: np.ndarray, count: np.n
             sim_count[lane] += 2 if c == END_START else 1
             sim_open[lane] = -1 if c == END else 0
     return m
-
-
-@njit(**_OPTS)
-def write_nstep_block(steps: int, flags: np.ndarray, codes: np.ndarray, open_rows: np.ndarray,
-                      episode_start: np.ndarray, count: np.ndarray, episode_id: np.ndarray, episode_step: np.ndarray,
-                      next_episode: np.ndarray, next_step: np.ndarray, capacity: int, act_cols: tuple,
-                      act_data: tuple, obs_cols: tuple, obs_data: tuple, final_data: tuple, term_col: np.ndarray,
-                      trunc_col: np.ndarray, first_col: np.ndarray, last_col: np.ndarray, rows: np.ndarray, n: int,
-                      powers: np.ndarray, rewards: np.ndarray, lanes: np.ndarray, starts: np.ndarray,
-                      lengths: np.ndarray, returns: np.ndarray, discounts: np.ndarray) -> int:
-    """Write ``steps`` planned steps one after the other (:func:`write_step`) and the n-step items each
-    completes (:func:`nstep_items`), in the order separate calls would; returns how many items."""
-    m = 0
-    for s in range(steps):
-        write_step(codes[s], open_rows, episode_start, flags[s, 2], flags[s, 3], count, episode_id, episode_step,
-                   next_episode, next_step, capacity, act_cols, act_data, obs_cols, obs_data, final_data, s,
-                   term_col, trunc_col, first_col, last_col, rows[0], rows[1], rows[2])
-        m += nstep_items(codes[s], rows[0], rows[1], rows[2], episode_start, flags[s, 2], n, powers, rewards,
-                         capacity, False, lanes[m:], starts[m:], lengths[m:], returns[m:], discounts[m:])
-    return m
-
-
 
 
 @njit(inline="always", cache=True)

@@ -24,6 +24,7 @@ import numpy as np
 
 from rlflow import specs as _specs
 from rlflow.adders import _kernels as KA
+from rlflow.replay import _direct
 from rlflow.replay import _item_kernels as KI
 from rlflow.replay._item_kernels import LANE, LENGTH, START, VALID
 from rlflow.replay.storage import StepStore
@@ -35,6 +36,10 @@ from rlflow.types import TimeStep
 __all__ = ["Adder", "PriorityFn", "StepEvents"]
 
 PriorityFn = Callable[[Any], Any]
+# write_steps's arguments past ``n`` when it makes no items: discount powers, rewards, a table's arrays and
+# state, whether to place, and the item outputs (unused; of the types the n-step adder passes).
+_NO_ITEMS = (np.ones(1), np.zeros((1, 1), np.float32), _direct.NO_ROWS, _direct.NO_STATE, False,
+             *np.zeros((3, 1), np.int64), np.zeros((1, 1), np.float32), np.zeros(1, np.float32), np.zeros(3, np.int64))
 _ROW_KEYS = ("observation", "action", "reward", "terminated", "truncated", "first", "last")
 
 
@@ -179,14 +184,14 @@ class Adder:
         self._obs_cols = tuple(store._row_bytes[k] for k in self._obs_names)
         self._ones = np.ones(self.num_lanes, np.float64)  # priority 1 for new items (read only)
         # The compiled add's outputs: each lane's step kind, the rows it overwrites (lanes, rows), and per lane
-        # the final row, its episode's first row and the new open row.
+        # the final row, the first row of its action's episode and the new open row (write_steps's rows).
         # Multi-agent rows (rlflow.envs.ParallelEnvironment): an agent not active at a row takes no action there.
         active, flags = fields.get("observation/active"), fields.get("observation/terminated")
         multi_agent = (active is not None and flags is not None and active.dtype == np.bool_ and len(active.shape) == 1
                        and flags.shape == active.shape and fields["reward"].shape == active.shape)
         self._agent_active = store._flat["observation/active"] if multi_agent else None
         n = self.num_lanes
-        self._scratch = (np.empty(n, np.int8), np.empty((2, 2 * n), np.int64), np.empty((3, n), np.int64))
+        self._scratch = (np.empty(n, np.int8), np.empty((2, 2 * n), np.int64), np.empty((1, 3, n), np.int64))
         self._start_columns: tuple[Any, Any, Any] | None = None  # zero action columns for add_first
 
     # ------------------------------------------------------------------ the Acme-style interface
@@ -418,12 +423,12 @@ class Adder:
             flat = store._flat
             obs_bytes = tuple(_row_bytes(obs[k], n)[None] for k in self._obs_names)
             final_bytes = obs_bytes if final is obs else tuple(_row_bytes(final[k], n)[None] for k in self._obs_names)
-            KA.write_step(code, self._open, self._episode_start, ts.terminated, ts.truncated, store.count,
-                          store.episode_id, store.episode_step, store._next_episode, store._next_step, store.capacity,
-                          self._act_cols, tuple(_row_bytes(cols[k], n)[None] for k in self._act_names), self._obs_cols,
-                          obs_bytes, final_bytes, 0, flat["terminated"],
-                          flat["truncated"], flat["first"], flat["last"], rows[0], rows[1], rows[2])
-            self._emit_lanes(code, rows[0], rows[1], rows[2], ts.terminated)
+            KA.write_steps(code[None], ts.terminated[None], ts.truncated[None], self._open, self._episode_start,
+                           store.count, store.episode_id, store.episode_step, store._next_episode, store._next_step,
+                           store.capacity, self._act_cols, tuple(_row_bytes(cols[k], n)[None] for k in self._act_names),
+                           self._obs_cols, obs_bytes, final_bytes, flat["terminated"], flat["truncated"], flat["first"],
+                           flat["last"], rows, KA.NO_ITEMS, 1, *_NO_ITEMS)
+            self._emit_lanes(code, rows[0, 0], rows[0, 1], rows[0, 2], ts.terminated)
         return True
 
     def _fast_step(self, actions: Any, ts: TimeStep, extras: Any) -> tuple[dict, dict, dict | None] | None:
@@ -460,7 +465,7 @@ class Adder:
 
     def _emit_lanes(self, code: np.ndarray, final_rows: np.ndarray, ended_starts: np.ndarray, new_rows: np.ndarray,
                     terminated: np.ndarray) -> None:
-        """What :func:`~rlflow.adders._kernels.write_step` did, per lane, as :class:`StepEvents` for :meth:`_emit`."""
+        """What :func:`~rlflow.adders._kernels.write_steps` did, per lane, as :class:`StepEvents` for :meth:`_emit`."""
         ended = np.flatnonzero((code == KA.END) | (code == KA.END_START))
         continued = np.flatnonzero(code == KA.CONTINUE)
         started = np.flatnonzero((code == KA.START) | (code == KA.END_START))

@@ -655,37 +655,38 @@ class NStepTransition(Adder):
                               b.old_rows)
             if m < 0:  # stage() checked every step against the one before: a broken invariant
                 raise RuntimeError(f"flush: staged step {-1 - m} does not follow from the lanes' state")
-            if m and store._listeners:
-                store._announce(b.old_lanes[:m], b.old_rows[:m])
             flat = store._flat
-            k = KA.write_nstep_block(steps, b.flags, b.codes, self._open, self._episode_start, store.count,
-                                     store.episode_id, store.episode_step, store._next_episode, store._next_step,
-                                     store.capacity, self._act_cols, b.act_bytes, self._obs_cols, b.obs_bytes,
-                                     b.final_bytes, flat["terminated"], flat["truncated"], flat["first"],
-                                     flat["last"], b.rows, self.n, self._powers, self._rewards, b.lanes, b.starts,
-                                     b.lengths, b.returns, b.discounts)
-            if k and not self._place_made(k, b):
+            direct = self._rows_table()
+            if direct is None and m and store._listeners:
+                store._announce(b.old_lanes[:m], b.old_rows[:m])
+            table, arrays = direct if direct is not None else (None, None)
+            k = KA.write_steps(b.codes[:steps], np.ascontiguousarray(b.flags[:steps, 2]),
+                               np.ascontiguousarray(b.flags[:steps, 3]), self._open, self._episode_start, store.count,
+                               store.episode_id, store.episode_step, store._next_episode, store._next_step,
+                               store.capacity, self._act_cols, b.act_bytes, self._obs_cols, b.obs_bytes, b.final_bytes,
+                               flat["terminated"], flat["truncated"], flat["first"], flat["last"], b.rows,
+                               KA.STEP_ITEMS if direct is None else KA.ROW_ITEMS, self.n, self._powers, self._rewards,
+                               _direct.NO_ROWS if direct is None else arrays.tab,
+                               _direct.NO_STATE if direct is None else arrays.state,
+                               direct is not None and table.rate_limiter.can_insert(b.lanes.size), b.lanes, b.starts,
+                               b.lengths, b.returns, b.discounts, b.out)
+            if direct is not None:  # the RowTable's items dropped and placed by the write
+                evicted, times, placed = b.out.tolist()
+                _direct.settle(table, arrays.state, evicted, times, placed)
+                if placed == k:
+                    return
+            if k:  # the table's own insert: it waits for the rate limiter, evicts, or explains a refusal
                 self._insert(b.lanes[:k], b.starts[:k], b.lengths[:k],
                              {"return": b.returns[:k].reshape(k, *self._reward_shape), "discount": b.discounts[:k]})
 
-    def _place_made(self, k: int, b: _Block) -> bool:
-        """The ``k`` items a block write made, placed in the adder's one table when it is a RowTable, in one
-        compiled call (:func:`rlflow.replay._direct.place_made`: their windows lie in one episode each, so
-        only that they are stored is checked). False, having placed nothing, when the table needs its own
-        insert (another kind, another listener, a priority function, no rate-limiter consent, or a
-        refusal it will explain). The caller holds the store's lock."""
+    def _rows_table(self) -> tuple[Table, _direct.Arrays] | None:
+        """The adder's one table and its arrays when it is a RowTable without a priority function that only
+        it listens to the store (:meth:`flush` then writes into it directly); else None. The caller holds
+        the store's lock."""
         got = self._direct_table()
         if got is None or got[1].kind != _direct.ROWS or self.tables[0].name in self.priority_fns:
-            return False
-        table, arrays = got
-        if not table.rate_limiter.can_insert(k):
-            return False
-        placed = _direct.place_made(arrays.tab, arrays.state, self.store.count, self.store.capacity, b.lanes[:k],
-                                    b.starts[:k], b.lengths[:k], b.returns[:k], b.discounts[:k], b.keys[:k])
-        if placed < 0:
-            return False
-        _direct.settle(table, arrays.state, 0, 0, placed)
-        return True
+            return None
+        return got
 
     def _step_columns(self, actions: Any, rewards: Any, extras: Any, t: int,
                       what: str = "add_steps") -> dict[str, np.ndarray]:
@@ -823,14 +824,14 @@ class _Block:
         self.open = np.zeros(e, np.bool_)
         self.codes = np.zeros((k, e), np.int8)
         self.old_lanes, self.old_rows = np.zeros((2, 2 * e * k), np.int64)
-        self.rows = np.zeros((3, e), np.int64)
+        self.rows = np.zeros((k, 3, e), np.int64)  # write_steps's rows of each step
         self.staged = np.zeros(1, np.int64)  # the steps held, as the one-call path counts them
         self.simple, self.checks = _simple_plan(adder, e)
         items = adder.n * e * k
         self.lanes, self.starts, self.lengths = np.zeros((3, items), np.int64)
         self.returns = np.zeros((items, adder._reward_size), np.float32)
         self.discounts = np.zeros(items, np.float32)
-        self.keys = np.zeros(items, np.int64)  # keys of the items placed by _place_made
+        self.out = np.zeros(3, np.int64)  # write_steps's counters
 
 
 def value_checks(fields: Sequence[Field]) -> np.ndarray | None:

@@ -29,9 +29,10 @@ from rlflow.replay import _row_kernels as _rows
 from rlflow.replay._item_kernels import KEY, add_items, evict_range, set_meta, wrap
 from rlflow.replay._kernels import dense_delete, dense_insert, ring_delete, ring_push
 from rlflow.replay._prefetch import AHEAD, prefetch
-from rlflow.replay.row_table import RowTable
+from rlflow.replay.row_table import RowTable, _RowItems
 from rlflow.replay.selectors import Fifo, Prioritized, Uniform
 from rlflow.replay.sum_tree import _update
+from rlflow.specs import Field
 
 if TYPE_CHECKING:
     from rlflow.replay.table import Table
@@ -44,6 +45,22 @@ _F = np.zeros(1, np.float64)
 # Slots of the int64 state array the kernels read and update: free slots, next insertion number, and
 # the Uniform sampler's size.
 NUM_FREE, NEXT_SEQ, UNIFORM_SIZE = range(3)
+
+
+def _rows_tab(meta: np.ndarray, ret: np.ndarray, disc: np.ndarray) -> tuple:
+    """The ``tab`` of a RowTable (kind ``ROWS``): its records and its return and discount columns."""
+    return (meta, _F, _I2, _I, ret, disc, _I, _I, _B, _F, _F, _I, _I, _I, _I, _I)
+
+
+def _no_rows() -> tuple:
+    """A RowTable's ``tab`` of two empty slots, for compiled writes that place no items: of the same numba
+    types as a real table's, so one compilation serves every call."""
+    items = _RowItems(2, 1, {"return": Field((), np.float32), "discount": Field((), np.float32)})
+    return _rows_tab(items.meta, items.columns["return"], items.columns["discount"])
+
+
+NO_ROWS = _no_rows()
+NO_STATE = np.zeros(3, np.int64)  # their state (never written: no items are placed)
 
 
 class Arrays:
@@ -62,7 +79,7 @@ class Arrays:
             return
         if isinstance(table, RowTable):  # slots are rows: no free list, row index or selectors
             self.kind = ROWS
-            self.tab = (items.meta, _F, _I2, _I, ret, disc, _I, _I, _B, _F, _F, _I, _I, _I, _I, _I)
+            self.tab = _rows_tab(items.meta, ret, disc)
             return
         if type(remover) is not Fifo:
             return
@@ -205,22 +222,6 @@ def place_rows(tab: tuple, state: np.ndarray, capacity: int, lanes: np.ndarray, 
     state[NUM_FREE] -= m
     state[NEXT_SEQ] += m
     return True
-
-
-@njit(cache=True, nogil=True)
-def place_made(tab: tuple, state: np.ndarray, count: np.ndarray, capacity: int, lanes: np.ndarray, starts: np.ndarray,
-               lengths: np.ndarray, returns: np.ndarray, discounts: np.ndarray, keys: np.ndarray) -> int:
-    """:func:`place_rows` of the n-step items an adder's block write made (each window inside one episode,
-    ending at a row just written), after checking each window is stored. Returns the items placed, or -1
-    (a window not stored) / -2 (a slot holds an item), having placed nothing: the table's own insert then
-    says why."""
-    for j in range(lanes.shape[0]):
-        c = count[lanes[j]]
-        if starts[j] < max(c - capacity, 0) or starts[j] + lengths[j] > c:
-            return -1
-    if not place_rows(tab, state, capacity, lanes, starts, lengths, returns, discounts, keys):
-        return -2
-    return lanes.shape[0]
 
 
 # ---------------------------------------------------------------------------------------------- the bag

@@ -24,6 +24,7 @@ __all__ = ["Items"]
 
 
 META_WIDTH = 8  # int64 columns per slot: the six of the item kernels, then 16 bytes of inline fields
+_LINE = 64  # bytes of a cache line
 _INLINE = slice(48, 64)  # bytes of a meta row that hold inline item fields
 
 
@@ -52,6 +53,15 @@ def _field_columns(meta: np.ndarray, fields: dict[str, Field]) -> dict[str, np.n
             for k, f in fields.items()}
 
 
+def _line_aligned(rows: int, width: int) -> np.ndarray:
+    """A zeroed ``[rows, width]`` int64 array starting on a cache-line boundary (64 bytes), so that each of its
+    64-byte rows is one line: numpy's buffers start 16 bytes into a line, and a record read or written
+    at random then touches two lines, each a miss of its own."""
+    raw = np.zeros(rows * width * 8 + _LINE, np.uint8)
+    skip = -raw.ctypes.data % _LINE
+    return raw[skip:skip + rows * width * 8].view(np.int64).reshape(rows, width)
+
+
 class Items:
     def __init__(self, max_size: int, lanes: int, capacity: int, fields: dict[str, Field]) -> None:
         self._init_records(max_size, capacity, fields)
@@ -67,7 +77,7 @@ class Items:
         # One 64-byte row per slot, so that a draw reads one cache line: KEY, LANE, START, LENGTH, VALID,
         # TIMES, then 16 bytes where small item fields live (e.g. an n-step return and discount), so that
         # gathering them costs no further cache miss.
-        self.meta = np.zeros((max_size, META_WIDTH), np.int64)
+        self.meta = _line_aligned(max_size, META_WIDTH)
         self.meta[:, KEY] = -1
         self.fields = fields
         self.columns = _field_columns(self.meta, fields)
