@@ -243,8 +243,8 @@ def table_rows(table):
             for s, n, r, d in zip(it["start"], it["length"], it["field/return"], it["field/discount"], strict=True)]
 
 
-# Acme's three-step discounted example, in rlflow's convention (discount = the full factor g^k, 0 on a
-# terminal end): rewards 1, 2, 3, 4 (g = 0.9, n = 3).
+# A three-step example worked by hand, in rlflow's convention (discount = the full factor g^k of the
+# window's k rewards, 0 on a terminal end): rewards 1, 2, 3, 4 (g = 0.9, n = 3).
 @pytest.mark.parametrize("end,expected", [
     ("term", [(0, 4, 5.23, 0.729), (1, 4, 7.94, 0.0), (2, 3, 6.6, 0.0), (3, 2, 4.0, 0.0)]),
     ("trunc", [(0, 4, 5.23, 0.729), (1, 4, 7.94, 0.729), (2, 3, 6.6, 0.81), (3, 2, 4.0, 0.9)]),
@@ -253,6 +253,29 @@ def test_three_step_example(end, expected):
     _, table, adder = one_lane()
     play(adder, [1.0, 2.0, 3.0, 4.0], end)
     assert table_rows(table) == expected
+
+
+# Acme's n-step transition cases (acme/adders/reverb/test_cases.py), in rlflow's convention. Acme's
+# discount leaves out one factor of the agent's gamma and multiplies the env's per-step discounts by
+# ``additional_discount``; rlflow has no per-step env discount, so its g is their product (0.5 * 0.4 =
+# 0.2 in ThreeStepDiscounted), and its discount is the whole factor g^k. Acme also writes the short
+# windows s0->s1 and s0->s2 at an episode's start; rlflow writes one item per action, so only the
+# windows that start at each action remain.
+@pytest.mark.parametrize("name,n,g,rewards,expected", [
+    # Acme: (1 -> 4, 1.24, 0.0), (2 -> 4, 1.20, 0.0), (3 -> 4, 1.00, 0.0).
+    ("ThreeStepDiscounted", 3, 0.2, [1.0, 1.0, 1.0], [(0, 4, 1.24, 0.0), (1, 3, 1.2, 0.0), (2, 2, 1.0, 0.0)]),
+    # Acme: (1 -> 4, 2 + 0.5 * 3 + 0.25 * 5, 0.25), then 3 + 0.5 * 5 + 0.25 * 7, 5 + 0.5 * 7 and 7, each 0.0.
+    ("ThreeStepVaryingReward", 3, 0.5, [2.0, 3.0, 5.0, 7.0],
+     [(0, 4, 4.75, 0.125), (1, 4, 7.25, 0.0), (2, 3, 8.5, 0.0), (3, 2, 7.0, 0.0)]),
+    # Acme: (1 -> 2, 1.0, 0.0).
+    ("SingleTransitionEpisode", 4, 1.0, [1.0], [(0, 2, 1.0, 0.0)]),
+    # Acme: (1 -> 3, 2.0, 0.0), (2 -> 3, 1.0, 0.0), after the short window 1 -> 2.
+    ("EpisodeShorterThanN", 4, 1.0, [1.0, 1.0], [(0, 3, 2.0, 0.0), (1, 2, 1.0, 0.0)]),
+])
+def test_acme_nstep_cases(name, n, g, rewards, expected):
+    _, table, adder = one_lane(n=n, discount=g)
+    play(adder, rewards, "term")
+    assert table_rows(table) == expected, name
 
 
 def test_truncated_tail_is_not_discounted_by_a_fixed_power():
