@@ -80,7 +80,8 @@ def test_ordered_against_sort(ops, cls, n):
     expect = sorted(ref, key=key)[:n]
     assert sel.sample(n)[0].tolist() == expect
     assert sel.sample(n)[0].tolist() == expect  # sampling leaves the order untouched
-    assert sel.choose_for_removal(min(n, len(ref))).tolist() == expect[: min(n, len(ref))]
+    k = min(n, len(ref))
+    assert sel.choose_for_removal(k, lambda: np.array(sorted(ref))).tolist() == expect[:k]
     assert sel.size == len(ref)
 
 
@@ -96,8 +97,51 @@ def test_uniform_holds_exactly_the_live_items(ops):
         slots, probs = sel.sample(50)
         assert set(slots.tolist()) <= set(ref)
         assert np.all(probs == 1 / len(ref))
-        removal = sel.choose_for_removal(len(ref))
+        removal = sel.choose_for_removal(len(ref), lambda: np.array(sorted(ref)))
         assert sorted(removal.tolist()) == sorted(ref)
+
+
+@settings(max_examples=150, deadline=None)
+@given(ops=ops, alpha=st.sampled_from([0.0, 0.6, 1.0]), k=st.integers(1, CAP))
+def test_prioritized_removal_takes_positive_priorities_first_and_leaves_the_tree(ops, alpha, k):
+    """A prioritized remover picks ``k`` distinct live items: every item of positive priority before any of
+    priority 0 (which draws never reach), all of them when ``k`` is at least their number; the tree is
+    left as it was."""
+    sel = Prioritized(alpha, seed=3)
+    sel.bind(CAP)
+    ref = apply(sel, ops)
+    k = min(k, len(ref))
+    sums, mins = sel.tree.sums.copy(), sel.tree.mins.copy()
+    chosen = sel.choose_for_removal(k, lambda: np.array(sorted(ref), np.int64)).tolist()
+    positive = {s for s, (p, _) in ref.items() if p > 0}
+    assert len(chosen) == len(set(chosen)) == k and set(chosen) <= set(ref)
+    first = chosen[:min(k, len(positive))]
+    assert set(first) <= positive and (k < len(positive) or set(first) == positive)
+    np.testing.assert_array_equal(sel.tree.sums, sums)  # leaves and every sum and min, bit for bit
+    np.testing.assert_array_equal(sel.tree.mins, mins)
+
+
+def test_prioritized_removal_draws_without_replacement_in_proportion():
+    """Two evictions from masses 1, 2, 7: the ordered pair (a, b) comes with probability
+    m_a / 10 * m_b / (10 - m_a), as from one draw, a delete, and another draw (chi-square, fixed seed);
+    then the priority-0 item, uniformly among the two."""
+    sel = Prioritized(1.0, seed=0)
+    sel.bind(5)
+    sel.insert(np.arange(5), np.array([1.0, 2.0, 7.0, 0.0, 0.0]), np.arange(5))
+    live = lambda: np.arange(5)  # noqa: E731
+    pairs = [(a, b) for a in range(3) for b in range(3) if a != b]
+    m = [1.0, 2.0, 7.0]
+    expect = np.array([m[a] / 10 * m[b] / (10 - m[a]) for a, b in pairs])
+    counts = dict.fromkeys(pairs, 0)
+    for _ in range(6000):
+        a, b = sel.choose_for_removal(2, live).tolist()
+        counts[(a, b)] += 1
+    got = np.array([counts[p] for p in pairs])
+    chi2 = float(((got - expect * got.sum()) ** 2 / (expect * got.sum())).sum())
+    assert chi2 < 5 + 5 * np.sqrt(10)  # 5 degrees of freedom: about its 1-in-10^4 quantile
+    fourth = [sel.choose_for_removal(4, live).tolist() for _ in range(2000)]
+    assert all(sorted(c[:3]) == [0, 1, 2] and c[3] in (3, 4) for c in fourth)
+    assert abs(np.mean([c[3] == 3 for c in fourth]) - 0.5) < 0.05
 
 
 @settings(max_examples=100, deadline=None)

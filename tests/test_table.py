@@ -8,6 +8,7 @@ from rlflow.replay import (
     Fifo,
     Lifo,
     MaxHeap,
+    MinHeap,
     MinSize,
     Prioritized,
     Queue,
@@ -130,6 +131,50 @@ def test_max_size_evicts_with_remover():
     assert table.items()["start"].tolist() == [0, 3, 4]  # evicted 5.0 then 2.0
     with pytest.raises(ValueError):
         Table(store, max_size=0)
+
+
+def _full_store():
+    store = StepStore(SPEC, capacity=10)
+    for _ in range(10):
+        write(store)
+    return store
+
+
+@pytest.mark.parametrize("remover,kept", [
+    (Fifo(), [2, 3, 4]),  # the two oldest leave
+    (Lifo(), [0, 3, 4]),  # the two newest leave (before the new items are in)
+    (MinHeap(), [1, 3, 4]),  # the smallest priorities leave: 1.0 (start 0), then 2.0 (start 2)
+    (MaxHeap(), [0, 3, 4]),
+])
+def test_every_ordered_selector_evicts_in_its_order(remover, kept):
+    """max_size 3, three items, then two more: each ordered remover picks the two it puts first."""
+    table = Table(_full_store(), max_size=3, remover=remover)
+    table.insert(np.zeros(3, np.int64), [0, 1, 2], 1, priorities=[1.0, 5.0, 2.0])
+    table.insert([0, 0], [3, 4], 1, priorities=[0.5, 9.0])
+    assert sorted(table.items()["start"].tolist()) == kept
+
+
+@pytest.mark.parametrize("make,priorities,evicted_first", [
+    (lambda seed: Uniform(seed=seed), [1.0, 0.0, 0.0], set()),
+    (lambda seed: Prioritized(1.0, seed=seed), [1.0, 0.0, 0.0], {0}),
+    (lambda seed: Prioritized(1.0, seed=seed), [0.0, 0.0, 0.0], set()),
+    (lambda seed: Prioritized(1.0, seed=seed), [3.0, 0.0, 2.0], {0, 2}),
+])
+def test_a_random_remover_evicts_distinct_items_zero_priorities_included(make, priorities, evicted_first):
+    """Random removers evict distinct items; a Prioritized one those of positive priority first, then items
+    of priority 0 (which it never samples) uniformly: an insert needing more evictions than there are
+    items of positive priority goes through, also when every priority is 0."""
+    store = _full_store()
+    left = set()
+    for seed in range(30):
+        table = Table(store, max_size=3, remover=make(seed))
+        table.insert(np.zeros(3, np.int64), [0, 1, 2], 1, priorities=priorities)
+        table.insert([0, 0], [3, 4], 1, priorities=[1.0, 1.0])
+        starts = sorted(table.items()["start"].tolist())
+        assert len(starts) == 3 and starts[1:] == [3, 4] and table.rate_limiter.deletes == 2
+        left.add(starts[0])
+        store.unsubscribe(table)
+    assert left == {0, 1, 2} - evicted_first  # every other item is sometimes the one left
 
 
 def test_queue_semantics_fifo_max_times_one():

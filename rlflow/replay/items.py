@@ -225,9 +225,13 @@ class Items:
         out.extend(s for s in direct[start:].tolist() if s >= 0)
         return np.asarray(out, np.int64)
 
+    def live_slots(self) -> np.ndarray:
+        """Slots holding an item, in slot order."""
+        return np.flatnonzero(self.meta[:, KEY] >= 0)
+
     def live_in_order(self) -> np.ndarray:
         """Live slots in insertion order."""
-        slots = np.flatnonzero(self.meta[:, KEY] >= 0)
+        slots = self.live_slots()
         return slots[np.argsort(self.meta[slots, KEY] // self.max_size, kind="stable")]
 
     # ------------------------------------------------------------------ checkpoint state

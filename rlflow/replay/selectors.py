@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -76,8 +77,10 @@ class Selector(ABC):
         Returns ``(slots, probabilities)``; the table must hold at least one item.
         """
 
-    def choose_for_removal(self, n: int) -> np.ndarray:
-        """``n`` distinct items to evict (``n <= size``)."""
+    def choose_for_removal(self, n: int, live: Callable[[], np.ndarray]) -> np.ndarray:
+        """``n`` distinct items to evict (``n <= size``), in the order a remover that deletes each before the
+        next draw picks them; ``live`` gives the table's live slots (asked only when a selector's draws
+        cannot reach every item, see :meth:`Prioritized.choose_for_removal`)."""
         if self.deterministic:
             return self.sample(n)[0]
         chosen = np.zeros(0, np.int64)
@@ -223,6 +226,28 @@ class Prioritized(Selector):
         if not self.tree.total > 0.0:
             raise ValueError("cannot sample: every item in the table has priority 0")
         return self.tree.sample(self.rng.random(n), stratified=self.stratified, beta=self.beta)
+
+    def choose_for_removal(self, n: int, live: Callable[[], np.ndarray]) -> np.ndarray:
+        """``n`` distinct items to evict: drawn one after another in proportion to ``p^alpha`` among the
+        items not chosen yet (each chosen item's mass is set aside while the rest are drawn), then, once
+        no item of positive priority is left, uniformly among the items of priority 0, which draws never
+        reach (Reverb's prioritized selector also draws uniformly when every priority is 0). The tree is
+        left as it was; the table deletes the chosen items."""
+        tree = self.tree
+        chosen = np.zeros(0, np.int64)
+        masses = np.zeros(0, np.float64)
+        while chosen.size < n and tree.total > 0.0:
+            draws = tree.find(self.rng.random(n - chosen.size) * tree.total)
+            _, first = np.unique(draws, return_index=True)
+            new = draws[np.sort(first)]  # first draws in order; chosen items have no mass left to draw
+            masses = np.concatenate([masses, tree.leaves[new]])
+            tree.update(new, np.zeros(new.size))
+            chosen = np.concatenate([chosen, new])
+        tree.update(chosen, masses)  # the masses as they were
+        if chosen.size < n:
+            rest = np.setdiff1d(live(), chosen)  # sorted: the priority-0 items, by slot
+            chosen = np.concatenate([chosen, self.rng.choice(rest, n - chosen.size, replace=False)])
+        return chosen
 
     def priority_mass(self, slots: np.ndarray) -> np.ndarray:
         """``p^alpha`` of the given items, as held by the tree."""

@@ -331,7 +331,7 @@ class Table:
         n = lanes.size
         overflow = self.size + n - self.max_size
         if overflow > 0:
-            self._remove(self.remover.choose_for_removal(overflow))
+            self._remove(self.remover.choose_for_removal(overflow, self._items.live_slots))
         slots, keys, seqs = self._items.add(lanes, starts, lengths, valid, prios, cols)
         self._inserted(slots, prios, seqs)
         return keys
