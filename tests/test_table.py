@@ -1,3 +1,5 @@
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -300,6 +302,73 @@ def test_sample_to_torch():
     assert isinstance(s.data["obs"], torch.Tensor) and s.data["obs"].shape == (3, 2, 2)
     assert s.mask.dtype == torch.bool and s.fields["ret"].tolist() == [2.0] * 3
     assert s.keys.dtype == torch.int64
+
+
+def _sampled():
+    store = StepStore(SPEC, capacity=4)
+    for _ in range(4):
+        write(store)
+    table = Table(store, item_spec=ITEM)
+    table.insert([0, 0], [1, 0], [2, 2], fields={"ret": [2.0, 3.0]})
+    return table.sample(5)
+
+
+def _tensors(sample):
+    return [sample.keys, sample.probabilities, sample.weights, sample.mask, sample.data["obs"], sample.fields["ret"]]
+
+
+def test_to_torch_moves_every_array_to_the_device():
+    """``device=``: every array of the sample arrives there with its values (the ``meta`` device stands in
+    for an accelerator: the same ``Tensor.to`` path, shapes and dtypes kept, no data)."""
+    torch = pytest.importorskip("torch")
+    sample = _sampled()
+    on_cpu = sample.to_torch("cpu")
+    for got, want in zip(_tensors(on_cpu), _tensors(sample), strict=True):
+        assert got.device.type == "cpu"
+        np.testing.assert_array_equal(got.numpy(), want)
+    for got, want in zip(_tensors(sample.to_torch(torch.device("meta"))), _tensors(sample), strict=True):
+        assert got.device.type == "meta" and tuple(got.shape) == want.shape
+        assert got.dtype == torch.from_numpy(np.ascontiguousarray(want)).dtype
+
+
+def test_to_torch_pins_then_copies_without_blocking(monkeypatch):
+    """``pin_memory=True`` pins each array and then copies it with ``non_blocking=True`` (the pinning and
+    the copy are recorded: this machine may have no CUDA device)."""
+    torch = pytest.importorskip("torch")
+    calls = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda t: calls.append("pin") or t.clone())
+    real_to = torch.Tensor.to
+
+    def to(t, *args, **kwargs):
+        calls.append(("to", kwargs.get("non_blocking")))
+        return real_to(t, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "to", to)
+    sample = _sampled()
+    out = sample.to_torch("cpu", pin_memory=True)
+
+    def count(x):
+        if isinstance(x, dict):
+            return sum(count(v) for v in x.values())
+        return 0 if x is None else 1
+
+    n = sum(count(getattr(sample, f.name)) for f in dataclasses.fields(sample))
+    assert n >= 10 and calls == ["pin", ("to", True)] * n
+    np.testing.assert_array_equal(out.data["obs"].numpy(), sample.data["obs"])
+
+
+def test_to_torch_on_cuda_with_pinned_memory():
+    """Where a CUDA device is present: a pinned, non-blocking copy to it gives the sampled values."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    sample = _sampled()
+    out = sample.to_torch("cuda", pin_memory=True)
+    torch.cuda.synchronize()
+    for got, want in zip(_tensors(out), _tensors(sample), strict=True):
+        assert got.device.type == "cuda"
+        np.testing.assert_array_equal(got.cpu().numpy(), want)
 
 
 def test_to_torch_pin_memory_without_cuda_is_a_clear_error():
