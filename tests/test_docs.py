@@ -23,6 +23,15 @@ def test_readme_first_look_runs():
     assert scope["table"].size == 160
 
 
+def test_ci_runs_the_readme_test_command():
+    """.ci/run runs the README's test command as the README writes it."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("Run the tests"):]
+    command = re.search(r"```bash\n(.*?)\n```", section, re.S).group(1).strip()
+    ci = [line for line in (ROOT / ".ci" / "run").read_text().splitlines() if line and not line.startswith("#")]
+    assert "pytest" in command and ci[-1] == command
+
+
 @pytest.mark.parametrize("page", sorted(p.name for p in (ROOT / "docs").glob("*.md") if python_blocks(p)))
 def test_docs_examples_run(page, tmp_path):
     """Every python block of a page runs, in order, in one namespace (files land in a temporary folder)."""
