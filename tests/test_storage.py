@@ -103,6 +103,8 @@ def test_overwrite_notifies_before_writing(make_store):
         (rows([1, 2]), {"lanes": [0, 2]}, r"lanes: expected values in \[0, 2\)"),
         (rows([1, 2]), {"first": [1, 0]}, "bool array"),
         (rows([1, 2, 3]), {}, r"expected shape \(2, 2\)"),
+        ({**rows([1, 2]), "act": np.array([0.5, 1.0])}, {}, r"field 'act': expected dtype int64, got float64"),
+        ({**rows([1, 2]), "extra": np.zeros(2)}, {}, r"unexpected \['extra'\]"),
     ],
 )
 def test_bad_append_writes_nothing(make_store, data, kwargs, error):
