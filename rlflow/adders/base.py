@@ -28,7 +28,7 @@ from rlflow.replay import _direct
 from rlflow.replay import _item_kernels as KI
 from rlflow.replay._item_kernels import LANE, LENGTH, START, VALID
 from rlflow.replay.storage import StepStore
-from rlflow.replay.table import Table
+from rlflow.replay.table import Table, _check_priorities
 from rlflow.replay.views import ItemView
 from rlflow.specs import SpecError
 from rlflow.types import TimeStep
@@ -552,20 +552,27 @@ class Adder:
 
     def _insert(self, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
                 fields: dict[str, np.ndarray] | None) -> None:
-        """Insert the items into every table, with each table's priorities."""
+        """Insert the items into every table, with each table's priorities. Every priority function is
+        called, and its priorities checked, before any table takes an item: a bad one raises, naming its
+        table, and no table receives the items."""
         if not lanes.size:
             return
-        batch = None
-        for table in self.tables:
-            fn = self.priority_fns.get(table.name)
-            if fn is not None:
-                if batch is None:
-                    batch = self._batch_of(lanes, starts, lengths, fields)
-                table.insert(lanes, starts, lengths, priorities=fn(batch), fields=fields)
-            else:  # the adder built these arrays itself: they need no conversion or checks
-                if self._ones.size < lanes.size:
-                    self._ones = np.ones(2 * lanes.size, np.float64)
-                table._insert_checked(lanes, starts, lengths, self._ones[:lanes.size], fields or {}, None)
+        if self._ones.size < lanes.size:
+            self._ones = np.ones(2 * lanes.size, np.float64)
+        prios = [self._ones[:lanes.size]] * len(self.tables)  # priority 1 (read only)
+        if self.priority_fns:
+            batch = self._batch_of(lanes, starts, lengths, fields)
+            for i, table in enumerate(self.tables):
+                fn = self.priority_fns.get(table.name)
+                if fn is not None:
+                    try:
+                        prios[i] = _check_priorities(fn(batch), lanes.size)
+                    except ValueError as e:
+                        raise ValueError(f"the priority function of table {table.name!r}: {e}; no table took "
+                                         f"these {lanes.size} items") from e
+        for table, p in zip(self.tables, prios, strict=True):
+            # The adder built the windows and fields itself, and the priorities are checked: no conversion.
+            table._insert_checked(lanes, starts, lengths, p, fields or {}, None)
 
     def _batch_of(self, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
                   fields: dict[str, np.ndarray] | None) -> Any:

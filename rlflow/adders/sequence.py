@@ -58,7 +58,8 @@ class Sequence(Adder):
         length: rows per sequence (``L``).
         period: rows between sequence starts (``P``, default ``length``).
         end_behavior: an :class:`EndBehavior` or its value (default ZERO_PAD).
-        priority_fns: per table name, ``fn((batch, mask)) -> priorities`` for new sequences (default 1).
+        priority_fns: per table name, ``fn(columns) -> priorities`` for new sequences, ``columns`` ``[M, L, ...]``
+            with zero padding (the mask is not passed; default priority 1).
     """
 
     def __init__(self, store: StepStore, tables: SequenceType[Table], *, length: int, period: int | None = None,
