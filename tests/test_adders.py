@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 from adder_reference import ACT, OBS, SPEC, Stream, alive, episode_items, nstep_items, sequence_items
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from rlflow import adders, specs
@@ -116,18 +116,162 @@ def test_sequence_matches_reference(cfg, length, period, behavior):
         assert not data["observation"][i, n_rows:].any()  # padding is zero
 
 
-@settings(max_examples=40, deadline=None)
-@given(streams)
-def test_episode_matches_reference(cfg):
-    capacity = 60 + cfg.pop("slack")
-    _, table, stream = run_stream(lambda s, t: adders.Episode(s, [t], max_length=50),
-                                      capacity=capacity, **cfg)
-    items, _ = live_meta(table)
+def reference_columns(rows) -> dict[str, np.ndarray]:
+    """The columns (named as ``specs.flatten_spec(SPEC)`` names them) that the reference ``rows`` should give."""
+    return {"observation": np.array([r.obs for r in rows], np.float32).reshape(len(rows), 2),
+            "action": np.array([r.action for r in rows], np.int64),
+            "reward": np.array([r.reward for r in rows], np.float32),
+            "terminated": np.array([r.terminated for r in rows], bool),
+            "truncated": np.array([r.truncated for r in rows], bool),
+            "first": np.array([r.first for r in rows], bool),
+            "last": np.array([r.last for r in rows], bool),
+            "extras/v": np.array([r.v for r in rows], np.float32)}
+
+
+def assert_rows(columns: dict, rows, what: str = "") -> None:
+    """``columns`` (flat, each ``[len(rows), ...]``) are exactly the reference ``rows``: every column, every row."""
+    want = reference_columns(rows)
+    assert set(columns) == set(want), what
+    for k, v in want.items():
+        got = np.asarray(columns[k])
+        assert got.shape == v.shape and got.dtype == v.dtype, (what, k, got.shape, got.dtype, v.shape)
+        np.testing.assert_array_equal(got, v, err_msg=f"{what} {k}")
+
+
+def run_episode_stream(*, lanes, capacity, steps, p_end, same_step, seed, max_length, ragged, check):
+    """``run_stream`` for the Episode adder: episodes end by their ``max_length`` rows; ``check`` after each step."""
+    store = StepStore(SPEC, capacity=capacity, lanes=lanes)
+    table = Table(store, sampler=Uniform(seed=0), remover=Fifo(), max_size=10 * capacity * lanes)
+    adder = adders.Episode(store, [table], max_length=max_length, ragged=ragged)
+    stream = Stream(lanes, np.random.default_rng(seed), same_step)
+    adder.add_first(stream.reset())
+    for _ in range(steps):
+        events = stream.random_events(p_end)
+        for e, lane in enumerate(stream.lanes):  # a step that would give max_length rows must end the episode
+            if lane.open >= 0 and lane.open - lane.start + 2 >= max_length and events[e] == "mid":
+                events[e] = ("term", "trunc")[lane.open % 2]
+        adder.add(*stream.step(events))
+        check(store, table, stream)
+
+
+def check_episodes(store, table, stream, max_length: int, ragged: bool) -> None:
+    """The table holds exactly the reference's live episodes, and gathers each one's rows, every column."""
+    check_rows(store, stream)
+    items, meta = live_meta(table)
     got = {(int(lane), int(s)): int(n) for lane, s, n in zip(items["lane"], items["start"], items["length"],
                                                              strict=True)}
     want = {(e, s): n for e, lane in enumerate(stream.lanes) for s, n in episode_items(lane).items()
-            if alive(lane, s, capacity)}
+            if alive(lane, s, store.capacity)}  # an episode whose first row was overwritten is gone, whole
     assert got == want
+    data, mask = table.view.gather(store, meta, {})
+    if ragged:
+        assert mask is None and isinstance(data, list) and len(data) == len(got)
+    else:
+        data = specs.flatten_data(SPEC, data)
+        assert mask.shape == (len(got), max_length) and data["observation"].shape == (len(got), max_length, 2)
+    for i, (e, s, n) in enumerate(zip(items["lane"], items["start"], items["length"], strict=True)):
+        rows = stream.lanes[e].rows[s:s + n]
+        assert rows[0].first and rows[-1].last and not any(r.last for r in rows[:-1])
+        if ragged:
+            assert_rows(specs.flatten_data(SPEC, data[i]), rows, f"episode ({e}, {s})")
+        else:
+            np.testing.assert_array_equal(mask[i], np.arange(max_length) < n)
+            assert_rows({k: v[i, :n] for k, v in data.items()}, rows, f"episode ({e}, {s})")
+            for k, v in data.items():
+                assert not v[i, n:].any(), f"padding of {k} is not zero"
+
+
+WRAPS = {"lanes": 2, "steps": 40, "p_end": 0.2, "same_step": False, "seed": 1, "slack": 1}  # rings of max_length + 1
+
+
+@settings(max_examples=50, deadline=None)
+@given(streams, st.integers(2, 8), st.booleans())
+@example(WRAPS, 5, True)
+@example(WRAPS, 6, False)
+def test_episode_matches_reference(cfg, max_length, ragged):
+    """After every step: the live episode items and every row they gather, against the reference.
+
+    Rings of ``max_length + slack`` rows (``slack >= 1``: Episode needs ``max_length + 1``) wrap, so episodes
+    straddle the ring's end and whole episodes are evicted when their first row is overwritten.
+    """
+    cfg = dict(cfg)
+    capacity = max_length + cfg.pop("slack")
+    run_episode_stream(capacity=capacity, max_length=max_length, ragged=ragged, **cfg,
+                       check=lambda store, table, stream: check_episodes(store, table, stream, max_length, ragged))
+
+
+# Two lanes of episodes of known lengths (actions) and ends; max_length = 8 rows fits the longest (7 actions).
+EPISODE_PLANS = ([(3, "term"), (5, "trunc"), (1, "term"), (7, "trunc"), (2, "term"), (6, "trunc")],
+                 [(6, "trunc"), (2, "term"), (1, "trunc"), (7, "term"), (3, "trunc"), (5, "term")])
+
+
+@pytest.mark.parametrize("same_step", [True, False])
+def test_ragged_episodes_are_exactly_the_episode_rows_and_padded_ones_agree(same_step):
+    """Sampled ragged episodes are each one episode's rows, [T + 1, ...]; padded ones hold the same under the mask.
+
+    Two stores are fed the same stream, one adder ragged and one padded; the rings (9 rows per lane, the least
+    Episode takes) wrap, so episodes straddle the ring's end and old ones are evicted.
+    """
+    max_length, capacity, batch = 8, 9, 16
+    stores = [StepStore(SPEC, capacity=capacity, lanes=2) for _ in range(2)]
+    tables = [Table(s, sampler=Uniform(seed=i), remover=Fifo()) for i, s in enumerate(stores)]
+    adder_list = [adders.Episode(s, [t], max_length=max_length, ragged=r)
+                  for s, t, r in zip(stores, tables, (True, False), strict=True)]
+    stream = Stream(2, np.random.default_rng(3), same_step)
+    queues = [[kind if t == length - 1 else "mid" for length, kind in plan for t in range(length)]
+              for plan in EPISODE_PLANS]
+    ts = stream.reset()
+    for adder in adder_list:
+        adder.add_first(ts)
+    sampled = [set(), set()]
+    while any(queues):
+        events = ["mid" if lane.waiting_reset else queues[e].pop(0) for e, lane in enumerate(stream.lanes)]
+        step = stream.step(events)
+        for adder in adder_list:
+            adder.add(*step)
+        if not tables[0].size:
+            continue
+        for which, table in enumerate(tables):
+            sample = table.sample(batch)
+            if which == 0:
+                assert sample.mask is None and isinstance(sample.data, list) and len(sample.data) == batch
+            else:
+                data = specs.flatten_data(SPEC, sample.data)
+                assert sample.mask.shape == (batch, max_length)
+            for b in range(batch):
+                e, s, n = int(sample.lanes[b]), int(sample.starts[b]), int(sample.lengths[b])
+                lane = stream.lanes[e]
+                ends = {start: final for start, final, _, _ in lane.episodes}
+                assert s in ends and n == ends[s] - s + 1, (e, s, n)  # a whole, finished episode
+                rows = lane.rows[s:ends[s] + 1]
+                if which == 0:
+                    assert_rows(specs.flatten_data(SPEC, sample.data[b]), rows, f"ragged ({e}, {s})")
+                else:
+                    np.testing.assert_array_equal(sample.mask[b], np.arange(max_length) < n)
+                    assert_rows({k: v[b, :n] for k, v in data.items()}, rows, f"padded ({e}, {s})")
+                    assert not any(v[b, n:].any() for v in data.values())  # zero padding
+                sampled[which].add((e, s))
+        # every live item of both tables, side by side: the padded rows under the mask are the ragged episode
+        (i0, m0), (i1, m1) = (live_meta(t) for t in tables)
+        for k in ("lane", "start", "length"):
+            np.testing.assert_array_equal(i0[k], i1[k])
+        ragged, _ = tables[0].view.gather(stores[0], m0, {})
+        padded, mask = tables[1].view.gather(stores[1], m1, {})
+        padded = specs.flatten_data(SPEC, padded)
+        for i, episode in enumerate(ragged):
+            episode = specs.flatten_data(SPEC, episode)
+            for k, v in episode.items():
+                np.testing.assert_array_equal(padded[k][i][mask[i]], v, err_msg=k)
+    # the stream was the plan: lengths and ends, lane by lane; every episode was sampled from both tables
+    for e, plan in enumerate(EPISODE_PLANS):
+        assert [(f - s, term) for s, f, term, _ in stream.lanes[e].episodes] == [(n, k == "term") for n, k in plan]
+    everyone = {(e, s) for e, lane in enumerate(stream.lanes) for s, *_ in lane.episodes}
+    assert len(everyone) == 12 and sampled[0] == sampled[1] == everyone
+    # the rings wrapped: episodes straddled the ring's end, the earliest are evicted, whole; the rest are live
+    final = {(e, s): f for e, lane in enumerate(stream.lanes) for s, f, _, _ in lane.episodes}
+    assert sum(s % capacity + f - s + 1 > capacity for (_, s), f in final.items()) == 6
+    live = {(int(e), int(s)) for e, s in zip(tables[0].items()["lane"], tables[0].items()["start"], strict=True)}
+    assert live == {(e, s) for e, s in everyone if alive(stream.lanes[e], s, capacity)} and len(live) < 12
 
 
 @settings(max_examples=40, deadline=None)
