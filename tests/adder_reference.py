@@ -172,9 +172,9 @@ def sequence_items(lane: Lane, length: int, period: int, behavior: str) -> dict[
         covered = last_full + length if last_full is not None else s0
         if covered > f:
             continue
-        if behavior == "write":
-            start = max(s0, f + 1 - length)
-            items[start] = f + 1 - start
+        if behavior == "write":  # the last `length` rows; an episode with fewer rows gives no item
+            if f + 1 - s0 >= length:
+                items[f + 1 - length] = length
         elif s <= f:
             items[s] = f + 1 - s
     return items

@@ -486,6 +486,19 @@ def test_sequence_end_behaviours_acme_example():
     assert sample.data["observation"].shape == (3, 3) and sample.mask.shape == (3, 3)
 
 
+@pytest.mark.parametrize("behavior,expected", [("write", []), ("zero_pad", [(0, 2)]), ("truncate", [(0, 2)])])
+def test_an_episode_shorter_than_a_sequence(behavior, expected):
+    """L = 3 and an episode of one action (two rows): "write" writes only full-length sequences (Acme drops
+    the episode), the others one sequence of its two rows."""
+    spec = step_spec(specs.Field((), np.float32), specs.Field((), np.int64))
+    store = StepStore(spec, capacity=32)
+    table = Table(store, sampler=Fifo(), remover=Fifo())
+    adder = adders.Sequence(store, [table], length=3, period=2, end_behavior=behavior)
+    play(adder, [1.0], "term")
+    it = table.items()
+    assert list(zip(it["start"].tolist(), it["length"].tolist(), strict=True)) == expected
+
+
 # --------------------------------------------------------------------------- bad input
 def snapshot(store, table):
     return {k: np.array(v, copy=True) for k, v in store.state_dict().items()}, table.items()

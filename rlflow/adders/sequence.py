@@ -15,7 +15,8 @@ meanings; ``L = 3, P = 2`` and an episode of six rows ``1 .. 6``, full sequences
     TRUNCATE   5 6        from the next period start, shorter
     CONTINUE   5 6 F      sequences run on into the lane's next episode (F: its first row)
 
-An episode shorter than ``L`` gives one sequence of its rows (all behaviours but CONTINUE). Samples are
+An episode shorter than ``L`` rows gives one sequence of its rows under ZERO_PAD and TRUNCATE, and none under
+WRITE, which writes only full-length sequences (as Acme drops episodes too short for one). Samples are
 always ``[B, L, ...]`` with a mask ``[B, L]`` that is False on padding (zero-filled rows), so ZERO_PAD and
 TRUNCATE write the same items (of the episode's remaining rows, ``Sample.lengths``) and give the same
 batches; both names are accepted.
@@ -118,9 +119,9 @@ class Sequence(Adder):
         f, s0 = events.final_rows, events.episode_starts
         ns = self._next_start[events.ended]
         covered = np.where(ns > s0, ns - P + L, s0)  # rows before this are in a full sequence
-        if self.end_behavior is EndBehavior.WRITE:
-            start = np.maximum(s0, f + 1 - L)
-            want = covered <= f
+        if self.end_behavior is EndBehavior.WRITE:  # full-length sequences only: a shorter episode gives none
+            start = f + 1 - L
+            want = (covered <= f) & (start >= s0)
         else:
             start = ns
             want = (covered <= f) & (ns <= f)
