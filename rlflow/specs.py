@@ -57,13 +57,15 @@ class Field:
     """One column: the shape and dtype of a single row's value.
 
     ``low``/``high`` (inclusive) are checked for integer fields only (e.g. ``Discrete(n)`` gives
-    ``low=0, high=n-1``). Float fields reject NaN and infinities unless ``allow_nonfinite``.
+    ``low=0, high=n-1``): a number, or an array broadcastable to ``shape`` for a bound per element (e.g.
+    ``MultiDiscrete([3, 5])`` gives ``high=(2, 4)``), kept as a tuple of the elements in C order (a
+    number when all are equal). Float fields reject NaN and infinities unless ``allow_nonfinite``.
     """
 
     shape: tuple[int, ...]
     dtype: np.dtype
-    low: int | None = None
-    high: int | None = None
+    low: Any = None
+    high: Any = None
     allow_nonfinite: bool = False
 
     def __post_init__(self) -> None:
@@ -71,6 +73,21 @@ class Field:
         object.__setattr__(self, "dtype", np.dtype(self.dtype))
         if any(s < 0 for s in self.shape):
             raise SpecError(f"Field shape must be non-negative, got {self.shape}")
+        for name in ("low", "high"):
+            bound = getattr(self, name)
+            if bound is None or np.ndim(bound) == 0:
+                continue
+            try:
+                arr = np.broadcast_to(np.asarray(bound), self.shape)
+            except ValueError:
+                raise SpecError(f"Field {name}: expected a number or an array broadcastable to {self.shape}, "
+                                f"got shape {np.shape(bound)}") from None
+            flat = [x.item() for x in arr.reshape(-1)]
+            object.__setattr__(self, name, flat[0] if flat and all(x == flat[0] for x in flat) else tuple(flat))
+
+    def bounds(self) -> tuple[Any, Any]:
+        """``low`` and ``high`` as numbers, or as arrays of ``shape`` where they differ per element."""
+        return tuple(np.asarray(b).reshape(self.shape) if type(b) is tuple else b for b in (self.low, self.high))
 
     @property
     def nbytes(self) -> int:
@@ -91,7 +108,7 @@ def from_space(space: Any) -> Spec:
         return Field((), space.dtype, low=start, high=start + int(space.n) - 1)
     if isinstance(space, spaces.MultiDiscrete):
         start = np.asarray(space.start)
-        return Field(space.shape, space.dtype, low=int(start.min()), high=int((start + space.nvec).max()) - 1)
+        return Field(space.shape, space.dtype, low=start, high=start + np.asarray(space.nvec) - 1)
     if isinstance(space, spaces.MultiBinary):
         return Field(space.shape, space.dtype, low=0, high=1)
     if isinstance(space, spaces.Dict):
@@ -108,7 +125,12 @@ def add_agent_axis(spec: Spec, num_agents: int) -> Spec:
     """The same spec with a leading agent axis of size ``num_agents`` on every field."""
     if num_agents < 1:
         raise SpecError(f"num_agents must be >= 1, got {num_agents}")
-    return _map(spec, lambda f: replace(f, shape=(num_agents, *f.shape)))
+    def add(f: Field) -> Field:
+        low, high = f.bounds()  # per-element bounds repeat for every agent
+        tile = lambda b: b if not isinstance(b, np.ndarray) else np.broadcast_to(b, (num_agents, *f.shape))  # noqa: E731
+        return replace(f, shape=(num_agents, *f.shape), low=tile(low), high=tile(high))
+
+    return _map(spec, add)
 
 
 def _map(spec: Spec, fn: Any) -> Spec:
@@ -227,12 +249,27 @@ def validate(
         if kind == "f" and not field.allow_nonfinite and arr.size and not _all_finite(arr):
             raise SpecError(f"field {name!r}: expected finite values, got NaN or infinity")
         if kind in "iu" and arr.size and (field.low is not None or field.high is not None):
-            if field.low is not None and arr.min() < field.low:
-                raise SpecError(f"field {name!r}: expected values >= {field.low}, got {arr.min()}")
-            if field.high is not None and arr.max() > field.high:
-                raise SpecError(f"field {name!r}: expected values <= {field.high}, got {arr.max()}")
+            _check_bounds(name, field, arr)
         out[name] = arr
     return out
+
+
+def _check_bounds(name: str, field: Field, arr: np.ndarray) -> None:
+    """Raise naming the first value of ``arr`` (rows of ``field``) outside the field's bounds."""
+    for bound, side, outside in zip(field.bounds(), (">=", "<="), (np.less, np.greater), strict=True):
+        if bound is None:
+            continue
+        if not isinstance(bound, np.ndarray):
+            worst = arr.min() if side == ">=" else arr.max()
+            if outside(worst, bound):
+                raise SpecError(f"field {name!r}: expected values {side} {bound}, got {worst}")
+            continue
+        bad = np.argwhere(outside(arr, bound))  # per-element bounds: name the element
+        if bad.size:
+            at = tuple(int(i) for i in bad[0])
+            element = at[arr.ndim - bound.ndim:]
+            raise SpecError(f"field {name!r}: expected values {side} {bound.tolist()} element by element, got "
+                            f"{arr[at]} at element {element} (bound {bound[element]})")
 
 
 def fits(field: Field, value: Any, n: int) -> bool:
@@ -249,6 +286,9 @@ def fits(field: Field, value: Any, n: int) -> bool:
             return math.isfinite(value.item())
         return _all_finite(value)
     if kind in "iu" and (field.low is not None or field.high is not None):
+        if type(field.low) is tuple or type(field.high) is tuple:  # per element
+            low, high = field.bounds()
+            return bool((low is None or np.all(value >= low)) and (high is None or np.all(value <= high)))
         low = field.low if field.low is not None else -math.inf
         high = field.high if field.high is not None else math.inf
         if value.size == 1:
@@ -263,13 +303,13 @@ NO_CHECK, FINITE, BOUNDS = 0, 1, 2
 
 def check_mode(field: Field) -> tuple[int, float, float] | None:
     """:func:`fits`'s value check of ``field`` as ``(mode, low, high)`` (mode :data:`NO_CHECK`,
-    :data:`FINITE` or :data:`BOUNDS`, the bounds as float64); None where float64 cannot hold it (integer
-    bounds beyond float64's exact integers)."""
+    :data:`FINITE` or :data:`BOUNDS`, the bounds as float64); None where it cannot be put so (integer
+    bounds beyond float64's exact integers, bounds per element)."""
     kind = field.dtype.kind
     if kind == "f":
         return (NO_CHECK if field.allow_nonfinite else FINITE), 0.0, 0.0
     if kind in "iu" and (field.low is not None or field.high is not None):
-        if not _float_exact(field.low, field.high):
+        if type(field.low) is tuple or type(field.high) is tuple or not _float_exact(field.low, field.high):
             return None
         low = -math.inf if field.low is None else float(field.low)
         high = math.inf if field.high is None else float(field.high)

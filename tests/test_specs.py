@@ -1,4 +1,5 @@
 import math
+import re
 
 import numpy as np
 import pytest
@@ -23,9 +24,38 @@ def test_from_space_every_kind():
     assert list(flat) == ["bits", "box", "disc", "multi", "pair/0", "pair/1"]  # gymnasium sorts Dict keys
     assert flat["box"] == Field((2, 3), np.float32)
     assert flat["disc"] == Field((), np.int64, low=1, high=4)
-    assert flat["multi"] == Field((2,), np.int64, low=0, high=4)
+    assert flat["multi"] == Field((2,), np.int64, low=0, high=(1, 4))  # a bound per element
     assert flat["bits"] == Field((6,), np.int8, low=0, high=1)
     assert flat["pair/1"] == Field((4,), np.uint8)
+
+
+def test_per_element_bounds():
+    """MultiDiscrete([3, 5], start=[1, 0]): each element is checked against its own bounds (by validate,
+    fits and a store's append, which then writes nothing); equal bounds collapse to a number; an agent
+    axis repeats them; such fields are not given to the compiled checks (check_mode None)."""
+    f = specs.from_space(spaces.MultiDiscrete([3, 5], start=[1, 0]))
+    assert f.low == (1, 0) and f.high == (3, 4) and specs.check_mode(f) is None
+    assert specs.from_space(spaces.MultiDiscrete([3, 3])) == Field((2,), np.int64, low=0, high=2)
+    good = np.array([[3, 4], [1, 0]])
+    assert specs.fits(f, good, 2) and specs.validate({"a": f}, {"a": good}, (2,))["a"] is good
+    for bad, words in ((np.array([[3, 4], [4, 0]]), "<= [3, 4] element by element, got 4 at element (0,)"),
+                       (np.array([[3, 4], [1, 5]]), "got 5 at element (1,) (bound 4)"),
+                       (np.array([[0, 4], [1, 0]]), ">= [1, 0] element by element, got 0 at element (0,)")):
+        assert not specs.fits(f, bad, 2)  # within the bounds of the other element, or of all elements together
+        with pytest.raises(SpecError, match=re.escape(words)):
+            specs.validate({"a": f}, {"a": bad}, (2,))
+    team = specs.add_agent_axis(f, 3)
+    assert team.shape == (3, 2) and team.high == (3, 4) * 3
+    with pytest.raises(SpecError, match=re.escape("got 5 at element (1, 1)")):  # agent 1, element 1
+        specs.validate({"a": team}, {"a": np.array([[[1, 0], [1, 5], [1, 0]]])}, (1,))
+    with pytest.raises(SpecError, match="broadcastable to"):
+        Field((2,), np.int64, high=[1, 2, 3])
+    from rlflow.replay import StepStore
+
+    store = StepStore({"a": f}, capacity=4)
+    with pytest.raises(SpecError, match="element"):
+        store.append({"a": np.array([[4, 0]])})
+    assert store.count.tolist() == [0]
 
 
 def test_from_space_rejects_unknown():
