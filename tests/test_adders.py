@@ -11,7 +11,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from rlflow import adders, specs
-from rlflow.replay import Fifo, Prioritized, StepStore, Table, Uniform
+from rlflow.replay import Fifo, Prioritized, RowTable, StepStore, Table, Uniform
 from rlflow.replay._item_kernels import LANE, LENGTH, START, VALID
 from rlflow.specs import SpecError
 from rlflow.types import ONE_LANE_NO, ONE_LANE_YES, TimeStep, step_spec
@@ -1086,18 +1086,20 @@ def _shared_flags(ts: TimeStep) -> TimeStep:
 
 @settings(max_examples=80, deadline=None)
 @given(streams, st.integers(1, 4), st.integers(1, 9), st.lists(st.integers(0, 40), max_size=4), st.booleans(),
-       st.booleans())
-def test_staged_steps_write_what_separate_adds_write(cfg, n, stage_steps, flush_at, with_extras, shared):
+       st.booleans(), st.booleans())
+def test_staged_steps_write_what_separate_adds_write(cfg, n, stage_steps, flush_at, with_extras, shared, rows):
     """NStepTransition.stage: after a flush the store, the items (keys, windows, returns, discounts) and the
     adder's state equal those of one add per step, whatever the block size, the flush points, the ring's
     wrap-arounds and the lanes' ends; with extras (the general staging path) and without (one compiled
-    call per step; for one lane, rows staged for add_steps), with fresh flag arrays or the shared ones."""
+    call per step; for one lane, rows staged for add_steps), with fresh flag arrays or the shared ones, into
+    a Table or a RowTable (which a block without extras fills inside its write)."""
     capacity = n + 2 + 2 * cfg.pop("slack")
     spec = SPEC if with_extras else step_spec(OBS, ACT)
     results = []
     for staged in (True, False):
         store = StepStore(spec, capacity=capacity, lanes=cfg["lanes"])
-        table = Table(store, sampler=Uniform(seed=0), remover=Fifo(), max_size=3 * capacity * cfg["lanes"])
+        table = RowTable(store, seed=0) if rows else Table(store, sampler=Uniform(seed=0), remover=Fifo(),
+                                                             max_size=3 * capacity * cfg["lanes"])
         adder = adders.NStepTransition(store, [table], n=n, discount=G, stage_steps=stage_steps)
         stream = Stream(cfg["lanes"], np.random.default_rng(cfg["seed"]), cfg["same_step"])
         adder.add_first(stream.reset())

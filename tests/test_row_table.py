@@ -229,18 +229,18 @@ def _staged_adder(limiter=None, n=1):
     return store, table, adders.NStepTransition(store, [table], n=n, discount=0.9, stage_steps=8)
 
 
-def test_a_block_meeting_a_taken_start_row_places_none_of_its_items():
+@pytest.mark.parametrize("blocks", [1, 6])
+def test_a_block_meeting_a_taken_start_row_places_none_of_its_items(blocks):
     """A block flush writes a RowTable's items in place; an item whose start row holds one inserted by hand
     makes the table's own insert refuse the block's items: none of them is placed (those placed before it
-    are taken back), the rows stay written, the hand-made item stays."""
-    store, table, adder = _staged_adder()
-    events = [([0, 0, 0], True)] * 8
-    drive(adder, events, 3, 5)  # 8 rows a lane: items start at rows 0 .. 7
-    before = by_row(table.items())
-    assert before["start"].size == 3 * 8
+    are taken back, also into slots the block emptied by overwriting their rows), the rows stay written and
+    their old items gone, the hand-made item stays."""
+    store, table, adder = _staged_adder()  # 40 rows a lane, blocks of 8 steps
+    drive(adder, [([0, 0, 0], True)] * (8 * blocks), 3, 5)  # items start at every row but the open one
+    rows = 8 * blocks + 1
+    assert table.size == 3 * (rows - 1) - 3 * max(0, rows - 40)
     # Lane 1's open row, where the next block's first item of lane 1 starts.
-    table.insert([1], [8], [1], fields={"return": [0.0], "discount": [1.0]})
-    hand = by_row(table.items())
+    table.insert([1], [rows - 1], [1], fields={"return": [0.0], "discount": [1.0]})
     rng = np.random.default_rng(0)
     z = np.zeros(3, bool)
     for step in range(8):
@@ -248,17 +248,19 @@ def test_a_block_meeting_a_taken_start_row_places_none_of_its_items():
         if step < 7:
             adder.stage(np.zeros(3, np.int64), ts)
         else:
-            with pytest.raises(ValueError, match="row 8 of lane 1 already starts an item"):
+            with pytest.raises(ValueError, match=f"row {rows - 1} of lane 1 already starts an item"):
                 adder.stage(np.zeros(3, np.int64), ts)
-    assert store.count.tolist() == [17, 17, 17]  # the block's rows are written
-    assert_same(hand, by_row(table.items()))  # and none of its items is in the table
-    assert table.rate_limiter.inserts == 3 * 8 + 1 and table.size == 3 * 8 + 1
+    assert store.count.tolist() == [rows + 8] * 3  # the block's rows are written
+    items = by_row(table.items())
+    oldest = max(0, rows + 8 - 40)  # items starting at overwritten rows are gone
+    want = sorted([(lane, r) for lane in range(3) for r in range(oldest, rows - 1)] + [(1, rows - 1)])
+    assert sorted(zip(items["lane"].tolist(), items["start"].tolist(), strict=True)) == want
+    assert table.size == len(want) and table.rate_limiter.inserts - table.rate_limiter.deletes == len(want)
 
 
-def test_a_block_the_rate_limiter_may_not_admit_at_once_goes_through_the_table_insert():
-    """A limiter that would not admit a whole block's worth of items (n * lanes * steps) in one go: the block
-    flush leaves its items to the table's insert, which admits them as it can, and the table ends as one
-    fed step by step does."""
+def test_a_block_the_rate_limiter_admits_is_placed_whole():
+    """A limiter that admits the block's items (20) but not the most a block could make (n * lanes * steps =
+    72): the flush places them in the write, and the table ends as one fed step by step does."""
     made = []
     for staged in (True, False):
         _, table, adder = _staged_adder(SampleToInsertRatio(1.0, 1, (-100.0, 60.0)), n=3)
@@ -267,6 +269,42 @@ def test_a_block_the_rate_limiter_may_not_admit_at_once_goes_through_the_table_i
         made.append(table)
     assert_same(by_row(made[0].items()), by_row(made[1].items()))
     assert made[0].size == made[1].size == 2 * 6 + 8 and made[0].rate_limiter.inserts == made[1].rate_limiter.inserts
+
+
+def test_a_block_the_rate_limiter_holds_back_goes_through_the_table_insert_as_samples_free_it():
+    """A limiter that admits 5 inserts ahead of the samples: a flush of 24 items takes its placements back
+    and leaves them to the table's insert, which admits them as a sampler thread samples; the table then
+    holds what a table without a limiter holds, and every insert was admitted."""
+    import threading
+
+    held = []
+    for limiter in (SampleToInsertRatio(1.0, 1, (-100.0, 5.0)), None):
+        store, table, adder = _staged_adder(limiter)
+        stop = threading.Event()
+        ahead = [0]  # the most inserts ahead of the samples the sampler saw
+
+        def sample(table=table, stop=stop, store=store, ahead=ahead):
+            while not stop.is_set():
+                with store.lock:
+                    ahead[0] = max(ahead[0], table.rate_limiter.inserts - table.rate_limiter.samples)
+                try:
+                    table.sample(1, timeout=0.05)
+                except RateLimitTimeout:
+                    pass
+
+        sampler = threading.Thread(target=sample)
+        sampler.start()
+        try:
+            drive(adder, [([0, 0, 0], True)] * 8, 3, 4)
+        finally:
+            stop.set()
+            sampler.join(10)
+        lim = table.rate_limiter
+        assert lim.inserts == table.size == 24 and lim.deletes == 0
+        if limiter is not None:  # never more than 5 inserts ahead of the samples
+            assert ahead[0] <= 5 and lim.inserts - lim.samples <= 5
+        held.append(by_row({k: v for k, v in table.items().items() if k != "times_sampled"}))
+    assert_same(*held)
 
 
 def test_an_insert_let_in_by_parts_refuses_shared_rows_before_any_part():
@@ -484,7 +522,7 @@ def test_writers_and_samplers_in_threads():
 def test_each_record_is_one_cache_line(tmp_path):
     """docs/tables.md: records start on a 64-byte boundary, in both kinds of table and after a restore."""
     for kind in (RowTable, Table):
-        store = StepStore(SPEC, capacity=50, lanes=3)
+        store = StepStore(SPEC, capacity=5000, lanes=3)  # records past malloc's small sizes
         table = kind(store)
         for _ in range(4):
             write(store)

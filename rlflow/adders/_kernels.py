@@ -18,6 +18,7 @@ import numpy as np
 from numba import njit
 
 from rlflow.replay import _direct
+from rlflow.replay import _row_kernels as _rows
 from rlflow.replay._item_kernels import KEY, TIMES, _mark_row, all_finite, set_meta, within, wrap
 from rlflow.replay._prefetch import copy_bytes, prefetch_write
 from rlflow.specs import BOUNDS, FINITE  # how a value is checked before it is staged (specs.check_mode)
@@ -181,10 +182,12 @@ def write_steps(codes: np.ndarray, terminated: np.ndarray, truncated: np.ndarray
       ``state``: :class:`rlflow.replay._direct.Arrays` of kind ``ROWS``). Before a row is written, the
       item starting at the row it overwrites is dropped (the table's ``on_overwrite``); each item goes
       to the outputs as its step completes it (lane after lane: a RowTable keeps no insertion order) and,
-      with ``place`` (the rate limiter admits them all), to its start row's slot, keyed as
-      :func:`rlflow.replay._direct.place_rows` keys them. ``out`` gets the items dropped, their times
-      sampled, and the items placed: all, or none when a slot turned out taken (a broken invariant: the
-      table's own insert of the outputs then explains it).
+      with ``place``, to its start row's slot, keyed as :func:`rlflow.replay._direct.place_rows` keys
+      them from ``state[NEXT_SEQ]`` on. ``out`` gets the items dropped, their times sampled, and the
+      items placed: all, or none when a slot turned out taken (a broken invariant: the table's own insert
+      of the outputs then explains it). ``state`` counts the drops; the placements are the caller's to
+      count once the rate limiter admits them (or to take back with
+      :func:`rlflow.replay._row_kernels.unplace`).
     """
     steps, num_lanes = codes.shape[0], codes.shape[1]
     for lane in range(num_lanes):
@@ -285,14 +288,10 @@ def write_steps(codes: np.ndarray, terminated: np.ndarray, truncated: np.ndarray
                              rewards, capacity, False, lanes[m:], starts[m:], lengths[m:], returns[m:], discounts[m:])
     if items == ROW_ITEMS:
         placed = m if place else 0
-        if taken:  # undo the placements: those slots were empty
+        if taken:  # take the placements back: those slots were empty
+            _rows.unplace(meta, capacity, lanes[:m], starts[:m], seq)
             placed = 0
-            for j in range(m):
-                slot = wrap(starts[j], capacity) * slots_per_row + lanes[j]
-                if meta[slot, KEY] == (seq + j) * total + slot:
-                    meta[slot, KEY] = -1
-        state[_direct.NUM_FREE] += removed - placed
-        state[_direct.NEXT_SEQ] += placed
+        state[_direct.NUM_FREE] += removed
         out[0], out[1], out[2] = removed, times, placed
     return m
 

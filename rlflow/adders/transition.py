@@ -35,6 +35,7 @@ from rlflow import specs as _specs
 from rlflow.adders import _kernels as KA
 from rlflow.adders.base import Adder, PriorityFn, StepEvents, _fast_leaves, _row_bytes, _under
 from rlflow.replay import _direct
+from rlflow.replay import _row_kernels as KR
 from rlflow.replay.storage import StepStore
 from rlflow.replay.table import Table
 from rlflow.replay.views import TransitionView
@@ -667,14 +668,20 @@ class NStepTransition(Adder):
                                flat["terminated"], flat["truncated"], flat["first"], flat["last"], b.rows,
                                KA.STEP_ITEMS if direct is None else KA.ROW_ITEMS, self.n, self._powers, self._rewards,
                                _direct.NO_ROWS if direct is None else arrays.tab,
-                               _direct.NO_STATE if direct is None else arrays.state,
-                               direct is not None and table.rate_limiter.can_insert(b.lanes.size), b.lanes, b.starts,
-                               b.lengths, b.returns, b.discounts, b.out)
+                               _direct.NO_STATE if direct is None else arrays.state, direct is not None, b.lanes,
+                               b.starts, b.lengths, b.returns, b.discounts, b.out)
             if direct is not None:  # the RowTable's items dropped and placed by the write
                 evicted, times, placed = b.out.tolist()
-                _direct.settle(table, arrays.state, evicted, times, placed)
-                if placed == k:
+                _direct.settle(table, arrays.state, evicted, times)  # the drops first, as the table's insert sees them
+                state = arrays.state
+                if placed and table.rate_limiter.can_insert(placed):  # all k of them
+                    state[_direct.NUM_FREE] -= placed
+                    state[_direct.NEXT_SEQ] += placed
+                    _direct.settle(table, state, 0, 0, placed)
                     return
+                if placed:  # not admitted at once: taken back, for the table's insert (which waits)
+                    KR.unplace(table._items.meta, store.capacity, b.lanes[:k], b.starts[:k],
+                               int(state[_direct.NEXT_SEQ]))
             if k:  # the table's own insert: it waits for the rate limiter, evicts, or explains a refusal
                 self._insert(b.lanes[:k], b.starts[:k], b.lengths[:k],
                              {"return": b.returns[:k].reshape(k, *self._reward_shape), "discount": b.discounts[:k]})
