@@ -307,6 +307,23 @@ def test_a_block_the_rate_limiter_holds_back_goes_through_the_table_insert_as_sa
     assert_same(*held)
 
 
+def test_a_subclass_of_row_table_gets_its_own_overwrite_and_insert_called():
+    """The compiled write paths fill a RowTable in place; a subclass may change what an overwrite or an
+    insert does, so adders take the table's methods for it (here: counting every dropped row)."""
+    class Counting(RowTable):
+        dropped = 0
+
+        def on_overwrite(self, lanes, rows):
+            Counting.dropped += len(lanes)
+            super().on_overwrite(lanes, rows)
+
+    store = StepStore(step_spec(OBS, ACT), capacity=12, lanes=3)
+    table = Counting(store, seed=0)
+    adder = adders.NStepTransition(store, [table], n=1, discount=0.9, stage_steps=4)
+    drive(adder, [([0, 0, 0], True)] * 20, 3, 1)
+    assert Counting.dropped == 3 * (21 - 12) and table.size == 3 * 11
+
+
 def test_an_insert_let_in_by_parts_refuses_shared_rows_before_any_part():
     store = StepStore(SPEC, capacity=8)
     table = RowTable(store, rate_limiter=SampleToInsertRatio(1.0, 1, (-2.0, 2.0)))

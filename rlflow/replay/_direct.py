@@ -19,7 +19,7 @@ emptied, as ``RowTable``'s methods do). Everything else takes the methods.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from numba import njit, types
@@ -32,10 +32,8 @@ from rlflow.replay._prefetch import AHEAD, prefetch
 from rlflow.replay.row_table import RowTable, _RowItems
 from rlflow.replay.selectors import Fifo, Prioritized, Uniform
 from rlflow.replay.sum_tree import _update
+from rlflow.replay.table import Table
 from rlflow.specs import Field
-
-if TYPE_CHECKING:
-    from rlflow.replay.table import Table
 
 UNIFORM, PRIORITIZED, ROWS = 0, 1, 2
 _I = np.zeros(1, np.int64)
@@ -77,7 +75,9 @@ class Arrays:
         ret, disc = cols.get(fields[0]), cols.get(fields[1])
         if ret is None or disc is None or ret.ndim != 1 or disc.ndim != 1 or len(cols) != 2:
             return
-        if isinstance(table, RowTable):  # slots are rows: no free list, row index or selectors
+        if type(table) not in (Table, RowTable):
+            return  # a subclass may change what an insert or an overwrite does: its own methods then run
+        if type(table) is RowTable:  # slots are rows: no free list, row index or selectors
             self.kind = ROWS
             self.tab = _rows_tab(items.meta, ret, disc)
             return
