@@ -177,7 +177,9 @@ def write_steps(codes: np.ndarray, terminated: np.ndarray, truncated: np.ndarray
     sized ``n E steps``), and the return value is how many:
 
     - ``NO_ITEMS``: none here (the caller makes them from ``rows``; returns 0);
-    - ``STEP_ITEMS``: :func:`nstep_items` of each step in turn, in the order separate steps give them;
+    - ``STEP_ITEMS``: :func:`nstep_items` of each step in turn, in the order separate steps give them,
+      once every row is written (a block never overwrites rows its items read: ``stage_steps`` is capped
+      so);
     - ``ROW_ITEMS``: for an adder whose one table, the store's only listener, is a RowTable (``tab``,
       ``state``: :class:`rlflow.replay._direct.Arrays` of kind ``ROWS``). Before a row is written, the
       item starting at the row it overwrites is dropped (the table's ``on_overwrite``); each item goes
@@ -228,6 +230,8 @@ def write_steps(codes: np.ndarray, terminated: np.ndarray, truncated: np.ndarray
                             removed += 1
                             times += meta[slot, TIMES]
                             meta[slot, KEY] = -1
+            # The lane's step, written out here: as a separate numba function (inlined or not) this body
+            # made the kernel about ten times slower.
             final = new = -1
             episode = episode_start[lane] if c != START else -1
             if c != START:
