@@ -126,9 +126,8 @@ def add_agent_axis(spec: Spec, num_agents: int) -> Spec:
     if num_agents < 1:
         raise SpecError(f"num_agents must be >= 1, got {num_agents}")
     def add(f: Field) -> Field:
-        low, high = f.bounds()  # per-element bounds repeat for every agent
-        tile = lambda b: b if not isinstance(b, np.ndarray) else np.broadcast_to(b, (num_agents, *f.shape))  # noqa: E731
-        return replace(f, shape=(num_agents, *f.shape), low=tile(low), high=tile(high))
+        low, high = f.bounds()  # per-element bounds broadcast over the agents
+        return replace(f, shape=(num_agents, *f.shape), low=low, high=high)
 
     return _map(spec, add)
 
