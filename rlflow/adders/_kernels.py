@@ -19,7 +19,7 @@ from numba import njit
 
 from rlflow.replay import _direct
 from rlflow.replay import _row_kernels as _rows
-from rlflow.replay._item_kernels import KEY, TIMES, _mark_row, all_finite, set_meta, within, wrap
+from rlflow.replay._item_kernels import KEY, TIMES, _mark_row, all_finite, item_key, set_meta, within, wrap
 from rlflow.replay._prefetch import copy_bytes, prefetch_write
 from rlflow.specs import BOUNDS, FINITE  # how a value is checked before it is staged (specs.check_mode)
 
@@ -158,9 +158,9 @@ def write_steps(codes: np.ndarray, terminated: np.ndarray, truncated: np.ndarray
                 next_episode: np.ndarray, next_step: np.ndarray, capacity: int, act_cols: tuple, act_data: tuple,
                 obs_cols: tuple, obs_data: tuple, final_data: tuple, term_col: np.ndarray, trunc_col: np.ndarray,
                 first_col: np.ndarray, last_col: np.ndarray, rows: np.ndarray, items: int, n: int,
-                powers: np.ndarray, rewards: np.ndarray, tab: tuple, state: np.ndarray, place: bool,
-                lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray, returns: np.ndarray,
-                discounts: np.ndarray, out: np.ndarray) -> int:
+                powers: np.ndarray, rewards: np.ndarray, tab: tuple, state: np.ndarray, lanes: np.ndarray,
+                starts: np.ndarray, lengths: np.ndarray, returns: np.ndarray, discounts: np.ndarray,
+                out: np.ndarray) -> int:
     """Write ``codes.shape[0]`` planned steps of every lane (:func:`plan_step`, :func:`plan_block`); step
     ``s`` has flags ``terminated[s]`` and ``truncated[s]`` and its inputs are row ``s`` of the
     ``(steps, E, row_bytes)`` blocks ``act_data``, ``obs_data`` and ``final_data``.
@@ -183,9 +183,9 @@ def write_steps(codes: np.ndarray, terminated: np.ndarray, truncated: np.ndarray
     - ``ROW_ITEMS``: for an adder whose one table, the store's only listener, is a RowTable (``tab``,
       ``state``: :class:`rlflow.replay._direct.Arrays` of kind ``ROWS``). Before a row is written, the
       item starting at the row it overwrites is dropped (the table's ``on_overwrite``); each item goes
-      to the outputs as its step completes it (lane after lane: a RowTable keeps no insertion order) and,
-      with ``place``, to its start row's slot, keyed as :func:`rlflow.replay._direct.place_rows` keys
-      them from ``state[NEXT_SEQ]`` on. ``out`` gets the items dropped, their times sampled, and the
+      to the outputs as its step completes it (lane after lane: a RowTable keeps no insertion order) and
+      to its start row's slot, keyed as :func:`rlflow.replay._direct.place_rows` keys them from
+      ``state[NEXT_SEQ]`` on. ``out`` gets the items dropped, their times sampled, and the
       items placed: all, or none when a slot turned out taken (a broken invariant: the table's own insert
       of the outputs then explains it). ``state`` counts the drops; the placements are the caller's to
       count once the rate limiter admits them (or to take back with
@@ -277,13 +277,13 @@ def write_steps(codes: np.ndarray, terminated: np.ndarray, truncated: np.ndarray
             elif final >= 0:
                 m = _window_items(m, lane, max(episode, final - n), final, final, terminated[s, lane], n, powers,
                                   rewards, capacity, lanes, starts, lengths, returns, discounts)
-            if place and not taken:
+            if not taken:
                 for j in range(made, m):
                     slot = wrap(starts[j], capacity) * slots_per_row + lane
                     if meta[slot, KEY] != -1:
                         taken = True
                         break
-                    set_meta(meta, slot, (seq + j) * total + slot, lane, starts[j], lengths[j], lengths[j])
+                    set_meta(meta, slot, item_key(seq + j, total, slot), lane, starts[j], lengths[j], lengths[j])
                     ret[slot] = returns[j, 0]
                     disc[slot] = discounts[j]
     if items == STEP_ITEMS:
@@ -291,7 +291,7 @@ def write_steps(codes: np.ndarray, terminated: np.ndarray, truncated: np.ndarray
             m += nstep_items(codes[s], rows[s, 0], rows[s, 1], rows[s, 2], rows[s, 1], terminated[s], n, powers,
                              rewards, capacity, False, lanes[m:], starts[m:], lengths[m:], returns[m:], discounts[m:])
     if items == ROW_ITEMS:
-        placed = m if place else 0
+        placed = m
         if taken:  # take the placements back: those slots were empty
             _rows.unplace(meta, capacity, lanes[:m], starts[:m], seq)
             placed = 0

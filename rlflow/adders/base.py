@@ -37,8 +37,8 @@ __all__ = ["Adder", "PriorityFn", "StepEvents"]
 
 PriorityFn = Callable[[Any], Any]
 # write_steps's arguments past ``n`` when it makes no items: discount powers, rewards, a table's arrays and
-# state, whether to place, and the item outputs (unused; of the types the n-step adder passes).
-_NO_ITEMS = (np.ones(1), np.zeros((1, 1), np.float32), _direct.NO_ROWS, _direct.NO_STATE, False,
+# state, and the item outputs (unused; of the types the n-step adder passes).
+_NO_ITEMS = (np.ones(1), np.zeros((1, 1), np.float32), _direct.NO_ROWS, _direct.NO_STATE,
              *np.zeros((3, 1), np.int64), np.zeros((1, 1), np.float32), np.zeros(1, np.float32), np.zeros(3, np.int64))
 _ROW_KEYS = ("observation", "action", "reward", "terminated", "truncated", "first", "last")
 

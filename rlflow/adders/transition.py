@@ -668,8 +668,8 @@ class NStepTransition(Adder):
                                flat["terminated"], flat["truncated"], flat["first"], flat["last"], b.rows,
                                KA.STEP_ITEMS if direct is None else KA.ROW_ITEMS, self.n, self._powers, self._rewards,
                                _direct.NO_ROWS if direct is None else arrays.tab,
-                               _direct.NO_STATE if direct is None else arrays.state, direct is not None, b.lanes,
-                               b.starts, b.lengths, b.returns, b.discounts, b.out)
+                               _direct.NO_STATE if direct is None else arrays.state, b.lanes, b.starts, b.lengths,
+                               b.returns, b.discounts, b.out)
             if direct is not None:  # the RowTable's items dropped and placed by the write
                 evicted, times, placed = b.out.tolist()
                 _direct.settle(table, arrays.state, evicted, times)  # the drops first, as the table's insert sees them

@@ -26,7 +26,7 @@ from numba import njit, types
 from numba.experimental import structref
 
 from rlflow.replay import _row_kernels as _rows
-from rlflow.replay._item_kernels import KEY, add_items, evict_range, set_meta, wrap
+from rlflow.replay._item_kernels import KEY, add_items, evict_range, item_key, set_meta, wrap
 from rlflow.replay._kernels import dense_delete, dense_insert, ring_delete, ring_push
 from rlflow.replay._prefetch import AHEAD, prefetch
 from rlflow.replay.row_table import RowTable, _RowItems
@@ -214,7 +214,7 @@ def place_rows(tab: tuple, state: np.ndarray, capacity: int, lanes: np.ndarray, 
     seq = state[NEXT_SEQ]
     for j in range(m):
         s = wrap(starts[j], capacity) * nl + lanes[j]
-        key = (seq + j) * total + s
+        key = item_key(seq + j, total, s)
         set_meta(meta, s, key, lanes[j], starts[j], lengths[j], lengths[j])
         ret[s] = returns[j, 0]
         disc[s] = discounts[j]

@@ -30,6 +30,13 @@ def wrap(x: int, capacity: int) -> int:
 
 
 @njit(inline="always", cache=True)
+def item_key(seq: int, slots: int, slot: int) -> int:
+    """The key of the item placed ``seq``-th in ``slot`` of ``slots`` (``seq * slots + slot``: a slot's
+    next item gets another key, and ``key % slots`` is its slot)."""
+    return seq * slots + slot
+
+
+@njit(inline="always", cache=True)
 def set_meta(meta: np.ndarray, s: int, key: int, lane: int, start: int, length: int, valid: int) -> None:
     """Slot ``s``'s record of a new item: its key, window and valid length, never sampled."""
     meta[s, KEY] = key
@@ -162,7 +169,7 @@ def add_items(meta: np.ndarray, priority: np.ndarray, row_slot: np.ndarray, free
             prefetch_write(meta, free[num_free - 1 - j] * width)
             prefetch_write(row_slot, lanes[j] * capacity + wrap(starts[j], capacity))
         s = free[num_free - 1 - i]
-        key = (next_seq + i) * max_size + s
+        key = item_key(next_seq + i, max_size, s)
         slots[i] = s
         keys[i] = key
         set_meta(meta, s, key, lanes[i], starts[i], lengths[i], valid[i])

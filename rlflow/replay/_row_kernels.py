@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from rlflow.replay._item_kernels import KEY, TIMES, check_windows, set_meta, wrap
+from rlflow.replay._item_kernels import KEY, TIMES, check_windows, item_key, set_meta, wrap
 from rlflow.replay._prefetch import AHEAD, prefetch, prefetch_write
 
 _OPTS = {"cache": True, "nogil": True}
@@ -47,7 +47,7 @@ def place(count: np.ndarray, episode_id: np.ndarray, capacity: int, cross_episod
         if i + AHEAD < n:
             prefetch_write(meta, slots[i + AHEAD] * meta.shape[1])
         s = slots[i]
-        key = (next_seq + i) * total + s
+        key = item_key(next_seq + i, total, s)
         set_meta(meta, s, key, lanes[i], starts[i], lengths[i], valid[i])
         keys[i] = key
     return -1, 0
@@ -61,7 +61,7 @@ def unplace(meta: np.ndarray, capacity: int, lanes: np.ndarray, starts: np.ndarr
     nl = total // capacity
     for j in range(lanes.shape[0]):
         s = wrap(starts[j], capacity) * nl + lanes[j]
-        if meta[s, KEY] == (seq + j) * total + s:
+        if meta[s, KEY] == item_key(seq + j, total, s):
             meta[s, KEY] = -1
 
 
