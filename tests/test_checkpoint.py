@@ -401,6 +401,31 @@ def test_killed_mid_save_leaves_previous_checkpoint(tmp_path):
     save(path, store, tables)
     load(path, store3, tables3)
     assert_tree_equal(full_state(store3, tables3), full_state(store, tables))
+    assert not tmp.exists()  # the killed save's temporary file went with the next save
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["replay.ckpt", "stalled"]
+
+
+def test_a_save_removes_temporary_files_left_by_killed_saves_of_the_same_path(tmp_path):
+    """Only ``.<name>.tmp-<pid>`` files of the path saved, and only where the process is gone."""
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True)
+    dead = int(gone.stdout)  # a process that has exited
+    path = tmp_path / "replay.ckpt"
+    leftovers = [f".replay.ckpt.tmp-{dead}", f".replay.ckpt.tmp-{os.getpid()}"]
+    kept = [f".replay.ckpt.tmp-{os.getppid()}",  # a running process: may be saving right now
+            f".other.ckpt.tmp-{dead}", f"replay.ckpt.tmp-{dead}", f".replay.ckpt.tmp-{dead}.keep",
+            ".replay.ckpt.tmp-", ".replay.ckpt.tmp-12a", f".replay.ckptx.tmp-{dead}", "notes.txt"]
+    for name in leftovers + kept:
+        (tmp_path / name).write_bytes(b"half a checkpoint" * 100)
+    (tmp_path / f".replay.ckpt.tmp-{dead}0").mkdir()  # a directory is never a save's temporary file
+    store, tables = first_run()
+    save(path, store, tables)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*kept, f".replay.ckpt.tmp-{dead}0", "replay.ckpt"])
+    for name in kept:
+        assert (tmp_path / name).read_bytes() == b"half a checkpoint" * 100
+    store2, tables2 = target()
+    load(path, store2, tables2)
+    assert_tree_equal(full_state(store2, tables2), full_state(store, tables))
 
 
 # ---------------------------------------------------------------------------------------------- corrupt
