@@ -2,8 +2,8 @@
 checkpoint either raises ``CheckpointError`` and leaves the objects as they were, or loads exactly the
 data that was saved (a byte the readers never use, such as a timestamp).
 
-The zip structure is parsed here from the raw bytes (not with ``zipfile``), so the fields flipped are the
-ones the format defines: https://pkware.cachefly.net/webdocs/casestudies/APPNOTE.TXT (4.3.7, 4.3.12, 4.3.16).
+The zip structure is parsed from the raw bytes (``tests/zip_layout.py``), so the fields flipped are the
+ones the format defines.
 """
 
 import copy
@@ -14,18 +14,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from zip_layout import CENTRAL_FIELDS, END_FIELDS, LOCAL_FIELDS, zip_headers
 
 from rlflow.replay import CheckpointError, Prioritized, StepStore, Table, load, save
 from rlflow.specs import Field
-
-# (offset, size) of the fields a reader acts on, in a local header and in a central-directory entry
-LOCAL_FIELDS = {"version": (4, 2), "flags": (6, 2), "method": (8, 2), "crc": (14, 4), "compressed size": (18, 4),
-                "size": (22, 4), "name length": (26, 2), "extra length": (28, 2)}
-CENTRAL_FIELDS = {"version made by": (4, 2), "version": (6, 2), "flags": (8, 2), "method": (10, 2), "crc": (16, 4),
-                  "compressed size": (20, 4), "size": (24, 4), "name length": (28, 2), "extra length": (30, 2),
-                  "comment length": (32, 2), "disk": (34, 2), "offset": (42, 4)}
-END_FIELDS = {"disk": (4, 2), "directory disk": (6, 2), "entries here": (8, 2), "entries": (10, 2),
-              "directory size": (12, 4), "directory offset": (16, 4), "comment length": (20, 2)}
 
 
 def build(seed):
@@ -60,27 +52,6 @@ def assert_state(got, expected, what):
             assert same, f"{what}: {k}: {got[k]!r} != {v!r}"
         else:
             assert got[k] == v, f"{what}: {k}"
-
-
-def zip_headers(raw):
-    """``(kind, start, length)`` of every local header (with name and extra), central-directory entry
-    (with name, extra, comment) and the end record, read from the bytes."""
-    end = raw.rfind(b"PK\x05\x06")
-    entries, directory_size, directory = struct.unpack("<HII", raw[end + 10: end + 20])
-    assert raw[directory: directory + 4] == b"PK\x01\x02" and directory + directory_size == end
-    out = [("end", end, len(raw) - end)]
-    at = directory
-    for _ in range(entries):
-        name, extra, comment = struct.unpack("<HHH", raw[at + 28: at + 34])
-        local = struct.unpack("<I", raw[at + 42: at + 46])[0]
-        length = 46 + name + extra + comment
-        out.append(("central", at, length))
-        local_name, local_extra = struct.unpack("<HH", raw[local + 26: local + 30])
-        assert raw[local: local + 4] == b"PK\x03\x04"
-        out.append(("local", local, 30 + local_name + local_extra))
-        at += length
-    assert at == end
-    return out
 
 
 def npy_headers(raw):
