@@ -28,7 +28,6 @@ import copy
 import json
 import math
 import os
-import re
 import struct
 import zipfile
 from collections.abc import Sequence
@@ -37,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from rlflow._tempfiles import remove_leftovers, temporary_path
 from rlflow.replay.storage import StepStore
 from rlflow.replay.table import Table
 
@@ -91,8 +91,8 @@ def save(path: str | os.PathLike[str], store: StepStore, tables: Sequence[Table]
             manifest["tables"].append(entry)
         arrays[_MANIFEST] = np.frombuffer(json.dumps(manifest).encode(), np.uint8)
         path.parent.mkdir(parents=True, exist_ok=True)
-        _remove_leftovers(path)
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        remove_leftovers(path)
+        tmp = temporary_path(path)
         try:
             with open(tmp, "wb") as f:
                 np.savez(f, **arrays)
@@ -108,29 +108,6 @@ def save(path: str | os.PathLike[str], store: StepStore, tables: Sequence[Table]
     finally:
         os.close(dir_fd)
     return path
-
-
-def _remove_leftovers(path: Path) -> None:
-    """Remove the temporary files ``.<name>.tmp-<pid>`` of earlier saves of ``path`` whose process is gone
-    (killed mid-save); a running process's may be a save in progress and stays."""
-    pattern = re.compile(rf"\.{re.escape(path.name)}\.tmp-(\d+)")
-    for left in path.parent.iterdir():
-        match = pattern.fullmatch(left.name)
-        if match and left.is_file() and not _running(int(match.group(1))):
-            left.unlink(missing_ok=True)
-
-
-def _running(pid: int) -> bool:
-    """Whether process ``pid`` exists on this machine (this process's own file is replaced by its save)."""
-    if pid == os.getpid():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (OverflowError, OSError):  # it exists but is another user's, or the id is out of range
-        return True
-    return True
 
 
 def _read(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
