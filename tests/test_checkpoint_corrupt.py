@@ -168,9 +168,15 @@ def test_truncated_at_many_lengths(tmp_path):
     assert loader.loaded == 0
 
 
-def test_npy_header_asking_for_more_than_the_member_holds(tmp_path):
-    """A member whose CRC matches but whose header declares a shape larger than its data is refused
-    before anything that size is allocated."""
+@pytest.mark.parametrize(("header", "match"), [
+    pytest.param({"descr": "<f4", "fortran_order": False, "shape": (10**15, 2)},
+                 r"store/column/obs.*float32\(1000000000000000, 2\) does not fit", id="huge-shape"),
+    pytest.param({"descr": "|O", "fortran_order": False, "shape": (6, 2)}, "store/column/obs.*objects",
+                 id="objects"),
+])
+def test_a_forged_npy_header_is_refused_before_its_memory_is_allocated(tmp_path, header, match):
+    """A member whose CRC matches but whose header declares more data than it holds, or objects (which
+    would need unpickling), is refused before anything that size is allocated."""
     loader = Loader(tmp_path)
     with np.load(tmp_path / "good.ckpt", allow_pickle=False) as npz:
         arrays = {k: npz[k] for k in npz.files}
@@ -178,11 +184,10 @@ def test_npy_header_asking_for_more_than_the_member_holds(tmp_path):
         for name, arr in arrays.items():
             with zf.open(f"{name}.npy", "w") as f:
                 if name == "store/column/obs":
-                    header = {"descr": "<f4", "fortran_order": False, "shape": (10**15, 2)}
                     np.lib.format.write_array_header_1_0(f, header)
                     f.write(arr.tobytes())
                 else:
                     np.lib.format.write_array(f, arr)
-    with pytest.raises(CheckpointError, match=r"store/column/obs.*float32\(1000000000000000, 2\) does not fit"):
+    with pytest.raises(CheckpointError, match=match):
         load(loader.bad, *loader.objects)
-    assert_state(state(*loader.objects), loader.before, "forged shape")
+    assert_state(state(*loader.objects), loader.before, "forged header")

@@ -8,8 +8,9 @@ exactly what the original would have sampled next.
 - Atomic: written to a temporary file beside the target (``.<name>.tmp-<pid>``), flushed to disk, then
   renamed over it; a crash mid-save leaves the previous checkpoint as it was. A save removes the
   temporary files of earlier saves of the same path whose process no longer runs.
-- Safe: loaded with ``allow_pickle=False``; the manifest is JSON. Arrays are CRC-checked by the zip
-  reader.
+- Safe: nothing is unpickled (arrays of objects are refused); the manifest is JSON. Each member must be
+  an uncompressed, unencrypted ``.npy`` inside the file, its header is checked against its size before
+  its memory is allocated, and its bytes are CRC-checked by the zip reader.
 - Versioned: the manifest names the format and its version; another version is refused.
 - Checked: the store's and tables' configuration (capacity, lanes, fields, selectors, limiters, sizes)
   must match the objects loaded into; every array is read and checked before anything is changed, so a
