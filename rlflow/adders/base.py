@@ -77,11 +77,19 @@ def _under(name: str, prefix: str) -> bool:
     return name == prefix or name.startswith(prefix + "/")
 
 
-def _bool_lanes(name: str, value: Any, n: int) -> np.ndarray:
+def _bool_lanes(name: str, value: Any, n: int, *, subset: bool = False) -> np.ndarray:
+    """``timestep.<name>``: one bool per lane of ``n`` (the store's lanes, or the ``lanes`` given: ``subset``)."""
     arr = np.asarray(value)
-    if arr.shape != (n,) or arr.dtype != np.bool_:
-        raise SpecError(f"timestep.{name}: expected a bool array of shape ({n},), got {arr.dtype} {arr.shape}")
-    return arr
+    if arr.shape == (n,) and arr.dtype == np.bool_:
+        return arr
+    if arr.ndim == 1:
+        if subset:
+            raise SpecError(f"timestep.{name}: the timestep has {arr.shape[0]} lanes, lanes= names {n}: expected "
+                            "the timestep of exactly the lanes given")
+        raise SpecError(f"timestep.{name}: the timestep has {arr.shape[0]} lanes, the adder's store {n}: expected "
+                        "one store lane per env lane (build the store with lanes=env.num_envs)")
+    raise SpecError(f"timestep.{name}: expected a bool array of shape ({n},), one flag per lane, got "
+                    f"{arr.dtype} {arr.shape}")
 
 
 def _leaves(spec: Any, key: str) -> list[tuple[str, Any, Any]] | None:
@@ -216,7 +224,7 @@ class Adder:
             return
         lanes_arr = self._lanes if lanes is None else self._lane_subset(lanes)
         n = lanes_arr.size
-        first = _bool_lanes("first", timestep.first, n)
+        first = _bool_lanes("first", timestep.first, n, subset=lanes is not None)
         if not first.all():
             raise SpecError(f"add_first: expected first=True on all {n} lanes, got False at positions "
                             f"{np.flatnonzero(~first).tolist()}")

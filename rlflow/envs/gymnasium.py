@@ -39,6 +39,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import create_empty_array
 
+from rlflow.envs._kinds import wrapper_for
 from rlflow.specs import Spec, from_space
 from rlflow.types import ONE_LANE_NO, ONE_LANE_YES, TimeStep, step_spec
 
@@ -203,7 +204,9 @@ class GymEnvironment:
             self._vec = _OneEnv(env)  # type: ignore[assignment]
             mode = AutoresetMode.SAME_STEP
         else:
-            raise TypeError(f"env: expected a gymnasium.Env or gymnasium.vector.VectorEnv, got {type(env).__name__}")
+            other = wrapper_for(env)
+            raise TypeError(f"env: expected a gymnasium.Env or gymnasium.vector.VectorEnv, got {type(env).__name__}"
+                            + (f"; use {other}" if other else ""))
         self._one = isinstance(self._vec, _OneEnv)
         self._env = env
         self._mode = to_autoreset_mode(mode)

@@ -53,6 +53,7 @@ from typing import Any
 import numpy as np
 
 from rlflow import specs as _specs
+from rlflow.envs._kinds import make_envs
 from rlflow.specs import Field, Spec, SpecError
 from rlflow.types import TimeStep, step_spec
 
@@ -78,14 +79,10 @@ class ParallelEnvironment:
 
     def __init__(self, envs: Sequence[Any | Callable[[], Any]], *, seed: int | None = None,
                  action_mask: str | None = "auto", state: bool | str = "auto") -> None:
-        if not len(envs):
-            raise ValueError("envs: expected at least one PettingZoo parallel env, got none")
-        self._envs = [e() if callable(e) and not hasattr(e, "possible_agents") else e for e in envs]
+        self._envs = make_envs(envs, "parallel", "ParallelEnvironment")
         first = self._envs[0]
         agents = list(first.possible_agents)
         for i, env in enumerate(self._envs):
-            if not (hasattr(env, "step") and hasattr(env, "possible_agents")):
-                raise TypeError(f"envs[{i}]: expected a PettingZoo ParallelEnv, got {type(env).__name__}")
             if list(env.possible_agents) != agents:
                 raise ValueError(f"envs[{i}]: expected possible_agents {agents}, got {list(env.possible_agents)}")
         self.possible_agents = agents
