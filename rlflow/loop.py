@@ -10,7 +10,9 @@ So the learner gets exactly the samples the limiter grants per insert: ``SampleT
 makes one learner step per ``batch_size / spi`` inserted items, in both directions (neither side runs
 ahead of the window). A limiter that never refuses samples (``MinSize``) would starve the actor, so
 :func:`run` refuses it; it also refuses a window too narrow to take one env step's items after a
-learner step (which would deadlock).
+learner step (which would deadlock), and a table nothing samples whose limiter would refuse some of the
+run's items (its inserts would wait for ever): :mod:`rlflow.run_checks`. The loop itself never waits
+inside a table; a wait for room that another writer took is made in slices that a stop request ends.
 
 Around that: the policy gets the learner's parameters every ``sync_period`` env steps
 (:class:`VariableClient`), evaluation episodes run on a separate env every ``eval_every`` env steps
@@ -26,6 +28,7 @@ import signal
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +40,7 @@ from rlflow.actors import Actor, EpisodeStats, VariableClient, evaluate
 from rlflow.adders import _kernels as KA
 from rlflow.core import Learner, LearnerUpdate, Policy
 from rlflow.loggers import MultiLogger, make_logger
+from rlflow.run_checks import check_limiter, check_parts, check_unsampled, unsampled_tables
 from rlflow.types import ONE_LANE_NO as _NO
 
 __all__ = ["RunResult", "run"]
@@ -44,6 +48,9 @@ __all__ = ["RunResult", "run"]
 # Whether run() takes one plain gymnasium env's steps that continue an episode in one compiled call
 # (_OneEnvSteps); off, every step goes through the general body (the tests compare the two).
 _ONE_ENV_STEPS = True
+
+# Seconds between the checks of a wait for room in a table (a stop request ends the wait within one).
+_WAIT_SLICE = 0.01
 
 
 @dataclass
@@ -61,31 +68,6 @@ class RunResult:
     @property
     def final_evaluation(self) -> float | None:
         return self.evaluations[-1][1] if self.evaluations else None
-
-
-def _check_limiter(table: Any, batch_size: int, items_per_step: int) -> None:
-    limiter = table.rate_limiter
-    if limiter.min_diff <= -sys.float_info.max:  # Reverb's "no lower bound" (MinSize)
-        raise ValueError(f"table {table.name!r}: its rate limiter {limiter!r} never refuses a sample, so the loop "
-                         "would only train; use SampleToInsertRatio(samples_per_insert, min_size, error_buffer) "
-                         "to set how many samples each inserted item buys")
-    need = batch_size + items_per_step * limiter.samples_per_insert
-    if limiter.max_diff - limiter.min_diff < need:
-        raise ValueError(
-            f"table {table.name!r}: the rate limiter's window max_diff - min_diff = "
-            f"{limiter.max_diff - limiter.min_diff:g} cannot hold one sample of {batch_size} plus one env step's "
-            f"{items_per_step} items at {limiter.samples_per_insert:g} samples each ({need:g}); the loop would "
-            f"deadlock. Give SampleToInsertRatio an error_buffer of at least {math.ceil(need / 2)}")
-    # Before the table holds min_size_to_sample items nothing samples, so an env step's items must still fit
-    # when one item is missing: (m - 1 + items_per_step) * spi <= max_diff.
-    m, spi = limiter.min_size_to_sample, limiter.samples_per_insert
-    if (m - 1 + items_per_step) * spi > limiter.max_diff:
-        extra = (m - 1 + items_per_step) * spi - m * spi
-        raise ValueError(
-            f"table {table.name!r}: with {m - 1} of the min_size_to_sample={m} items stored, one env step's "
-            f"{items_per_step} items would need a diff of {(m - 1 + items_per_step) * spi:g}, above max_diff="
-            f"{limiter.max_diff:g} ({limiter!r}): nothing could sample or insert, the loop would deadlock. Give "
-            f"SampleToInsertRatio an error_buffer of at least {math.ceil(extra)}")
 
 
 class _Stop:
@@ -219,13 +201,15 @@ def run(env: Any, policy: Policy, learner: Learner | None, adder: Any, table: An
 
     if int(steps) < 1 or int(batch_size) < 1:
         raise ValueError(f"steps and batch_size must be >= 1, got {steps} and {batch_size}")
+    check_parts(env, policy, learner, adder, table, eval_env)
     if adder.store is not table.store:
         raise ValueError(f"the adder writes another store than table {table.name!r} samples from")
     lanes = env.num_envs
     if adder.num_lanes != lanes:
-        raise ValueError(f"the adder's store has {adder.num_lanes} lanes, the env {lanes}: expected one lane per env")
+        raise ValueError(f"the adder's store has {adder.num_lanes} lanes, the env {lanes}: expected one lane per env "
+                         f"(build the store with lanes=env.num_envs)")
     if learner is not None:
-        _check_limiter(table, batch_size, lanes * adder.max_items_per_step)
+        check_limiter(table, batch_size, lanes * adder.max_items_per_step)
     actor = Actor(policy, env.action_spec, lanes, env.single_action_space)
     client = VariableClient(learner, policy, sync_period) if learner is not None else None
     stats = EpisodeStats(lanes)
@@ -241,6 +225,12 @@ def run(env: Any, policy: Policy, learner: Learner | None, adder: Any, table: An
         path = run_checkpoint.latest(checkpoint_dir)
         if path is not None:
             restored = run_checkpoint.load_run(path, table.store, table)
+    # Tables nothing samples here must take every item the rest of the run may write, without a sample.
+    per_step = adder.max_items_per_step
+    left = -(-max(int(steps) - (0 if restored is None else int(restored["env_steps"])), 0) // lanes) * lanes
+    unsampled = unsampled_tables(adder, table, learner)
+    check_unsampled(unsampled, left * per_step, left, per_step, table if learner is not None else None)
+    bounded = [t for t in unsampled if t.rate_limiter.max_diff < sys.float_info.max]  # those that may refuse
     logger: MultiLogger = make_logger(logdir, tensorboard=tensorboard,
                                       resume_at=None if restored is None else int(restored["env_steps"]))
     pending: dict[str, list[float]] = {}
@@ -318,6 +308,10 @@ def run(env: Any, policy: Policy, learner: Learner | None, adder: Any, table: An
                     raise RuntimeError(f"table {table.name!r}: the rate limiter admits neither a sample of "
                                        f"{batch_size} nor an env step's items ({table.rate_limiter!r}, "
                                        f"size {table.size})")
+                if bounded and not _wait_for_room(bounded, (steps - result.env_steps + lanes - 1) // lanes * lanes
+                                                  * per_step, stop, start, max_seconds):
+                    result.stopped = stop.reason or "max_seconds"
+                    break
                 if fast is not None:  # steps that continue an episode, until the next event or one that does not
                     taken, ts, acted = fast.collect(ts, min(next_event, steps) - result.env_steps, stop, start,
                                                     max_seconds)
@@ -387,13 +381,44 @@ def _restore(state: dict[str, Any], adder: Any, learner: Learner | None, policy:
     stats.reset()
 
 
+def _wait_for_room(tables: list[Any], items: int, stop: _Stop, start: float, max_seconds: float | None) -> bool:
+    """Wait until each of ``tables`` (nothing samples them in this run) admits ``items`` more items, in slices
+    of :data:`_WAIT_SLICE` seconds that end on a stop request or ``max_seconds``; whether they do. They admit
+    them unless another writer filled them (the run's own items were counted before it started): then only a
+    sampler in another thread can make room."""
+    if all(t.can_insert(items) for t in tables):
+        return True
+    warnings.warn(f"rlflow.run: table(s) {[t.name for t in tables]} admit fewer than the run's {items} remaining "
+                  "items without a sample (another writer filled them); waiting for a sampler in another thread, "
+                  "until one makes room or the run is stopped", RuntimeWarning, stacklevel=3)
+    while not all(t.can_insert(items) for t in tables):
+        if stop.reason or (max_seconds is not None and time.monotonic() - start > max_seconds):
+            return False
+        time.sleep(_WAIT_SLICE)
+    return True
+
+
 def _learn(learner: Learner, table: Any, batch_size: int, result: RunResult, pending: dict[str, list[float]]) -> None:
     sample = table.sample(batch_size)
     out = learner.step(sample)
-    update = out if isinstance(out, LearnerUpdate) else LearnerUpdate(metrics=out)
+    if isinstance(out, LearnerUpdate):
+        update = out
+    elif isinstance(out, Mapping):
+        update = LearnerUpdate(metrics=out)
+    else:
+        raise TypeError(f"{type(learner).__name__}.step returned {type(out).__name__}: expected a "
+                        "LearnerUpdate(metrics, priorities=None) or a dict of float metrics (return {} when there "
+                        "are none)")
     if update.priorities is not None:
         table.update_priorities(sample.keys, update.priorities)
     result.learner_steps += 1
-    result.learner_metrics = {k: float(v) for k, v in update.metrics.items()}
+    metrics: dict[str, float] = {}
+    for k, v in update.metrics.items():
+        try:
+            metrics[k] = float(v)
+        except (TypeError, ValueError):
+            raise TypeError(f"{type(learner).__name__}.step returned the metric {k!r} = {v!r}: expected a number "
+                            "(e.g. loss.item())") from None
+    result.learner_metrics = metrics
     for k, v in result.learner_metrics.items():
         pending.setdefault(k, []).append(v)
