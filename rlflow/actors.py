@@ -4,6 +4,7 @@ between learner and policy (:class:`VariableClient`), per-lane episode statistic
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any
 
 import numpy as np
@@ -110,7 +111,8 @@ class Actor:
     """A policy acting on a batched env, its actions checked against the env's action spec.
 
     ``select_action`` raises :class:`~rlflow.specs.SpecError` naming the policy's output and the action
-    space when the actions do not match (shape, dtype, bounds).
+    space when the actions do not match (shape, dtype, bounds). Torch tensors among the actions and the
+    extras (CPU or GPU, nested in dicts, tuples and lists as the spaces are) come back as numpy arrays.
     """
 
     def __init__(self, policy: Policy, action_spec: Any, num_lanes: int, action_space: Any = None) -> None:
@@ -136,6 +138,8 @@ class Actor:
             raise TypeError(f"{type(self.policy).__name__}.act returned {type(out).__name__}: expected a tuple "
                             "(actions, extras, state)")
         actions, extras, self.state = out
+        if extras is not None:
+            extras = _numpy_leaves(extras, self.policy, "extras")
         one = self._one
         if one is not None and type(actions) is np.ndarray and actions.dtype is one[0] and actions.shape == one[1]:
             mode = one[2]  # _specs.fits of one value, its checks decided in advance
@@ -144,6 +148,7 @@ class Actor:
                 return actions, extras
         if self._simple is not None and _specs.fits(self._simple, actions, self.num_lanes):
             return actions, extras
+        actions = _numpy_leaves(actions, self.policy, "actions")
         try:
             flat = _specs.flatten_data({"action": self._action_spec}, {"action": actions})
             _specs.validate(self._action_fields, flat, (self.num_lanes,))
@@ -152,6 +157,36 @@ class Actor:
             raise SpecError(f"{type(self.policy).__name__}.act returned actions that do not fit the action space "
                             f"{space} for {self.num_lanes} lanes: {exc}") from None
         return actions, extras
+
+
+def _numpy_leaves(value: Any, policy: Policy, what: str) -> Any:
+    """``value`` (a policy's actions or extras) with every torch tensor leaf, on any device, as a numpy array
+    (detached and copied to the CPU), nested as it came; ``value`` itself when it holds no tensor. Raises
+    TypeError naming the policy for a tensor that has no values to copy (e.g. on the ``meta`` device)."""
+    torch = sys.modules.get("torch")
+    if torch is None:  # no tensor exists before torch is imported
+        return value
+    tensor = torch.Tensor
+
+    def convert(leaf: Any) -> Any:
+        if type(leaf) is np.ndarray:
+            return leaf
+        if isinstance(leaf, tensor):
+            try:
+                return leaf.detach().cpu().numpy()
+            except (RuntimeError, NotImplementedError, TypeError) as exc:
+                raise TypeError(f"{type(policy).__name__}.act returned {what} as a torch tensor on device "
+                                f"{leaf.device} whose values cannot be copied to numpy ({exc}); return numpy arrays "
+                                "or tensors on the CPU or a GPU") from None
+        if isinstance(leaf, dict):
+            return {k: convert(v) for k, v in leaf.items()}
+        if isinstance(leaf, tuple) and hasattr(leaf, "_fields"):  # a NamedTuple
+            return type(leaf)(*(convert(v) for v in leaf))
+        if isinstance(leaf, tuple | list):
+            return type(leaf)(convert(v) for v in leaf)
+        return leaf
+
+    return convert(value)
 
 
 def _one_value_check(field: Any, num_lanes: int) -> tuple[Any, ...] | None:
