@@ -229,6 +229,9 @@ def evaluate(env: Any, policy: Policy, episodes: int, *, seed: int | None = None
 
     All lanes of ``env`` run until ``episodes`` episodes ended; the first ``episodes`` to end count.
     """
+    from rlflow.run_checks import check_env
+
+    check_env(env, "env", "rlflow.evaluate")
     actor = Actor(policy, env.action_spec, env.num_envs, env.single_action_space)
     stats = EpisodeStats(env.num_envs)
     ts = env.reset(seed=seed)

@@ -44,7 +44,7 @@ _WHAT = {
 }
 
 
-def check_env(env: Any, name: str) -> None:
+def check_env(env: Any, name: str, caller: str = "rlflow.run") -> None:
     """Raise TypeError, naming the wrapper to use, unless ``env`` is one of rlflow's batched envs."""
     if all(hasattr(env, a) for a in ("num_envs", "reset", "step", "action_spec", "single_action_space")):
         return
@@ -54,7 +54,7 @@ def check_env(env: Any, name: str) -> None:
     hint = (f"wrap it: {wrapper}" if wrapper else
             "use envs.GymEnvironment(gymnasium_env), envs.make(env_id, num_envs=...) or "
             "envs.ParallelEnvironment([pettingzoo_env, ...])")
-    raise TypeError(f"{name}: rlflow.run expected an rlflow env (it steps every lane at once and knows its action "
+    raise TypeError(f"{name}: {caller} expected an rlflow env (it steps every lane at once and knows its action "
                     f"spec), got {type(env).__name__}; {hint}")
 
 

@@ -82,6 +82,12 @@ def test_run_names_what_it_expected_and_how_to_get_it_for_a_wrong_object(parts, 
         _run_with(**parts)
 
 
+def test_evaluate_names_the_wrapper_for_a_gymnasium_env():
+    with pytest.raises(TypeError, match=r"env: rlflow.evaluate expected an rlflow env .*got TimeLimit; wrap it: "
+                                        r"envs.GymEnvironment\(env\)"):
+        rlflow.evaluate(gym.make("CartPole-v1"), ZeroPolicy(), 2)
+
+
 def test_run_names_the_store_lanes_setting_when_the_env_has_other_lanes():
     _, table, adder = setup(num_envs=2, limiter=MinSize(1))
     with pytest.raises(ValueError, match=r"the adder's store has 2 lanes, the env 4: .*lanes=env.num_envs"):
