@@ -586,18 +586,28 @@ class Adder:
         return self.view.gather(self.store, meta, fields or {})[0]
 
     # ------------------------------------------------------------------ checkpoint state
-    def state_dict(self) -> dict[str, np.ndarray]:
-        """The lanes' open rows and episode starts (restore with :meth:`load_state_dict`)."""
-        if self._staged:
-            self.flush()
-        return {"open": self._open.copy(), "episode_start": self._episode_start.copy()}
+    def state_dict(self) -> dict[str, Any]:
+        """The lanes' open rows and episode starts, and the steps :meth:`stage` holds (not written: taking
+        the state changes nothing); restore with :meth:`load_state_dict`."""
+        staged = self._staged_state() if self._staged else None
+        return {"open": self._open.copy(), "episode_start": self._episode_start.copy(), "staged": staged}
 
-    def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
-        if self._staged:
-            self.flush()
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output (the store and tables as they were when it was taken); steps
+        staged now are dropped in favour of the saved ones."""
         for key in ("open", "episode_start"):
             arr = np.asarray(state[key])
             if arr.shape != (self.num_lanes,):
                 raise ValueError(f"adder state {key!r}: expected shape ({self.num_lanes},), got {arr.shape}")
         self._open[...] = state["open"]
         self._episode_start[...] = state["episode_start"]
+        self._load_staged(state.get("staged"))
+
+    def _staged_state(self) -> dict[str, Any]:
+        """The steps :meth:`stage` holds, as plain arrays (adders that stage)."""
+        raise NotImplementedError
+
+    def _load_staged(self, state: Mapping[str, Any] | None) -> None:
+        """Hold the steps of :meth:`_staged_state`'s output (None: none) as :meth:`stage` held them."""
+        if state is not None:
+            raise ValueError(f"adder state: {type(self).__name__} stages no steps, got {state.get('steps')} staged")
