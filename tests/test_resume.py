@@ -150,8 +150,9 @@ def test_stopping_twice_between_checkpoints_then_resuming_equals_the_uninterrupt
 
 
 # --------------------------------------------------------------------------- one env's steps, no learner
-def one_env_run(monkeypatch, logdir, *, fast, steps, checkpoint_every=37, resume=False):
-    """CartPole as a plain env (one lane, the loop's one-env path when ``fast``) collected into a small ring."""
+def one_env_run(monkeypatch, logdir, *, fast, steps, checkpoint_every=37, resume=False, num_envs=None):
+    """CartPole as a plain env (one lane, the loop's one-env path when ``fast``), or a vector env of
+    ``num_envs`` lanes, collected into a small ring."""
     from rlflow.adders import _kernels as KA
 
     monkeypatch.setattr(rlflow.loop, "_ONE_ENV_STEPS", fast)
@@ -163,8 +164,8 @@ def one_env_run(monkeypatch, logdir, *, fast, steps, checkpoint_every=37, resume
         return got
 
     monkeypatch.setattr(KA, "stage_env_step", counted)
-    env = envs.make("CartPole-v1", num_envs=None, max_episode_steps=30)
-    store = StepStore(env.spec, capacity=120, lanes=1)
+    env = envs.make("CartPole-v1", num_envs=num_envs, max_episode_steps=30)
+    store = StepStore(env.spec, capacity=120, lanes=env.num_envs)
     table = Table(store, sampler=Uniform(seed=0), remover=Fifo(seed=0), rate_limiter=MinSize(1))
     adder = adders.NStepTransition(store, [table], n=2, discount=0.9, stage_steps=16)
     result = rlflow.run(env, RecurrentPolicy(), None, adder, table, steps=steps, seed=3, progress=False,
@@ -208,6 +209,18 @@ def test_one_env_stops_at_any_step_then_resume_equal_the_uninterrupted_run(monke
         part = one_env_run(monkeypatch, parts, fast=fast, steps=stop, resume=True)
     assert_same_collection(whole, part)
     assert_same_collection(whole, one_env_run(monkeypatch, tmp_path / "every", fast=fast, steps=600))
+
+
+def test_collecting_several_lanes_in_blocks_stops_anywhere_then_resumes_as_the_uninterrupted_run(monkeypatch,
+                                                                                                   tmp_path):
+    """Without a learner the adder holds steps of every lane staged in blocks: a checkpoint keeps them
+    staged, as a run that goes on holds them."""
+    whole = one_env_run(monkeypatch, tmp_path / "whole", fast=True, steps=900, checkpoint_every=0, num_envs=3)
+    assert len(whole[0].episodes) > 20 and whole[1].store.count.min() > 120
+    for stop in (100, 111, 301, 900):
+        part = one_env_run(monkeypatch, tmp_path / "parts", fast=True, steps=stop, resume=True, num_envs=3)
+    assert_same_collection(whole, part)
+    assert_same_collection(whole, one_env_run(monkeypatch, tmp_path / "every", fast=True, steps=900, num_envs=3))
 
 
 # --------------------------------------------------------------------------- an env whose state cannot be saved
@@ -281,3 +294,30 @@ def test_a_wrong_env_at_resume_is_refused_before_the_table_changes(tmp_path):
                    checkpoint_every=25, checkpoint_dir=tmp_path, resume=True)
     assert_same(other_table.state_dict(), before)
     assert other_store.count[0] == 0
+
+
+def test_an_adders_staged_steps_stay_staged_in_its_state_and_load_only_into_a_like_adder():
+    env = envs.make("CartPole-v1", num_envs=2)
+    store = StepStore(env.spec, capacity=200, lanes=2)
+    table = Table(store, sampler=Uniform(seed=0), remover=Fifo(seed=0), rate_limiter=MinSize(1))
+    adder = adders.NStepTransition(store, [table], n=2, discount=0.9, stage_steps=16)
+    ts = env.reset(seed=0)
+    adder.add_first(ts)
+    for _ in range(5):
+        actions = np.zeros(2, np.int64)
+        adder.stage(actions, ts := env.step(actions))
+    count, size = store.count.copy(), table.size
+    state = adder.state_dict()
+    assert state["staged"]["steps"] == 5
+    np.testing.assert_array_equal(store.count, count)  # taking the state wrote nothing
+    assert table.size == size
+    with pytest.raises(ValueError, match="fewer than stage_steps=4"):
+        adders.NStepTransition(store, [table], n=2, discount=0.9, stage_steps=4).load_state_dict(state)
+    other = Table(store, sampler=Uniform(seed=0), remover=Fifo(seed=0), rate_limiter=MinSize(1), name="episodes")
+    with pytest.raises(ValueError, match="Episode stages no steps, got 5 staged"):
+        adders.Episode(store, [other], max_length=50).load_state_dict(state)
+    again = adders.NStepTransition(store, [table], n=2, discount=0.9, stage_steps=16)
+    again.load_state_dict(state)
+    assert_same(again.state_dict(), state)
+    again.flush()  # the 5 steps of each lane
+    np.testing.assert_array_equal(store.count, count + 5)
