@@ -4,8 +4,10 @@ an env whose state cannot be saved is truncated at each checkpoint, said once.""
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
+import types
 import warnings
 from typing import NamedTuple
 
@@ -30,8 +32,8 @@ class RecurrentPolicy(rlflow.Policy):
     on the recurrent state and on the RNG, both of which a checkpoint keeps. ``stop_at``: the training
     ``act`` call after which it sends SIGTERM to the process (the run stops after that step)."""
 
-    def __init__(self, n: int = 2, seed: int = 5, stop_at: int | None = None) -> None:
-        self.n, self.rng, self.stop_at, self.calls = n, np.random.default_rng(seed), stop_at, 0
+    def __init__(self, n: int = 2, seed: int = 5, stop_at: int | None = None, sig=signal.SIGTERM) -> None:
+        self.n, self.rng, self.stop_at, self.calls, self.sig = n, np.random.default_rng(seed), stop_at, 0, sig
 
     def initial_state(self, batch_size):
         return Memory(np.zeros(batch_size, np.int64), torch.zeros(batch_size, 1))
@@ -43,7 +45,7 @@ class RecurrentPolicy(rlflow.Policy):
         if not evaluation:
             self.calls += 1
             if self.calls == self.stop_at:
-                os.kill(os.getpid(), signal.SIGTERM)
+                os.kill(os.getpid(), self.sig)
         return actions, None, Memory(state.count + 1, state.h + 1)
 
     def state_dict(self):
@@ -74,7 +76,8 @@ class KeyLearner(rlflow.Learner):
 LANES, STEPS, EVERY = 2, 1_200, 300
 
 
-def learner_run(logdir, *, checkpoint_every=EVERY, stop_at=None, resume=False, steps=STEPS):
+def learner_run(logdir, *, checkpoint_every=EVERY, stop_at=None, resume=False, steps=STEPS, max_seconds=None,
+                sig=signal.SIGTERM):
     """CartPole (2 lanes, episodes cut at 40 steps) into a prioritized table whose ring wraps, a learner,
     and an evaluation every 250 env steps; returns the result and the objects it leaves."""
     env = envs.make("CartPole-v1", num_envs=LANES, max_episode_steps=40)
@@ -82,11 +85,12 @@ def learner_run(logdir, *, checkpoint_every=EVERY, stop_at=None, resume=False, s
     table = Table(store, sampler=Prioritized(0.6, 0.4, seed=1), remover=Fifo(seed=0),
                   rate_limiter=SampleToInsertRatio(2.0, 20, error_buffer=40))
     adder = adders.NStepTransition(store, [table], n=3, discount=0.9)
-    policy, learner = RecurrentPolicy(stop_at=stop_at), KeyLearner()
+    policy, learner = RecurrentPolicy(stop_at=stop_at, sig=sig), KeyLearner()
     eval_env = envs.make("CartPole-v1", num_envs=None, max_episode_steps=40)
     result = rlflow.run(env, policy, learner, adder, table, steps=steps, batch_size=8, eval_env=eval_env,
                         eval_every=250, eval_episodes=2, checkpoint_every=checkpoint_every, logdir=logdir,
-                        tensorboard=False, progress=False, seed=11, resume=resume, log_every=500)
+                        tensorboard=False, progress=False, seed=11, resume=resume, log_every=500,
+                        max_seconds=max_seconds)
     return result, table, learner, policy
 
 
@@ -137,6 +141,23 @@ def test_a_sigterm_anywhere_then_resume_equals_the_uninterrupted_run(tmp_path, w
     assert_same_run(whole[0], resumed)
     assert read_csv(tmp_path / "train.csv") == read_csv(whole_dir / "train.csv")
     assert read_csv(tmp_path / "eval.csv") == read_csv(whole_dir / "eval.csv")
+
+
+def test_ctrl_c_mid_episode_then_resume_equals_the_uninterrupted_run(tmp_path, whole):
+    (result, *_), _ = whole
+    stop = stop_points(result)[0]
+    stopped = learner_run(tmp_path, stop_at=stop // LANES, sig=signal.SIGINT)
+    assert stopped[0].stopped == "SIGINT" and stopped[0].env_steps == stop
+    assert_same_run(whole[0], learner_run(tmp_path, resume=True))
+
+
+def test_a_max_seconds_stop_then_resume_equals_the_uninterrupted_run(tmp_path, whole, monkeypatch):
+    ticks = itertools.count()  # a clock that advances one second each time the loop reads it
+    monkeypatch.setattr(rlflow.loop, "time", types.SimpleNamespace(monotonic=lambda: float(next(ticks))))
+    stopped = learner_run(tmp_path, max_seconds=700)
+    monkeypatch.undo()
+    assert stopped[0].stopped == "max_seconds" and 300 < stopped[0].env_steps < STEPS
+    assert_same_run(whole[0], learner_run(tmp_path, resume=True))
 
 
 def test_a_run_with_checkpoints_equals_one_without(tmp_path, whole):
@@ -276,6 +297,12 @@ def test_an_env_that_cannot_be_saved_is_truncated_at_each_checkpoint_said_once(t
     engine_run(tmp_path / "b", steps=30)
     resumed = engine_run(tmp_path / "b", steps=60, resume=True)
     assert_same_collection((result, table, _, 0), (resumed[0], resumed[1], resumed[2], 0))
+    # A stop between checkpoints truncates there: the episode in progress at step 25 is cut at its 5th step,
+    # and the next one (restarted at 25) at the checkpoint of step 30, also at its 5th.
+    engine_run(tmp_path / "c", steps=25)
+    _, cut, _, _ = engine_run(tmp_path / "c", steps=60, resume=True)
+    got = cut.store.gather(np.zeros(int(cut.store.count[0]), np.int64), np.arange(int(cut.store.count[0])))
+    np.testing.assert_array_equal(got["observation"][np.flatnonzero(got["truncated"]) + 1, 0], [3, 3, 5, 5, 3, 3, 3])
 
 
 def test_a_wrong_env_at_resume_is_refused_before_the_table_changes(tmp_path):
