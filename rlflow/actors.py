@@ -214,9 +214,10 @@ def _plain_state(state: Any) -> Any:
     """A recurrent state with its NamedTuples as tuples (a checkpoint loads no classes)."""
     if isinstance(state, dict):
         return {k: _plain_state(v) for k, v in state.items()}
-    if isinstance(state, tuple | list):
-        return type(state)(_plain_state(v) for v in state) if type(state) in (tuple, list) else tuple(
-            _plain_state(v) for v in state)
+    if isinstance(state, list):
+        return [_plain_state(v) for v in state]
+    if isinstance(state, tuple):  # NamedTuples too
+        return tuple(_plain_state(v) for v in state)
     return state
 
 

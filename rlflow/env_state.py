@@ -167,12 +167,15 @@ def _restore_value(current: Any, saved: Any, where: str, *, apply: bool) -> Any:
         inner = current if isinstance(current, dict) else {}
         return {k: _restore_value(inner.get(k), v, f"{where}[{k!r}]", apply=apply) for k, v in saved.items()}
     if isinstance(saved, list | tuple):
-        inner = current if isinstance(current, list | tuple) and len(current) == len(saved) else [None] * len(saved)
-        items = [_restore_value(c, v, f"{where}[{i}]", apply=apply) for i, (c, v) in enumerate(zip(inner, saved,
-                                                                                                 strict=True))]
-        if isinstance(current, list) and len(current) == len(saved) and isinstance(saved, list):
+        same = isinstance(current, list | tuple) and len(current) == len(saved)
+        inner = current if same else [None] * len(saved)
+        items = [_restore_value(c, v, f"{where}[{i}]", apply=apply)
+                 for i, (c, v) in enumerate(zip(inner, saved, strict=True))]
+        if isinstance(saved, tuple):
+            return tuple(items)
+        if same and isinstance(current, list):
             if apply:
                 current[:] = items  # the list the env holds (others may hold it too)
             return current
-        return items if isinstance(saved, list) else tuple(items)
+        return items
     return saved
