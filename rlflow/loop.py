@@ -212,7 +212,10 @@ def run(env: Any, policy: Policy, learner: Learner | None, adder: Any, table: An
         max_seconds: stop after this wall-clock time.
         observers: called as ``fn(stream, env_step, metrics)`` for every row the loggers get.
         checkpoint_every: env steps between run checkpoints (0: none); a checkpoint is also written at the
-            end and when the run is stopped. See :mod:`rlflow.run_checkpoint` and ``docs/loop.md``.
+            end and when the run is stopped. It holds the env's state (``env.state_dict()``) and the episodes
+            in progress, so a resumed run goes on exactly; an env that cannot be saved ends its episodes as
+            truncated at each checkpoint instead (a warning says so once). See :mod:`rlflow.run_checkpoint`
+            and ``docs/loop.md``.
         checkpoint_dir: where checkpoints go (default ``<logdir>/checkpoints``).
         resume: continue from the latest checkpoint in ``checkpoint_dir``, if there is one.
     """
@@ -291,7 +294,7 @@ def run(env: Any, policy: Policy, learner: Learner | None, adder: Any, table: An
             env_saved = None
         run_checkpoint.save_run(checkpoint_dir, result.env_steps, table.store, table, {
             "env_steps": result.env_steps, "learner_steps": result.learner_steps,
-            "episodes": result.episodes, "evaluations": result.evaluations,
+            "episodes": result.episodes, "evaluations": result.evaluations, "learner_metrics": result.learner_metrics,
             "counters": {k: (None if v == math.inf else v) for k, v in counters.items()},
             "adder": adder.state_dict(),
             "learner": learner.state_dict() if learner is not None else {}, "policy": policy.state_dict(),
@@ -421,6 +424,7 @@ def _restore(state: dict[str, Any], adder: Any, learner: Learner | None, policy:
     result.env_steps, result.learner_steps = int(state["env_steps"]), int(state["learner_steps"])
     result.episodes = [tuple(e) for e in state["episodes"]]
     result.evaluations = [tuple(e) for e in state["evaluations"]]
+    result.learner_metrics = dict(state["learner_metrics"])
     counters.update({k: (math.inf if v is None else v) for k, v in state["counters"].items()})
     stats.load_state_dict(state["episode_stats"])
     actor.load_state_dict(state["actor"])

@@ -97,6 +97,7 @@ def learner_run(logdir, *, checkpoint_every=EVERY, stop_at=None, resume=False, s
 def assert_same_run(a, b):
     (r1, t1, l1, p1), (r2, t2, l2, p2) = a, b
     assert (r1.env_steps, r1.learner_steps, r1.stopped) == (r2.env_steps, r2.learner_steps, "")
+    assert r1.learner_metrics == r2.learner_metrics
     assert r1.episodes == r2.episodes and r1.evaluations == r2.evaluations
     assert (l1.steps, l1.total) == (l2.steps, l2.total)
     assert p1.rng.bit_generator.state == p2.rng.bit_generator.state
@@ -158,6 +159,12 @@ def test_a_max_seconds_stop_then_resume_equals_the_uninterrupted_run(tmp_path, w
     monkeypatch.undo()
     assert stopped[0].stopped == "max_seconds" and 300 < stopped[0].env_steps < STEPS
     assert_same_run(whole[0], learner_run(tmp_path, resume=True))
+
+
+def test_a_run_resumed_at_its_end_keeps_its_last_learner_metrics(tmp_path):
+    stopped = learner_run(tmp_path, stop_at=300)
+    resumed = learner_run(tmp_path, resume=True, steps=stopped[0].env_steps)
+    assert resumed[0].learner_metrics == stopped[0].learner_metrics and "total" in resumed[0].learner_metrics
 
 
 def test_a_run_with_checkpoints_equals_one_without(tmp_path, whole):
