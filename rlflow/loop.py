@@ -240,7 +240,7 @@ def run(env: Any, policy: Policy, learner: Learner | None, adder: Any, table: An
 
         path = run_checkpoint.latest(checkpoint_dir)
         if path is not None:
-            restored = run_checkpoint.load_run(path, table.store, table)
+            restored = run_checkpoint.load_run(path, table.store, table, adder)
     logger: MultiLogger = make_logger(logdir, tensorboard=tensorboard,
                                       resume_at=None if restored is None else int(restored["env_steps"]))
     pending: dict[str, list[float]] = {}
@@ -376,7 +376,7 @@ def run(env: Any, policy: Policy, learner: Learner | None, adder: Any, table: An
 def _restore(state: dict[str, Any], adder: Any, learner: Learner | None, policy: Policy, stats: EpisodeStats,
              result: RunResult, counters: dict[str, float]) -> None:
     """Put a run checkpoint's state back (the store and table are loaded already)."""
-    adder.load_state_dict({k: np.asarray(v, np.int64) for k, v in state["adder"].items()})
+    adder.load_state_dict(state["adder"])
     if learner is not None:
         learner.load_state_dict(state["learner"])
     policy.load_state_dict(state["policy"])

@@ -1,0 +1,278 @@
+"""Exact resume: adder state, item settings checked on load."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from adder_reference import SPEC, Stream
+from ma_envs import DyingAgents
+
+import rlflow
+from rlflow import adders, envs, run_checkpoint
+from rlflow.envs import ParallelEnvironment
+from rlflow.replay import Fifo, Queue, SampleToInsertRatio, StepStore, Table, Uniform
+from rlflow.replay import checkpoint as replay_checkpoint
+from rlflow.replay.checkpoint import CheckpointError
+
+G = 0.9
+
+
+def nstep(n=3, discount=G):
+    return lambda store, tables: adders.NStepTransition(store, tables, n=n, discount=discount)
+
+
+def sequence(length=6, period=4, end="continue"):
+    return lambda store, tables: adders.Sequence(store, tables, length=length, period=period, end_behavior=end)
+
+
+def episode(max_length=120, ragged=False):
+    return lambda store, tables: adders.Episode(store, tables, max_length=max_length, ragged=ragged)
+
+
+def multiagent(n=3, discount=G):
+    return lambda store, tables: adders.MultiAgentTransition(store, tables, n=n, discount=discount)
+
+
+ADDERS = {
+    "nstep-1": nstep(1), "nstep-3": nstep(3), "episode": episode(),
+    "sequence-continue": sequence(), "sequence-zero_pad": sequence(end="zero_pad"),
+    "sequence-truncate": sequence(end="truncate"), "sequence-write": sequence(end="write"),
+    "sequence-tiles": sequence(4, 4, "zero_pad"), "sequence-continue-tiles": sequence(5, 5),
+}
+
+
+def build(make_adder, spec=SPEC, lanes=2, capacity=300):
+    store = StepStore(spec, capacity=capacity, lanes=lanes)
+    table = Table(store, sampler=Uniform(seed=0), remover=Fifo(), max_size=10 * capacity * lanes, cross_episodes=True)
+    return store, table, make_adder(store, [table])
+
+
+def same_tables(t1, t2):
+    i1, i2 = t1.items(), t2.items()
+    assert i1.keys() == i2.keys() and i1["key"].size > 0
+    for k in i1:
+        np.testing.assert_array_equal(i1[k], i2[k], err_msg=k)
+    for k, v in t1.store.state_dict().items():
+        np.testing.assert_array_equal(v, t2.store.state_dict()[k], err_msg=k)
+
+
+# --------------------------------------------------------------------------- adder state
+def stream_run(make_adder, tmp_path, *, save_at, steps=160, same_step=True, seed=3):
+    """A random episode stream into a fresh adder; at ``save_at`` (if any) the store, table and adder are
+    saved and the stream goes on into new objects restored from them."""
+    store, table, adder = build(make_adder)
+    stream = Stream(2, np.random.default_rng(seed), same_step)
+    adder.add_first(stream.reset())
+    for i in range(steps):
+        if i == save_at:
+            replay_checkpoint.save(tmp_path / "replay.ckpt", store, [table])
+            state = adder.state_dict()
+            store, table, adder = build(make_adder)
+            replay_checkpoint.load(tmp_path / "replay.ckpt", store, [table])
+            adder.load_state_dict(state)
+        actions, ts, extras = stream.step(stream.random_events(0.08))
+        adder.add(actions, ts, extras)
+    adder.truncate()
+    return table
+
+
+@pytest.mark.parametrize("same_step", [True, False])
+@pytest.mark.parametrize("name", list(ADDERS))
+def test_every_adder_restored_mid_episode_writes_what_the_uninterrupted_one_writes(tmp_path, name, same_step):
+    """An adder's state holds every position that shapes its future items (a sequence's next start too):
+    saved mid-episode at several steps and restored into new objects, it writes the same rows and items."""
+    whole = stream_run(ADDERS[name], tmp_path, save_at=None, same_step=same_step)
+    for save_at in (37, 90, 91):
+        same_tables(whole, stream_run(ADDERS[name], tmp_path, save_at=save_at, same_step=same_step))
+
+
+def learner_digest(sample) -> float:
+    leaves = sample.data.values() if isinstance(sample.data, dict) else sample.data
+    total = float(np.sum(sample.keys % 997))
+    for leaf in leaves:
+        if isinstance(leaf, dict):
+            total += sum(float(np.sum(v)) for v in leaf.values())
+        elif leaf is not None:
+            total += float(np.sum(leaf))
+    return total
+
+
+class DigestLearner(rlflow.Learner):
+    """Its state follows every sample it sees (keys and data)."""
+
+    def __init__(self):
+        self.steps, self.total = 0, 0.0
+
+    def step(self, sample):
+        self.steps += 1
+        self.total += learner_digest(sample)
+        return {"total": self.total}
+
+    def get_params(self):
+        return self.steps
+
+    def state_dict(self):
+        return {"steps": self.steps, "total": self.total}
+
+    def load_state_dict(self, state):
+        self.steps, self.total = state["steps"], state["total"]
+
+
+class SeededPolicy(rlflow.Policy):
+    def __init__(self, seed=5):
+        self.rng = np.random.default_rng(seed)
+
+    def act(self, observation, state, *, evaluation=False):
+        return self.rng.integers(0, 2, len(observation)), None, state
+
+    def state_dict(self):
+        return {"rng": self.rng.bit_generator.state}
+
+    def load_state_dict(self, state):
+        self.rng.bit_generator.state = state["rng"]
+
+
+def queue_run(make_adder, logdir, stops, capacity=40):
+    """PPO's set-up on 2 CartPole lanes (a FIFO queue emptied 2 items at a time), run to each of ``stops``
+    with new objects resuming from the last checkpoint (every 200 env steps)."""
+    for stop in stops:
+        env = envs.make("CartPole-v1", num_envs=2)
+        store = StepStore(env.spec, capacity=capacity, lanes=2)
+        table = Table(store, sampler=Fifo(), remover=Fifo(), max_times_sampled=1, cross_episodes=True,
+                      rate_limiter=Queue(2 * 4))
+        adder = make_adder(store, [table])
+        learner = DigestLearner()
+        result = rlflow.run(env, SeededPolicy(), learner, adder, table, steps=stop, batch_size=2,
+                            checkpoint_every=200, logdir=logdir, tensorboard=False, progress=False, seed=3,
+                            resume=True)
+    return result, table, learner
+
+
+@pytest.mark.parametrize(("name", "capacity"), [("sequence-continue", 40), ("sequence-zero_pad", 40),
+                                                ("sequence-write", 40), ("nstep-3", 40), ("episode", 1_100)])
+def test_a_run_stopped_at_a_checkpoint_and_resumed_equals_the_uninterrupted_run(tmp_path, name, capacity):
+    """PPO's and MAPPO's set-up (a continuing sequence adder, length 6, period 4) and the other adders: a run
+    to 800 env steps and one stopped at 400 and resumed to 800 insert and sample the same items."""
+    make_adder = ADDERS[name] if name != "episode" else episode(501)
+    (r1, t1, l1), (r2, t2, l2) = (queue_run(make_adder, tmp_path / "whole", [800], capacity),
+                                  queue_run(make_adder, tmp_path / "parts", [400, 800], capacity))
+    assert r1.learner_steps >= 20 and r1.episodes == r2.episodes
+    assert (t1.rate_limiter.inserts, r1.learner_steps, l1.total) == (t2.rate_limiter.inserts, r2.learner_steps,
+                                                                     l2.total)
+    same_tables(t1, t2)
+
+
+# --------------------------------------------------------------------------- item settings checked on resume
+def ma_env(max_steps=100, deaths=(2, None, 4)):
+    return ParallelEnvironment([DyingAgents(deaths=deaths, max_steps=max_steps)], action_mask="info")
+
+
+def feed(adder, steps=30, seed=0):
+    """Steps of a random single-agent stream, or of DyingAgents for a multi-agent store."""
+    rng = np.random.default_rng(seed)
+    if "observation/active" in adder.store.fields:
+        env = ma_env(max_steps=7)
+        adder.add_first(env.reset())
+        for _ in range(steps):
+            actions = rng.integers(0, 3, (1, 3))
+            adder.add(actions, env.step(actions))
+        return
+    stream = Stream(adder.num_lanes, rng, True)
+    adder.add_first(stream.reset())
+    for _ in range(steps):
+        adder.add(*stream.step(stream.random_events(0.1)))
+
+
+SETTING_CHANGES = [
+    # (setting, the checkpoint's adder, the resuming adder, its value in the checkpoint, the resuming value)
+    ("n", nstep(3), nstep(1), 3, 1),
+    ("discount", nstep(3, 0.9), nstep(3, 0.99), 0.9, 0.99),
+    ("length", sequence(6, 4), sequence(8, 4), 6, 8),
+    ("period", sequence(6, 4), sequence(6, 3), 4, 3),
+    ("end_behavior", sequence(6, 4, "continue"), sequence(6, 4, "write"), "'continue'", "'write'"),
+    ("end_behavior", sequence(6, 4, "zero_pad"), sequence(6, 4, "write"), "'zero_pad'", "'write'"),
+    ("max_length", episode(60), episode(80), 60, 80),
+    ("ragged", episode(60), episode(60, ragged=True), False, True),
+    ("kind", sequence(6, 4), episode(60), "'sequence'", "'episode'"),
+    ("kind", nstep(1), sequence(2, 1), "'transition'", "'sequence'"),
+    ("n", multiagent(3), multiagent(1), 3, 1),
+    ("discount", multiagent(3, 0.9), multiagent(3, 0.5), 0.9, 0.5),
+]
+
+
+def snapshot(store, table):
+    return {k: v.copy() for k, v in store.state_dict().items()}, table.items()
+
+
+def assert_unchanged(store, table, before):
+    for k, v in store.state_dict().items():
+        np.testing.assert_array_equal(v, before[0][k], err_msg=k)
+    after = table.items()
+    for k in before[1]:
+        np.testing.assert_array_equal(after[k], before[1][k], err_msg=k)
+
+
+@pytest.mark.parametrize(("setting", "saved_adder", "new_adder", "saved", "new"), SETTING_CHANGES)
+def test_a_changed_item_setting_is_refused_on_resume_naming_it_and_changing_nothing(tmp_path, setting, saved_adder,
+                                                                                    new_adder, saved, new):
+    multi = saved_adder.__qualname__.startswith("multiagent.")  # made by multiagent(): a multi-agent store
+    spec, lanes = (ma_env().spec, 1) if multi else (SPEC, 2)
+    store, table, adder = build(saved_adder, spec, lanes)
+    feed(adder)
+    path = run_checkpoint.save_run(tmp_path, 30, store, table, {"adder": adder.state_dict()})
+    store, table, adder = build(new_adder, spec, lanes)
+    feed(adder, steps=5, seed=1)
+    before, open_rows = snapshot(store, table), adder.state_dict()
+    message = rf"adder setting '{setting}': .*{setting}={saved}, this \w+ has {setting}={new}"
+    with pytest.raises(CheckpointError, match=message):
+        run_checkpoint.load_run(path, store, table, adder)
+    with pytest.raises(CheckpointError, match=message):
+        adder.load_state_dict(run_checkpoint.load_state(path / "run.pt")["adder"])
+    # A replay checkpoint alone is refused too: the setting is part of the table's configuration.
+    with pytest.raises(CheckpointError, match=f"'{setting}'"):
+        replay_checkpoint.load(path / "replay.ckpt", store, [table])
+    assert_unchanged(store, table, before)
+    for k, v in adder.state_dict().items():
+        np.testing.assert_array_equal(v, open_rows[k], err_msg=k)
+
+
+def test_zero_pad_and_truncate_write_the_same_items_so_either_resumes_the_other(tmp_path):
+    store, table, adder = build(sequence(6, 4, "truncate"))
+    feed(adder)
+    path = run_checkpoint.save_run(tmp_path, 30, store, table, {"adder": adder.state_dict()})
+    store, table, adder = build(sequence(6, 4, "zero_pad"))
+    state = run_checkpoint.load_run(path, store, table, adder)
+    adder.load_state_dict(state["adder"])
+    assert table.size > 0
+
+
+def test_bad_lane_arrays_in_an_adder_state_are_refused_changing_nothing():
+    _store, _table, adder = build(sequence())
+    feed(adder)
+    good = adder.state_dict()
+    for bad, match in [({**good, "next_start": good["next_start"][:1]}, r"'next_start': expected 2 integers"),
+                       ({k: v for k, v in good.items() if k != "open"}, r"'open': expected 2 integers"),
+                       ({k: v for k, v in good.items() if k != "items"}, "settings of its items")]:
+        with pytest.raises(CheckpointError, match=match):
+            adder.load_state_dict(bad)
+        for k, v in adder.state_dict().items():
+            np.testing.assert_array_equal(v, good[k], err_msg=k)
+
+
+def test_run_refuses_to_resume_with_another_n_before_anything_changes(tmp_path):
+    def setup(n):
+        env = envs.make("CartPole-v1", num_envs=2)
+        store = StepStore(env.spec, capacity=200, lanes=2)
+        table = Table(store, sampler=Uniform(seed=1), remover=Fifo(),
+                      rate_limiter=SampleToInsertRatio(2.0, 20, error_buffer=40))
+        return env, table, adders.NStepTransition(store, [table], n=n, discount=G)
+
+    env, table, adder = setup(3)
+    rlflow.run(env, SeededPolicy(), DigestLearner(), adder, table, steps=100, batch_size=8, checkpoint_every=100,
+               logdir=tmp_path, tensorboard=False, progress=False, seed=1)
+    env, table, adder = setup(1)
+    learner = DigestLearner()
+    with pytest.raises(CheckpointError, match=r"adder setting 'n': .*n=3, this NStepTransition has n=1"):
+        rlflow.run(env, SeededPolicy(), learner, adder, table, steps=200, batch_size=8, checkpoint_every=100,
+                   logdir=tmp_path, tensorboard=False, progress=False, seed=1, resume=True)
+    assert len(table.store) == 0 and table.size == 0 and learner.steps == 0
