@@ -280,7 +280,8 @@ def run(env: Any, policy: Policy, learner: Learner | None, adder: Any, table: An
             "episodes": result.episodes, "evaluations": result.evaluations,
             "counters": {k: (None if v == math.inf else v) for k, v in counters.items()},
             "adder": adder.state_dict(),
-            "learner": learner.state_dict() if learner is not None else {}, "policy": policy.state_dict()})
+            "learner": learner.state_dict() if learner is not None else {}, "policy": policy.state_dict(),
+            "variable_client": client.state_dict() if client is not None else None})
         saved[0] = result.env_steps
 
     def due() -> float:
@@ -303,7 +304,10 @@ def run(env: Any, policy: Policy, learner: Learner | None, adder: Any, table: An
                dynamic_ncols=True)
     try:
         with _Stop() as stop:
-            if client is not None:
+            if client is not None and restored is not None:
+                client.resume(restored.get("variable_client"), result.env_steps,
+                              policy_restored=bool(restored["policy"]))
+            elif client is not None:
                 client.update(result.env_steps, force=True)
             ts = restart_envs()
             next_event = due()

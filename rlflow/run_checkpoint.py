@@ -5,8 +5,9 @@ A checkpoint is a directory ``<checkpoint_dir>/step-<env steps>`` holding
 - ``replay.ckpt``: the store and the table (:mod:`rlflow.replay.checkpoint`: every row, item, priority,
   selector and RNG state, and rate-limiter counter);
 - ``run.pt``: the adder's state (its lanes' positions and the settings of its items, checked on load
-  before anything changes), the learner's and policy's ``state_dict()``, the loop's counters, its
-  finished episodes and evaluations, the per-lane episode statistics, and torch's global RNG state,
+  before anything changes), the learner's and policy's ``state_dict()``, the variable client's last
+  pull, the loop's counters, its finished episodes and evaluations, the per-lane episode statistics,
+  and torch's global RNG state,
   saved with ``torch.save`` and loaded with ``weights_only=True``. State dicts may hold tensors, numpy
   arrays and scalars of numbers, and plain values (numbers, strings, None) in dicts, lists and tuples.
   Numpy values are stored as their bytes (a uint8 tensor), dtype and shape, and come back as numpy

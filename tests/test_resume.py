@@ -1,4 +1,4 @@
-"""Exact resume: adder state, item settings checked on load."""
+"""Exact resume: adder state, item settings checked on load, parameter sync."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from ma_envs import DyingAgents
 
 import rlflow
 from rlflow import adders, envs, run_checkpoint
+from rlflow.actors import VariableClient
 from rlflow.envs import ParallelEnvironment
 from rlflow.replay import Fifo, Queue, SampleToInsertRatio, StepStore, Table, Uniform
 from rlflow.replay import checkpoint as replay_checkpoint
@@ -276,3 +277,88 @@ def test_run_refuses_to_resume_with_another_n_before_anything_changes(tmp_path):
         rlflow.run(env, SeededPolicy(), learner, adder, table, steps=200, batch_size=8, checkpoint_every=100,
                    logdir=tmp_path, tensorboard=False, progress=False, seed=1, resume=True)
     assert len(table.store) == 0 and table.size == 0 and learner.steps == 0
+
+
+# --------------------------------------------------------------------------- parameter sync
+class ParamPolicy(SeededPolicy):
+    """Acts on its RNG and on the parameters it was last given (logged per action); saves both."""
+
+    def __init__(self, log):
+        super().__init__()
+        self.params, self.log = None, log
+
+    def act(self, observation, state, *, evaluation=False):
+        self.log.append(self.params)
+        return (self.rng.integers(0, 2, len(observation)) + self.params // 5) % 2, None, state
+
+    def set_params(self, params):
+        self.params = params
+
+    def state_dict(self):
+        return {**super().state_dict(), "params": self.params}
+
+    def load_state_dict(self, state):
+        super().load_state_dict(state)
+        self.params = state["params"]
+
+
+def synced_run(logdir, stops, policy_log):
+    """One lane, one learner step per env step (its parameters: its step count), sync_period 7, checkpoints
+    every 100 env steps: the last pull before each checkpoint was at step 98 (or 196)."""
+    for stop in stops:
+        env = envs.make("CartPole-v1", num_envs=1)
+        store = StepStore(env.spec, capacity=1_000, lanes=1)
+        table = Table(store, sampler=Uniform(seed=2), remover=Fifo(),
+                      rate_limiter=SampleToInsertRatio(4.0, 1, error_buffer=4))
+        adder = adders.NStepTransition(store, [table], n=1, discount=G)
+        learner = DigestLearner()
+        rlflow.run(env, ParamPolicy(policy_log), learner, adder, table, steps=stop, batch_size=4, sync_period=7,
+                   checkpoint_every=100, logdir=logdir, tensorboard=False, progress=False, seed=4, resume=True)
+    return table, learner
+
+
+def test_a_run_resumed_between_parameter_pulls_acts_with_the_parameters_of_the_uninterrupted_run(tmp_path):
+    log1, log2 = [], []
+    t1, l1 = synced_run(tmp_path / "whole", [250], log1)
+    t2, l2 = synced_run(tmp_path / "parts", [100, 200, 250], log2)
+    # The pull after env step 98 gets the learner's 97 steps; the actions from 100 on use them until the pull
+    # at 105 (a pull at the checkpoint's step would have given 99).
+    assert log1[98:105] == [97] * 7 and log1[105] == 104
+    assert log1 == log2
+    assert (l1.steps, l1.total) == (l2.steps, l2.total)
+    same_tables(t1, t2)
+
+
+class Params(rlflow.Learner):
+    def step(self, sample):
+        return {}
+
+    def get_params(self):
+        return "latest"
+
+
+class Holder(rlflow.Policy):
+    def __init__(self):
+        self.params = "restored"
+
+    def act(self, observation, state, *, evaluation=False):
+        return None, None, state
+
+    def set_params(self, params):
+        self.params = params
+
+
+@pytest.mark.parametrize(("last_pull", "policy_restored", "pulls"), [
+    (98, True, False),   # between pulls: the restored parameters stay until the pull due at 105
+    (100, True, True),   # pulled at the checkpoint's step: the learner's parameters are those it had
+    (98, False, True),   # a policy that saved nothing has only the learner's parameters to act with
+    (None, True, True),  # a checkpoint without the client's state: pull
+])
+def test_the_variable_client_resumes_its_pull_schedule(last_pull, policy_restored, pulls):
+    policy = Holder()
+    client = VariableClient(Params(), policy, period=7)
+    state = None if last_pull is None else client.state_dict() | {"last_pull": last_pull}
+    assert client.resume(state, 100, policy_restored=policy_restored) is pulls
+    assert policy.params == ("latest" if pulls else "restored")
+    assert client.update(104) is False and client.update(105) is (not pulls)
+    assert client.state_dict() == {"last_pull": 105 if not pulls else 100}
