@@ -1,9 +1,10 @@
-"""Exact resume: adder state, item settings checked on load, parameter sync."""
+"""Exact resume: adder state, item settings checked on load, parameter sync, and multi-agent truncation."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 from adder_reference import SPEC, Stream
 from ma_envs import DyingAgents
 
@@ -362,3 +363,57 @@ def test_the_variable_client_resumes_its_pull_schedule(last_pull, policy_restore
     assert policy.params == ("latest" if pulls else "restored")
     assert client.update(104) is False and client.update(105) is (not pulls)
     assert client.state_dict() == {"last_pull": 105 if not pulls else 100}
+
+
+# --------------------------------------------------------------------------- multi-agent truncation
+def ma_rows(deaths, cut_by_adder, make_adder, steps=9, cut_at=6):
+    """DyingAgents rows of ``steps`` joint actions: the env cuts the episode at step ``cut_at`` (its time
+    limit), or the adder truncates it there (:meth:`~rlflow.adders.Adder.truncate`) and the env restarts."""
+    env = ma_env(max_steps=100 if cut_by_adder else cut_at, deaths=deaths)
+    store, table, adder = build(make_adder, env.spec, lanes=1, capacity=64)
+    rng = np.random.default_rng(0)
+    adder.add_first(env.reset())
+    for t in range(steps):
+        if cut_by_adder and t == cut_at:
+            adder.truncate()
+            adder.add_first(env.reset())
+        actions = rng.integers(0, 3, (1, 3))
+        adder.add(actions, env.step(actions))
+    return store, table
+
+
+@pytest.mark.parametrize("deaths", [(2, None, 4), (2, None, 6), (None, None, None), (1, 3, None)])
+@pytest.mark.parametrize("make_adder", [multiagent(3), sequence(4, 3), episode(20)], ids=["nstep", "seq", "ep"])
+def test_an_adder_truncation_writes_the_rows_and_items_of_an_env_truncation(deaths, make_adder):
+    """The agents still active where the adder cuts are left as the env's time limit leaves them: inactive,
+    truncated, no legal action, on the final row; the items (per-agent n-step, sequences, episodes) match."""
+    env_cut, adder_cut = ma_rows(deaths, False, make_adder), ma_rows(deaths, True, make_adder)
+    final = env_cut[0].take(np.array([6]))
+    assert final["last"].all() and not final["observation/active"].any()
+    live = [d is None or d > 6 for d in deaths]
+    assert final["observation/truncated"][0].tolist() == live
+    same_tables(env_cut[1], adder_cut[1])
+
+
+def test_mappo_advantages_are_cut_where_the_adder_truncates():
+    """MAPPO's per-agent GAE on a rollout through an adder's truncation: the same advantages as through an
+    env truncation at that step, none of them reaching past the final row into the next episode."""
+    mappo = pytest.importorskip("baselines.mappo")
+    rollouts = []
+    for cut_by_adder in (False, True):
+        store, _ = ma_rows((2, None, None), cut_by_adder, sequence(4, 3))
+        rows = store.unflatten(store.take(np.arange(10)[None]))  # one rollout [1, 10, ...]: rows 0..6, then 7..9
+        rollouts.append(rows)
+    values = torch.arange(30, dtype=torch.float32).reshape(1, 10, 3)
+    mask = np.ones((1, 10), bool)
+    env_cut, adder_cut = (mappo.agent_targets(values, rows, mask, 0.9, 0.8) for rows in rollouts)
+    for key in env_cut:
+        np.testing.assert_array_equal(env_cut[key].numpy(), adder_cut[key].numpy(), err_msg=key)
+    changed = values.clone()
+    changed[0, 7:] += 100.0  # the next episode's values
+    later = mappo.agent_targets(changed, rollouts[1], mask, 0.9, 0.8)
+    np.testing.assert_array_equal(later["advantages"][:6].numpy(), adder_cut["advantages"][:6].numpy())
+    # the last step of agents 1 and 2 bootstraps from their final observation (row 6): r + .9 V(6) - V(5)
+    reward = rollouts[1]["reward"][0, 5]
+    np.testing.assert_allclose(adder_cut["advantages"][5, 0, 1:].numpy(),
+                               reward[1:] + 0.9 * values[0, 6, 1:].numpy() - values[0, 5, 1:].numpy(), rtol=1e-6)

@@ -268,8 +268,10 @@ class Adder:
 
         The open row's observation becomes the episode's final observation: its row gets ``last=True``
         (zero action and reward) and the row before it ``truncated=True``; items are written as for any
-        truncated episode (bootstrapping from that observation). For a run that stops collecting, this
-        keeps the last transitions that :meth:`reset` would drop.
+        truncated episode (bootstrapping from that observation). On a multi-agent store the agents active
+        at that row are cut as an env's time limit cuts them (:meth:`_end_open_rows`), so the rows are
+        those of an env that truncates at this step. For a run that stops collecting, this keeps the last
+        transitions that :meth:`reset` would drop.
         """
         if self._staged:
             self.flush()
@@ -280,11 +282,7 @@ class Adder:
                 return
             rows = self._open[lanes_arr].copy()
             starts = self._episode_start[lanes_arr].copy()
-            k = lanes_arr.size
-            zero = _specs.zeros({**self._act_fields, **self._reward_fields, **self._extra_fields}, (k,))
-            self.store.write(lanes_arr, rows, {**self._top(zero), "terminated": np.zeros(k, bool),
-                                               "truncated": np.zeros(k, bool), "last": np.ones(k, bool)},
-                             checked=False)
+            self._end_open_rows(lanes_arr, rows)
             acted = rows > starts  # episodes with at least one action; the others are just dropped
             if acted.any():
                 self.store.write(lanes_arr[acted], rows[acted] - 1, {"truncated": np.ones(int(acted.sum()), bool)},
@@ -297,6 +295,25 @@ class Adder:
                                   continued_starts=empty, started=empty, started_rows=empty, final_was_open=True))
             if (~acted).any():
                 self._abandon(lanes_arr[~acted])
+
+    def _end_open_rows(self, lanes: np.ndarray, rows: np.ndarray) -> None:
+        """Make the open ``rows`` of ``lanes`` final rows (:meth:`truncate`, :meth:`reset`): zero action,
+        reward and extras, ``last=True``. On a multi-agent store (:class:`rlflow.envs.ParallelEnvironment`'s
+        rows) the agents active at such a row are cut there as an env's time limit leaves them on its final
+        observation: ``truncated`` set, ``active`` cleared, no legal action in ``action_mask``."""
+        k = lanes.size
+        cols = _specs.zeros({**self._act_fields, **self._reward_fields, **self._extra_fields}, (k,))
+        if self._agent_active is not None and "observation/truncated" in self._obs_fields:
+            obs = {n: v for n, v in self.store.gather(lanes, rows, checked=False).items() if n in self._obs_fields}
+            cut = obs["observation/active"]
+            obs["observation/truncated"] = obs["observation/truncated"] | cut
+            mask = obs.get("observation/action_mask")
+            if mask is not None and mask.shape[:cut.ndim] == cut.shape:
+                mask[cut] = 0
+            obs["observation/active"] = np.zeros_like(cut)
+            cols.update(obs)
+        self.store.write(lanes, rows, {**self._top(cols), "terminated": np.zeros(k, bool),
+                                       "truncated": np.zeros(k, bool), "last": np.ones(k, bool)}, checked=False)
 
     def _lane_subset(self, lanes: Any) -> np.ndarray:
         arr = np.asarray(lanes)
@@ -402,10 +419,7 @@ class Adder:
         with self.store.lock:
             lanes = np.flatnonzero(self._open >= 0)
             if lanes.size:
-                zero = _specs.zeros({**self._act_fields, **self._reward_fields, **self._extra_fields}, (lanes.size,))
-                self.store.write(lanes, self._open[lanes], {
-                    **self._top(zero), "terminated": np.zeros(lanes.size, bool),
-                    "truncated": np.zeros(lanes.size, bool), "last": np.ones(lanes.size, bool)}, checked=False)
+                self._end_open_rows(lanes, self._open[lanes])
                 self._open[lanes] = -1
                 self._abandon(lanes)
 
