@@ -240,7 +240,7 @@ def run(env: Any, policy: Policy, learner: Learner | None, adder: Any, table: An
 
         path = run_checkpoint.latest(checkpoint_dir)
         if path is not None:
-            restored = run_checkpoint.load_run(path, table.store, table)
+            restored = run_checkpoint.load_run(path, table.store, table, adder)
     logger: MultiLogger = make_logger(logdir, tensorboard=tensorboard,
                                       resume_at=None if restored is None else int(restored["env_steps"]))
     pending: dict[str, list[float]] = {}
@@ -280,7 +280,8 @@ def run(env: Any, policy: Policy, learner: Learner | None, adder: Any, table: An
             "episodes": result.episodes, "evaluations": result.evaluations,
             "counters": {k: (None if v == math.inf else v) for k, v in counters.items()},
             "adder": adder.state_dict(),
-            "learner": learner.state_dict() if learner is not None else {}, "policy": policy.state_dict()})
+            "learner": learner.state_dict() if learner is not None else {}, "policy": policy.state_dict(),
+            "variable_client": client.state_dict() if client is not None else None})
         saved[0] = result.env_steps
 
     def due() -> float:
@@ -303,7 +304,10 @@ def run(env: Any, policy: Policy, learner: Learner | None, adder: Any, table: An
                dynamic_ncols=True)
     try:
         with _Stop() as stop:
-            if client is not None:
+            if client is not None and restored is not None:
+                client.resume(restored.get("variable_client"), result.env_steps,
+                              policy_restored=bool(restored["policy"]))
+            elif client is not None:
                 client.update(result.env_steps, force=True)
             ts = restart_envs()
             next_event = due()
@@ -376,7 +380,7 @@ def run(env: Any, policy: Policy, learner: Learner | None, adder: Any, table: An
 def _restore(state: dict[str, Any], adder: Any, learner: Learner | None, policy: Policy, stats: EpisodeStats,
              result: RunResult, counters: dict[str, float]) -> None:
     """Put a run checkpoint's state back (the store and table are loaded already)."""
-    adder.load_state_dict({k: np.asarray(v, np.int64) for k, v in state["adder"].items()})
+    adder.load_state_dict(state["adder"])
     if learner is not None:
         learner.load_state_dict(state["learner"])
     policy.load_state_dict(state["policy"])

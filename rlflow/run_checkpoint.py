@@ -4,8 +4,10 @@ A checkpoint is a directory ``<checkpoint_dir>/step-<env steps>`` holding
 
 - ``replay.ckpt``: the store and the table (:mod:`rlflow.replay.checkpoint`: every row, item, priority,
   selector and RNG state, and rate-limiter counter);
-- ``run.pt``: the adder's lanes, the learner's and policy's ``state_dict()``, the loop's counters, its
-  finished episodes and evaluations, the per-lane episode statistics, and torch's global RNG state,
+- ``run.pt``: the adder's state (its lanes' positions and the settings of its items, checked on load
+  before anything changes), the learner's and policy's ``state_dict()``, the variable client's last
+  pull, the loop's counters, its finished episodes and evaluations, the per-lane episode statistics,
+  and torch's global RNG state,
   saved with ``torch.save`` and loaded with ``weights_only=True``. State dicts may hold tensors, numpy
   arrays and scalars of numbers, and plain values (numbers, strings, None) in dicts, lists and tuples.
   Numpy values are stored as their bytes (a uint8 tensor), dtype and shape, and come back as numpy
@@ -72,8 +74,11 @@ def save_run(checkpoint_dir: str | Path, env_steps: int, store: Any, table: Any,
     return final
 
 
-def load_run(path: str | Path, store: Any, table: Any) -> dict[str, Any]:
-    """Load the checkpoint at ``path`` into ``store`` and ``table``; returns the run state (checked)."""
+def load_run(path: str | Path, store: Any, table: Any, adder: Any = None) -> dict[str, Any]:
+    """Load the checkpoint at ``path`` into ``store`` and ``table``; returns the run state (checked).
+
+    With ``adder``, the checkpoint's adder state is checked first (``adder.check_state``: every setting
+    that shapes items must match), so a mismatch raises before the store or the table change."""
     import torch
 
     path = Path(path)
@@ -86,9 +91,12 @@ def load_run(path: str | Path, store: Any, table: Any) -> dict[str, Any]:
         got = (state.get("format"), state.get("version")) if isinstance(state, dict) else type(state).__name__
         raise replay_checkpoint.CheckpointError(f"{path / 'run.pt'}: expected format {FORMAT!r} version {VERSION}, "
                                                 f"got {got}")
+    state = _walk(state, _decode_numpy, "state")
+    if adder is not None:
+        adder.check_state(state.get("adder", {}))
     replay_checkpoint.load(path / "replay.ckpt", store, [table])
     torch.set_rng_state(state["torch_rng"])
-    return _walk(state, _decode_numpy, "state")
+    return state
 
 
 def save_state(path: str | Path, state: dict[str, Any]) -> None:

@@ -110,7 +110,7 @@ class NStepTransition(Adder):
 
     def _item_view(self) -> Any:
         """How the tables shape a sample of these items."""
-        return TransitionView()
+        return TransitionView(self.n, self.discount)
 
     def add_steps(self, lane: int, actions: Any, rewards: Any, next_observations: Any, *, terminated: Any = False,
                   truncated: Any = False, extras: Any = None, first_observations: Any = None) -> None:
