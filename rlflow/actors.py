@@ -42,6 +42,25 @@ class VariableClient:
         self._last = env_steps
         return True
 
+    def state_dict(self) -> dict[str, int | None]:
+        """The env step of the last pull (what a run checkpoint keeps of the client)."""
+        return {"last_pull": self._last}
+
+    def resume(self, state: dict[str, Any] | None, env_steps: int, *, policy_restored: bool) -> bool:
+        """Continue the pull schedule of a run checkpointed at ``env_steps`` (``state`` from
+        :meth:`state_dict`, None if the checkpoint has none); whether it pulled.
+
+        The restored learner's parameters are those of the checkpoint's step, the policy's those of its
+        last pull. So the policy pulls at once when its last pull was at the checkpoint's step (the same
+        parameters again), or when it restored no state (``policy_restored`` False: it has no other
+        parameters to act with; acting then differs from the uninterrupted run until its next pull).
+        Otherwise it keeps the parameters it restored and pulls when ``period`` env steps have passed
+        since its last pull, as the uninterrupted run does.
+        """
+        last = None if state is None else state.get("last_pull")
+        self._last = None if last is None else int(last)
+        return self.update(env_steps, force=self._last == env_steps or not policy_restored)
+
 
 class EpisodeStats:
     """Per-lane return and length of the episodes in progress; hands out those that end.

@@ -244,7 +244,7 @@ def run(env: Any, policy: Policy, learner: Learner | None, adder: Any, table: An
 
         path = run_checkpoint.latest(checkpoint_dir)
         if path is not None:
-            restored = run_checkpoint.load_run(path, table.store, table, before_replay=lambda state: (
+            restored = run_checkpoint.load_run(path, table.store, table, adder, before_replay=lambda state: (
                 env.load_state_dict(state["env"]) if state["env"] is not None else None))
     logger: MultiLogger = make_logger(logdir, tensorboard=tensorboard,
                                       resume_at=None if restored is None else int(restored["env_steps"]))
@@ -299,7 +299,8 @@ def run(env: Any, policy: Policy, learner: Learner | None, adder: Any, table: An
             "adder": adder.state_dict(),
             "learner": learner.state_dict() if learner is not None else {}, "policy": policy.state_dict(),
             "env": env_saved, "timestep": None if env_saved is None else _timestep_state(ts),
-            "episode_stats": stats.state_dict(), "actor": actor.state_dict()})
+            "episode_stats": stats.state_dict(), "actor": actor.state_dict(),
+            "variable_client": client.state_dict() if client is not None else None})
         saved[0] = result.env_steps
         return env_saved is None
 
@@ -323,7 +324,10 @@ def run(env: Any, policy: Policy, learner: Learner | None, adder: Any, table: An
                dynamic_ncols=True)
     try:
         with _Stop() as stop:
-            if client is not None:
+            if client is not None and restored is not None:
+                client.resume(restored.get("variable_client"), result.env_steps,
+                              policy_restored=bool(restored["policy"]))
+            elif client is not None:
                 client.update(result.env_steps, force=True)
             ts = restart_envs() if resumed_ts is None else resumed_ts
             next_event = due()

@@ -110,7 +110,7 @@ class NStepTransition(Adder):
 
     def _item_view(self) -> Any:
         """How the tables shape a sample of these items."""
-        return TransitionView()
+        return TransitionView(self.n, self.discount)
 
     def add_steps(self, lane: int, actions: Any, rewards: Any, next_observations: Any, *, terminated: Any = False,
                   truncated: Any = False, extras: Any = None, first_observations: Any = None) -> None:
@@ -697,6 +697,13 @@ class NStepTransition(Adder):
                 "final": [c[:s].copy() for c in b.final], "flags": b.flags[:s].copy(), "open": b.open.copy()}
 
     def _load_staged(self, state: Mapping[str, Any] | None) -> None:
+        if state is not None:  # checked before anything changes
+            s = int(state["steps"])
+            if not 0 < s < self.stage_steps or ("rew" in state) != self._lane_staging:
+                raise ValueError(f"adder state: {s} staged steps of a {'one-lane' if 'rew' in state else 'block'} "
+                                 f"stage, expected fewer than stage_steps={self.stage_steps} of a "
+                                 f"{'one-lane' if self._lane_staging else 'block'} stage; build the adder as the "
+                                 "checkpointed run did")
         self._staged = 0
         for blk in (self._lane_block, self._block):
             if blk is not None:
@@ -705,12 +712,6 @@ class NStepTransition(Adder):
             self._lane_block.segments = 0
         if state is None:
             return
-        s = int(state["steps"])
-        if not 0 < s < self.stage_steps or ("rew" in state) != self._lane_staging:
-            raise ValueError(f"adder state: {s} staged steps of a {'one-lane' if 'rew' in state else 'block'} "
-                             f"stage, expected fewer than stage_steps={self.stage_steps} of a "
-                             f"{'one-lane' if self._lane_staging else 'block'} stage; build the adder as the "
-                             "checkpointed run did")
         if self._lane_staging:
             blk = self._lane_block = self._lane_block or _LaneBlock(self)
             j = len(state["ends"])
