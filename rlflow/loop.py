@@ -193,7 +193,10 @@ def run(env: Any, policy: Policy, learner: Learner | None, adder: Any, table: An
         max_seconds: stop after this wall-clock time.
         observers: called as ``fn(stream, env_step, metrics)`` for every row the loggers get.
         checkpoint_every: env steps between run checkpoints (0: none); a checkpoint is also written at the
-            end and when the run is stopped. See :mod:`rlflow.run_checkpoint` and ``docs/loop.md``.
+            end and when the run is stopped. It holds the env's state (``env.state_dict()``) and the episodes
+            in progress, so a resumed run goes on exactly; an env that cannot be saved ends its episodes as
+            truncated at each checkpoint instead (a warning says so once). See :mod:`rlflow.run_checkpoint`
+            and ``docs/loop.md``.
         checkpoint_dir: where checkpoints go (default ``<logdir>/checkpoints``).
         resume: continue from the latest checkpoint in ``checkpoint_dir``, if there is one.
     """
@@ -224,7 +227,8 @@ def run(env: Any, policy: Policy, learner: Learner | None, adder: Any, table: An
 
         path = run_checkpoint.latest(checkpoint_dir)
         if path is not None:
-            restored = run_checkpoint.load_run(path, table.store, table)
+            restored = run_checkpoint.load_run(path, table.store, table, adder, before_replay=lambda state: (
+                env.load_state_dict(state["env"]) if state["env"] is not None else None))
     # Tables nothing samples here must take every item the rest of the run may write, without a sample.
     per_step = adder.max_items_per_step
     left = -(-max(int(steps) - (0 if restored is None else int(restored["env_steps"])), 0) // lanes) * lanes
@@ -254,24 +258,40 @@ def run(env: Any, policy: Policy, learner: Learner | None, adder: Any, table: An
     counters = {"next_eval": eval_every if eval_every > 0 else math.inf, "next_log": log_every,
                 "next_checkpoint": checkpoint_every if checkpoint_every > 0 else math.inf}
     saved = [-1]  # env steps of the last checkpoint written or loaded
+    resumed_ts = None  # the timestep a resumed run acts on (None: the envs restart)
     if restored is not None:
-        _restore(restored, adder, learner, policy, stats, result, counters)
+        resumed_ts = _restore(restored, adder, learner, policy, actor, stats, result, counters)
         saved[0] = result.env_steps
+    unsaved = [""]  # why the env's state cannot be saved (said once per run)
 
-    def checkpoint() -> None:
+    def checkpoint(ts: Any) -> bool:
+        """Write a run checkpoint at ``ts`` (the timestep the loop acts on next); whether the envs must
+        restart (their state could not be saved, so the episodes in progress were ended)."""
         from rlflow import run_checkpoint
 
-        # End the episodes in progress (truncated: they bootstrap), save, and restart the envs: a resumed
-        # run starts from exactly this state, so it continues as the uninterrupted run does.
-        adder.truncate()
-        stats.reset()
+        env_saved = _env_state(env)
+        if isinstance(env_saved, str):
+            # The env's state cannot be saved: end the episodes in progress (truncated: they bootstrap),
+            # save, and restart the envs, as a resumed run will at this step.
+            if not unsaved[0]:
+                unsaved[0] = env_saved
+                warnings.warn(f"run checkpoints: the env's state cannot be saved ({env_saved}); every checkpoint "
+                              "ends the episodes in progress as truncated and restarts the envs with seed + env "
+                              "steps (see docs/loop.md)", stacklevel=3)
+            adder.truncate()
+            stats.reset()
+            env_saved = None
         run_checkpoint.save_run(checkpoint_dir, result.env_steps, table.store, table, {
             "env_steps": result.env_steps, "learner_steps": result.learner_steps,
-            "episodes": result.episodes, "evaluations": result.evaluations,
+            "episodes": result.episodes, "evaluations": result.evaluations, "learner_metrics": result.learner_metrics,
             "counters": {k: (None if v == math.inf else v) for k, v in counters.items()},
             "adder": adder.state_dict(),
-            "learner": learner.state_dict() if learner is not None else {}, "policy": policy.state_dict()})
+            "learner": learner.state_dict() if learner is not None else {}, "policy": policy.state_dict(),
+            "env": env_saved, "timestep": None if env_saved is None else _timestep_state(ts),
+            "episode_stats": stats.state_dict(), "actor": actor.state_dict(),
+            "variable_client": client.state_dict() if client is not None else None})
         saved[0] = result.env_steps
+        return env_saved is None
 
     def due() -> float:
         """The env step of the next log row, evaluation or checkpoint."""
@@ -293,9 +313,12 @@ def run(env: Any, policy: Policy, learner: Learner | None, adder: Any, table: An
                dynamic_ncols=True)
     try:
         with _Stop() as stop:
-            if client is not None:
+            if client is not None and restored is not None:
+                client.resume(restored.get("variable_client"), result.env_steps,
+                              policy_restored=bool(restored["policy"]))
+            elif client is not None:
                 client.update(result.env_steps, force=True)
-            ts = restart_envs()
+            ts = restart_envs() if resumed_ts is None else resumed_ts
             next_event = due()
             while result.env_steps < steps:
                 if stop.reason or (max_seconds is not None and time.monotonic() - start > max_seconds):
@@ -347,15 +370,14 @@ def run(env: Any, policy: Policy, learner: Learner | None, adder: Any, table: An
                     run_eval()
                 if result.env_steps >= counters["next_checkpoint"]:
                     counters["next_checkpoint"] += checkpoint_every
-                    checkpoint()
-                    if result.env_steps < steps:
+                    if checkpoint(ts) and result.env_steps < steps:
                         ts = restart_envs()
                 next_event = due()
-            flush()
+            if checkpoint_every > 0 and saved[0] != result.env_steps:
+                checkpoint(ts)  # the end, or a stop: a later run with more steps resumes from here
+            flush()  # (after the checkpoint, which holds the staged steps as a run that goes on holds them)
             if pending:  # the learner metrics since the last row
                 emit("learner", {k: float(np.mean(v)) for k, v in pending.items()})
-            if checkpoint_every > 0 and saved[0] != result.env_steps:
-                checkpoint()  # the end, or a stop: a later run with more steps resumes from here
             if eval_env is not None and not result.stopped and (
                     not result.evaluations or result.evaluations[-1][0] != result.env_steps):
                 run_eval()
@@ -367,18 +389,47 @@ def run(env: Any, policy: Policy, learner: Learner | None, adder: Any, table: An
     return result
 
 
-def _restore(state: dict[str, Any], adder: Any, learner: Learner | None, policy: Policy, stats: EpisodeStats,
-             result: RunResult, counters: dict[str, float]) -> None:
-    """Put a run checkpoint's state back (the store and table are loaded already)."""
-    adder.load_state_dict({k: np.asarray(v, np.int64) for k, v in state["adder"].items()})
+def _env_state(env: Any) -> dict[str, Any] | str:
+    """``env.state_dict()``, or why the env's state cannot be saved."""
+    from rlflow.env_state import EnvStateError
+
+    state_dict = getattr(env, "state_dict", None)
+    if state_dict is None:
+        return f"{type(env).__name__} has no state_dict()"
+    try:
+        return state_dict()
+    except EnvStateError as exc:
+        return str(exc)
+
+
+_TIMESTEP_FIELDS = ("observation", "reward", "terminated", "truncated", "first", "last", "final_observation")
+
+
+def _timestep_state(ts: Any) -> dict[str, Any]:
+    """The timestep the loop acts on next, without its ``info`` (which may hold any object)."""
+    return {name: getattr(ts, name) for name in _TIMESTEP_FIELDS}
+
+
+def _restore(state: dict[str, Any], adder: Any, learner: Learner | None, policy: Policy, actor: Actor,
+             stats: EpisodeStats, result: RunResult, counters: dict[str, float]) -> Any:
+    """Put a run checkpoint's state back (the env, store and table are loaded already); the timestep to act on
+    next, or None when the checkpoint ended the episodes in progress (the envs restart)."""
+    adder.load_state_dict(state["adder"])
     if learner is not None:
         learner.load_state_dict(state["learner"])
     policy.load_state_dict(state["policy"])
     result.env_steps, result.learner_steps = int(state["env_steps"]), int(state["learner_steps"])
     result.episodes = [tuple(e) for e in state["episodes"]]
     result.evaluations = [tuple(e) for e in state["evaluations"]]
+    result.learner_metrics = dict(state["learner_metrics"])
     counters.update({k: (math.inf if v is None else v) for k, v in state["counters"].items()})
-    stats.reset()
+    stats.load_state_dict(state["episode_stats"])
+    actor.load_state_dict(state["actor"])
+    if state["env"] is None:
+        return None
+    from rlflow.types import TimeStep
+
+    return TimeStep(**state["timestep"], info={})
 
 
 def _wait_for_room(tables: list[Any], items: int, stop: _Stop, start: float, max_seconds: float | None) -> bool:

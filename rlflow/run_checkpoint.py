@@ -4,8 +4,11 @@ A checkpoint is a directory ``<checkpoint_dir>/step-<env steps>`` holding
 
 - ``replay.ckpt``: the store and the table (:mod:`rlflow.replay.checkpoint`: every row, item, priority,
   selector and RNG state, and rate-limiter counter);
-- ``run.pt``: the adder's lanes, the learner's and policy's ``state_dict()``, the loop's counters, its
-  finished episodes and evaluations, the per-lane episode statistics, and torch's global RNG state,
+- ``run.pt``: the adder's state (its lanes' positions, its staged steps and the settings of its items,
+  checked on load before anything changes), the learner's and policy's ``state_dict()``, the variable
+  client's last pull, the loop's counters, its finished episodes and evaluations, the per-lane episode
+  statistics in progress, the policy's recurrent state, the env's state (:mod:`rlflow.env_state`; None
+  when it cannot be saved) with the timestep the loop acts on next, and torch's global RNG state,
   saved with ``torch.save`` and loaded with ``weights_only=True``. State dicts may hold tensors, numpy
   arrays and scalars of numbers, and plain values (numbers, strings, None) in dicts, lists and tuples.
   Numpy values are stored as their bytes (a uint8 tensor), dtype and shape, and come back as numpy
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +35,7 @@ from rlflow.replay import checkpoint as replay_checkpoint
 __all__ = ["FORMAT", "VERSION", "latest", "load_run", "load_state", "save_run", "save_state"]
 
 FORMAT = "rlflow.run"
-VERSION = 1
+VERSION = 2
 
 
 def latest(checkpoint_dir: str | Path) -> Path | None:
@@ -72,8 +76,14 @@ def save_run(checkpoint_dir: str | Path, env_steps: int, store: Any, table: Any,
     return final
 
 
-def load_run(path: str | Path, store: Any, table: Any) -> dict[str, Any]:
-    """Load the checkpoint at ``path`` into ``store`` and ``table``; returns the run state (checked)."""
+def load_run(path: str | Path, store: Any, table: Any, adder: Any = None,
+             before_replay: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Load the checkpoint at ``path`` into ``store`` and ``table``; returns the run state (checked).
+
+    With ``adder``, the checkpoint's adder state is checked first (``adder.check_state``: every setting
+    that shapes items must match), so a mismatch raises before the store or the table change. Then
+    ``before_replay(state)`` is called with the run state before the store and table change (e.g. to
+    restore the env, which raises when it was built otherwise)."""
     import torch
 
     path = Path(path)
@@ -86,9 +96,14 @@ def load_run(path: str | Path, store: Any, table: Any) -> dict[str, Any]:
         got = (state.get("format"), state.get("version")) if isinstance(state, dict) else type(state).__name__
         raise replay_checkpoint.CheckpointError(f"{path / 'run.pt'}: expected format {FORMAT!r} version {VERSION}, "
                                                 f"got {got}")
+    state = _walk(state, _decode_numpy, "state")
+    if adder is not None:
+        adder.check_state(state.get("adder", {}))
+    if before_replay is not None:
+        before_replay(state)
     replay_checkpoint.load(path / "replay.ckpt", store, [table])
     torch.set_rng_state(state["torch_rng"])
-    return _walk(state, _decode_numpy, "state")
+    return state
 
 
 def save_state(path: str | Path, state: dict[str, Any]) -> None:
