@@ -4,8 +4,11 @@ A checkpoint is a directory ``<checkpoint_dir>/step-<env steps>`` holding
 
 - ``replay.ckpt``: the store and the table (:mod:`rlflow.replay.checkpoint`: every row, item, priority,
   selector and RNG state, and rate-limiter counter);
-- ``run.pt``: the adder's lanes, the learner's and policy's ``state_dict()``, the loop's counters, its
-  finished episodes and evaluations, the per-lane episode statistics, and torch's global RNG state,
+- ``run.pt``: the adder's state (its lanes' positions, its staged steps and the settings of its items,
+  checked on load before anything changes), the learner's and policy's ``state_dict()``, the variable
+  client's last pull, the loop's counters, its finished episodes and evaluations, the per-lane episode
+  statistics in progress, the policy's recurrent state, the env's state (:mod:`rlflow.env_state`; None
+  when it cannot be saved) with the timestep the loop acts on next, and torch's global RNG state,
   saved with ``torch.save`` and loaded with ``weights_only=True``. State dicts may hold tensors, numpy
   arrays and scalars of numbers, and plain values (numbers, strings, None) in dicts, lists and tuples.
   Numpy values are stored as their bytes (a uint8 tensor), dtype and shape, and come back as numpy
@@ -30,6 +33,7 @@ import os
 import re
 import shutil
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +44,7 @@ from rlflow.replay import checkpoint as replay_checkpoint
 __all__ = ["FORMAT", "VERSION", "CheckpointError", "latest", "load_run", "load_state", "save_run", "save_state"]
 
 FORMAT = "rlflow.run"
-VERSION = 1
+VERSION = 2
 CheckpointError = replay_checkpoint.CheckpointError
 _STEP = re.compile(r"step-\d{12,}")  # a checkpoint directory
 _DOS_DIRECTORY = 0x10  # zip external attribute bit that torch's reader takes for a directory (read as empty)
@@ -135,11 +139,15 @@ def _load_torch(path: Path, what: str) -> Any:
         raise CheckpointError(f"{path}: cannot be read as a {what}: {type(exc).__name__}: {exc}") from None
 
 
-def load_run(path: str | Path, store: Any, table: Any) -> dict[str, Any]:
+def load_run(path: str | Path, store: Any, table: Any, adder: Any = None,
+             before_replay: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """Load the checkpoint at ``path`` into ``store`` and ``table``; returns the run state (checked).
 
-    ``run.pt`` is read and checked in full first, then the replay checkpoint (which changes nothing
-    unless it loads), and torch's RNG state is set last."""
+    ``run.pt`` is read and checked in full first. With ``adder``, the checkpoint's adder state is checked
+    next (``adder.check_state``: every setting that shapes items must match). Then
+    ``before_replay(state)`` is called with the run state before the store and table change (e.g. to
+    restore the env, which raises when it was built otherwise), then the replay checkpoint is loaded
+    (it changes nothing unless it loads), and torch's RNG state is set last."""
     import torch
 
     path = Path(path)
@@ -154,6 +162,10 @@ def load_run(path: str | Path, store: Any, table: Any) -> dict[str, Any]:
     except (TypeError, RuntimeError, ValueError) as exc:
         raise CheckpointError(f"{path / 'run.pt'}: torch_rng is not a torch RNG state ({type(exc).__name__}: "
                               f"{exc})") from None
+    if adder is not None:
+        adder.check_state(state.get("adder", {}))
+    if before_replay is not None:
+        before_replay(state)
     replay_checkpoint.load(path / "replay.ckpt", store, [table])
     torch.set_rng_state(rng)
     return state

@@ -48,6 +48,8 @@ def row_data(lanes, rows, spec=SPEC):
 
 def write(store, lanes, first=None):
     lanes = np.asarray(lanes, np.int64)
+    starts = store.count[lanes] == 0  # a lane's first row starts an episode
+    first = starts if first is None else np.asarray(first) | starts
     return store.append(row_data(lanes, store.count[lanes], store.spec), lanes=lanes, first=first)
 
 
@@ -134,7 +136,9 @@ def drive(store, tables, rng, steps):
             lane = int(rng.integers(store.num_lanes))
             t = int(rng.integers(1, store.capacity + 1))
             rows = store.count[lane] + np.arange(t)
-            out = store.extend(lane, row_data(np.full(t, lane), rows, store.spec), first=rng.random(t) < 0.1)
+            first = rng.random(t) < 0.1
+            first[0] |= rows[0] == 0  # a lane's first row starts an episode
+            out = store.extend(lane, row_data(np.full(t, lane), rows, store.spec), first=first)
         elif op.startswith("insert"):
             table = prio if op == "insert_prio" else uni
             n = int(rng.integers(1, 4))
@@ -294,7 +298,7 @@ def test_restore_keeps_removal_order_of_items_sharing_a_start_row(tmp_path):
         store = StepStore({"id": Field((), np.int64)}, capacity=4, lanes=2)
         table = Table(store, sampler=Uniform(seed=3), max_size=20)
         for i in range(4):
-            store.append({"id": np.array([i, BIG + i])})
+            store.append({"id": np.array([i, BIG + i])}, first=np.array([i == 0, i == 0]))
         return store, table
 
     def cont(store, table):

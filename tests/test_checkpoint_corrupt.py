@@ -24,7 +24,7 @@ def build(seed):
     store = StepStore({"obs": Field((2,), np.float32)}, capacity=6)
     table = Table(store, sampler=Prioritized(0.7, 0.5, seed=3), max_size=5, name="prio")
     rng = np.random.default_rng(seed)
-    rows = store.extend(0, {"obs": rng.normal(size=(5 + seed, 2)).astype(np.float32)})
+    rows = store.extend(0, {"obs": rng.normal(size=(5 + seed, 2)).astype(np.float32)}, first=np.arange(5 + seed) == 0)
     table.insert(np.zeros(4, np.int64), rows[-5:-1], 1, priorities=rng.uniform(0.5, 2.0, 4))
     table.sample(3)
     return store, [table]

@@ -27,7 +27,7 @@ def make_table(seed):
     store = StepStore({"obs": Field((2,), np.float32)}, capacity=8)
     table = Table(store, sampler=Prioritized(0.6, 0.4, seed=1), name="replay")
     rng = np.random.default_rng(seed)
-    rows = store.extend(0, {"obs": rng.normal(size=(6 + seed, 2)).astype(np.float32)})
+    rows = store.extend(0, {"obs": rng.normal(size=(6 + seed, 2)).astype(np.float32)}, first=np.arange(6 + seed) == 0)
     table.insert(np.zeros(5, np.int64), rows[-6:-1], 1, priorities=rng.uniform(0.5, 2.0, 5))
     return table
 
@@ -180,7 +180,7 @@ def _numpy_entry(state, **change):
     pytest.param(lambda s: _numpy_entry(s, dtype=None), "not an encoded numpy value", id="numpy-no-dtype"),
     pytest.param(lambda s: _numpy_entry(s, __rlflow_numpy__=[1, 2]), "not an encoded numpy value",
                  id="numpy-bytes-a-list"),
-    pytest.param(lambda s: {**s, "version": 2}, "expected format", id="version"),
+    pytest.param(lambda s: {**s, "version": run_checkpoint.VERSION + 1}, "expected format", id="version"),
     pytest.param(lambda s: [s], "expected format", id="not-a-dict"),
 ])
 def test_a_forged_run_file_is_refused_before_anything_changes(tmp_path, edit, match):

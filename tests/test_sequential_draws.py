@@ -20,7 +20,7 @@ from rlflow.specs import Field
 def three_items(sampler, limit=1):
     """Items at rows 0, 1, 2 with priorities 1, 2, 3."""
     store = StepStore({"x": Field((), np.float32)}, capacity=16)
-    store.extend(0, {"x": np.arange(4, dtype=np.float32)})
+    store.extend(0, {"x": np.arange(4, dtype=np.float32)}, first=np.arange(4) == 0)
     table = Table(store, sampler=sampler, max_times_sampled=limit)
     table.insert([0, 0, 0], [0, 1, 2], 1, priorities=[1.0, 2.0, 3.0])
     return table
@@ -64,7 +64,7 @@ def test_three_items_uniform_by_hand(make):
 
 def _row_table_three_items(seed):
     store = StepStore({"x": Field((), np.float32)}, capacity=16)
-    store.extend(0, {"x": np.arange(4, dtype=np.float32)})
+    store.extend(0, {"x": np.arange(4, dtype=np.float32)}, first=np.arange(4) == 0)
     table = RowTable(store, max_times_sampled=1, seed=seed)
     table.insert([0, 0, 0], [0, 1, 2], 1)
     return table
@@ -108,7 +108,7 @@ def test_reported_probabilities_and_weights_are_those_of_the_sequential_draws(
         kind, limit, priorities, alpha, beta, stratified, batches, seed):
     n = len(priorities)
     store = StepStore({"x": Field((), np.float32)}, capacity=32)
-    store.extend(0, {"x": np.arange(n + 1, dtype=np.float32)})
+    store.extend(0, {"x": np.arange(n + 1, dtype=np.float32)}, first=np.arange(n + 1) == 0)
     if kind == "rows":
         table = RowTable(store, max_times_sampled=limit, seed=seed)
     else:
@@ -137,7 +137,7 @@ def test_the_sequential_draws_keep_their_law():
     """Draw pairs from masses 1, 2, 3 with max_times_sampled=1, unstratified: ordered pair (a, b) comes
     with probability m_a / 6 * m_b / (6 - m_a) (chi-square), and each reports that probability."""
     store = StepStore({"x": Field((), np.float32)}, capacity=8)
-    store.extend(0, {"x": np.arange(4, dtype=np.float32)})
+    store.extend(0, {"x": np.arange(4, dtype=np.float32)}, first=np.arange(4) == 0)
     table = Table(store, sampler=Prioritized(1.0, 1.0, stratified=False, seed=7), max_times_sampled=1)
     counts = dict.fromkeys(HAND, 0)
     for _ in range(3000):
