@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scipy import stats
 
-from rlflow.replay import Fifo, Prioritized, RowTable, StepStore, Table, Uniform
+from rlflow.replay import Fifo, Prioritized, RateLimitTimeout, RowTable, StepStore, Table, Uniform
 from rlflow.specs import Field
 
 
@@ -101,11 +101,15 @@ def reference(sample, before, limit, kind, alpha, beta):
 
 @given(kind=st.sampled_from(["prioritized", "uniform", "rows"]), limit=st.sampled_from([None, 1, 2, 3]),
        priorities=st.lists(st.sampled_from([0.0, 0.25, 1.0, 1.5, 4.0]), min_size=1, max_size=12),
+       zeroed=st.lists(st.integers(0, 11), max_size=4),
        alpha=st.sampled_from([0.0, 0.6, 1.0]), beta=st.sampled_from([0.0, 0.4, 1.0]),
        stratified=st.booleans(), batches=st.lists(st.integers(1, 9), min_size=1, max_size=4),
        seed=st.integers(0, 2**16))
 def test_reported_probabilities_and_weights_are_those_of_the_sequential_draws(
-        kind, limit, priorities, alpha, beta, stratified, batches, seed):
+        kind, limit, priorities, zeroed, alpha, beta, stratified, batches, seed):
+    """Every sample either is the sequential draws (checked against the reference), or raises with the
+    table exactly as it was: RateLimitTimeout when the items held cannot supply the batch, ValueError
+    when the items of positive priority cannot (a prioritized sampler never draws priority 0)."""
     n = len(priorities)
     store = StepStore({"x": Field((), np.float32)}, capacity=32)
     store.extend(0, {"x": np.arange(n + 1, dtype=np.float32)}, first=np.arange(n + 1) == 0)
@@ -115,22 +119,65 @@ def test_reported_probabilities_and_weights_are_those_of_the_sequential_draws(
         sampler = Prioritized(alpha, beta, stratified=stratified, seed=seed) if kind == "prioritized" else \
             Uniform(seed=seed)
         table = Table(store, sampler=sampler, max_times_sampled=limit)
-    table.insert(np.zeros(n, np.int64), np.arange(n), 1, priorities=priorities)
+    keys = table.insert(np.zeros(n, np.int64), np.arange(n), 1, priorities=priorities)
+    table.update_priorities(keys[np.array(zeroed, np.int64) % n], 0.0)  # priority 0 by update too
     for batch in batches:
         items = table.items()
         held = items["priority"] if kind == "prioritized" else np.ones(items["key"].size)
-        drawable = held > 0 if kind == "prioritized" else np.ones(held.size, bool)
-        budget = (limit - items["times_sampled"][drawable]).sum() if limit is not None else batch
-        if not drawable.any() or budget < batch:
-            return  # the positive-priority items cannot supply the batch
+        left = limit - items["times_sampled"] if limit is not None else np.full(held.size, batch)
+        state = table.state_dict()
+        if left.sum() < batch or not held.size:
+            with pytest.raises(RateLimitTimeout):
+                table.sample(batch, timeout=0)
+            assert_same(table.state_dict(), state)
+            continue
+        if left[held > 0].sum() < batch:
+            with pytest.raises(ValueError, match="priority 0"):
+                table.sample(batch, timeout=0)
+            assert_same(table.state_dict(), state)
+            continue
         before = {int(k): (float(p), int(t)) for k, p, t in zip(items["key"], held, items["times_sampled"],
                                                                  strict=True)}
-        s = table.sample(batch)
+        s = table.sample(batch, timeout=0)
         probabilities, weights = reference(s, before, limit, "prioritized" if kind == "prioritized" else "uniform",
                                            alpha, beta)
         np.testing.assert_allclose(s.probabilities, probabilities, rtol=1e-9)
         np.testing.assert_allclose(s.weights, weights, rtol=1e-5)
         assert s.weights.dtype == np.float32 and s.probabilities.dtype == np.float64
+
+
+def assert_same(state, before):
+    """Two ``state_dict`` outputs hold the same values (items, times sampled, counters, selector and
+    limiter states, RNGs)."""
+    assert type(state) is type(before)
+    if isinstance(state, dict):
+        assert state.keys() == before.keys()
+        for k in state:
+            assert_same(state[k], before[k])
+    elif isinstance(state, np.ndarray):
+        np.testing.assert_array_equal(state, before)
+    else:
+        assert state == before
+
+
+def test_positive_priority_items_retired_mid_batch_fail_the_sample_up_front():
+    """Priorities 1 and 0, max_times_sampled=1: the second draw would need the item of priority 0, which
+    is never sampled: sample(2) raises before any draw and leaves the table as it was; sample(1) draws."""
+    for sampler in (Prioritized(1.0, 1.0, seed=0), Prioritized(0.0, 1.0, stratified=False, seed=1)):
+        store = StepStore({"x": Field((), np.float32)}, capacity=8)
+        store.extend(0, {"x": np.arange(3, dtype=np.float32)}, first=np.arange(3) == 0)
+        table = Table(store, sampler=sampler, max_times_sampled=1)
+        table.insert([0, 0], [0, 1], 1, priorities=[1.0, 0.0])
+        state = table.state_dict()
+        with pytest.raises(ValueError, match="positive priority have 1 draw"):
+            table.sample(2)
+        assert_same(table.state_dict(), state)
+        assert table.size == 2 and table.rate_limiter.state_dict()["deletes"] == 0
+        s = table.sample(1)
+        assert s.starts.tolist() == [0] and s.probabilities.tolist() == [1.0]
+        assert table.items()["start"].tolist() == [1]
+        with pytest.raises(ValueError, match="positive priority have 0 draw"):
+            table.sample(1)
 
 
 def test_the_sequential_draws_keep_their_law():

@@ -105,6 +105,12 @@ class Selector(ABC):
         certain: probability 1, weight 1."""
         return np.ones(slots.size), np.ones(slots.size, np.float32)
 
+    def draws_reachable(self, times: np.ndarray, limit: int, n: int) -> int:
+        """How many of ``n`` draws the items this selector's draws can reach supply before ``limit``
+        (``max_times_sampled``) retires them, given each slot's ``times`` sampled; the count may stop at
+        ``n``. Draws reach every item here (the table counts their draws left): ``n``."""
+        return n
+
     def draw_rows(self, n: int, meta: np.ndarray, times_col: int) -> tuple[np.ndarray, ...]:
         """:meth:`sample_with_weights` of ``n`` draws and a copy of each draw's row of the items' ``meta``,
         whose ``times_col`` counts the draw: ``(slots, rows, probabilities, weights)``."""
@@ -246,6 +252,11 @@ class Prioritized(Selector):
         """Draw ``j`` of an item of mass ``m``: ``P = m / (mass of the items left)`` and weight
         ``(m_min / m)^beta`` with ``m_min`` the smallest positive mass of the items left."""
         return self.tree.sequential(slots, retires, beta=self.beta)
+
+    def draws_reachable(self, times: np.ndarray, limit: int, n: int) -> int:
+        """The draws the items of positive priority have left (items of priority 0 are never drawn),
+        counted until they reach ``n``."""
+        return self.tree.draws_left(times, limit, n)
 
     def choose_for_removal(self, n: int, live: Callable[[], np.ndarray]) -> np.ndarray:
         """``n`` distinct items to evict: drawn one after another in proportion to ``p^alpha`` among the

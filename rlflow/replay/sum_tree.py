@@ -184,6 +184,19 @@ def _sequential(sums: np.ndarray, mins: np.ndarray, offsets: np.ndarray, leaves:
     return probabilities, weights
 
 
+@njit(**_OPTS)
+def _draws_left(leaves: np.ndarray, times: np.ndarray, limit: int, enough: int) -> int:
+    """The draws the leaves of positive mass have left before ``limit`` (``limit - times[i]`` each),
+    counted until they reach ``enough``."""
+    total = 0
+    for i in range(leaves.shape[0]):
+        if leaves[i] > 0.0:
+            total += limit - times[i]
+            if total >= enough:
+                break
+    return total
+
+
 def _cache_aligned(n: int, fill: float) -> np.ndarray:
     """``n`` float64 set to ``fill``, starting on a 64-byte boundary."""
     buf = np.full(n + 8, fill, np.float64)
@@ -241,6 +254,11 @@ class SumTree:
         that the earlier draws with ``retires`` set have not taken out (the tree is left as it was)."""
         return _sequential(self.sums, self.mins, self.offsets, np.asarray(leaves, np.int64),
                            np.asarray(retires, np.bool_), float(beta))
+
+    def draws_left(self, times: np.ndarray, limit: int, enough: int) -> int:
+        """``sum(limit - times[i])`` over the leaves ``i`` of positive mass, counted until it reaches
+        ``enough`` (a scan that stops there)."""
+        return int(_draws_left(self.leaves, times, int(limit), int(enough)))
 
     def find(self, targets: np.ndarray) -> np.ndarray:
         """For each target mass in ``[0, total)``: the leaf where the running sum passes it."""
