@@ -163,6 +163,16 @@ class Actor:
         """The policy's recurrent state (leaves as they are; NamedTuples as tuples), for a run checkpoint."""
         return {"state": _plain_state(self.state)}
 
+    def check_state(self, state: Any) -> None:
+        """Raise :class:`~rlflow.replay.checkpoint.CheckpointError` if :meth:`load_state_dict` would refuse
+        ``state`` (a recurrent state in another nesting than ``policy.initial_state``'s); changes nothing."""
+        from rlflow.replay.checkpoint import CheckpointError
+
+        try:
+            _like_state(self.policy.initial_state(self.num_lanes), state["state"], "state")
+        except ValueError as exc:
+            raise CheckpointError(f"actor state: {exc}; resume with the policy the checkpointed run had") from None
+
     def load_state_dict(self, state: Any) -> None:
         """Restore :meth:`state_dict`'s output, in the nesting of ``policy.initial_state`` (tensors on its
         leaves' devices)."""

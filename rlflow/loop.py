@@ -228,7 +228,9 @@ def run(env: Any, policy: Policy, learner: Learner | None, adder: Any, table: An
         path = run_checkpoint.latest(checkpoint_dir)
         if path is not None:
             restored = run_checkpoint.load_run(path, table.store, table, adder, before_replay=lambda state: (
-                env.load_state_dict(state["env"]) if state["env"] is not None else None))
+                env.load_state_dict(state["env"]) if state["env"] is not None else None),
+                check=lambda state, where: (run_checkpoint.check_run_state(state, where, lanes),
+                                            actor.check_state(state["actor"])))
     # Tables nothing samples here must take every item the rest of the run may write, without a sample.
     per_step = adder.max_items_per_step
     left = -(-max(int(steps) - (0 if restored is None else int(restored["env_steps"])), 0) // lanes) * lanes

@@ -23,11 +23,12 @@ before their rename; nothing else under ``checkpoint_dir`` is touched.
 
 Loading checks the zip CRCs of ``run.pt`` (``torch.load`` does not) and every value inside it before
 anything changes: a corrupt, truncated or foreign file raises :class:`CheckpointError`, and the store,
-the table and torch's RNG stay as they were.
+the table and torch's RNG stay as they were. :func:`check_run_state` checks the keys ``rlflow.run`` reads.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
@@ -41,7 +42,8 @@ import numpy as np
 
 from rlflow.replay import checkpoint as replay_checkpoint
 
-__all__ = ["FORMAT", "VERSION", "CheckpointError", "latest", "load_run", "load_state", "save_run", "save_state"]
+__all__ = ["FORMAT", "VERSION", "CheckpointError", "check_run_state", "latest", "load_run", "load_state", "save_run",
+           "save_state"]
 
 FORMAT = "rlflow.run"
 VERSION = 2
@@ -140,11 +142,14 @@ def _load_torch(path: Path, what: str) -> Any:
 
 
 def load_run(path: str | Path, store: Any, table: Any, adder: Any = None,
-             before_replay: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+             before_replay: Callable[[dict[str, Any]], None] | None = None,
+             check: Callable[[dict[str, Any], str], None] | None = None) -> dict[str, Any]:
     """Load the checkpoint at ``path`` into ``store`` and ``table``; returns the run state (checked).
 
-    ``run.pt`` is read and checked in full first. With ``adder``, the checkpoint's adder state is checked
-    next (``adder.check_state``: every setting that shapes items must match). Then
+    ``run.pt`` is read and checked in full first, then ``check(state, where)`` is called (it raises
+    :class:`CheckpointError` for a state its caller cannot use, e.g. :func:`check_run_state`). With
+    ``adder``, the checkpoint's adder state is checked next (a dict under ``adder``; ``adder.check_state``:
+    every setting that shapes items must match). Then
     ``before_replay(state)`` is called with the run state before the store and table change (e.g. to
     restore the env, which raises when it was built otherwise), then the replay checkpoint is loaded
     (it changes nothing unless it loads), and torch's RNG state is set last."""
@@ -162,13 +167,85 @@ def load_run(path: str | Path, store: Any, table: Any, adder: Any = None,
     except (TypeError, RuntimeError, ValueError) as exc:
         raise CheckpointError(f"{path / 'run.pt'}: torch_rng is not a torch RNG state ({type(exc).__name__}: "
                               f"{exc})") from None
+    if check is not None:
+        check(state, str(path / "run.pt"))
     if adder is not None:
-        adder.check_state(state.get("adder", {}))
+        if not isinstance(state.get("adder"), dict):
+            raise CheckpointError(f"{path / 'run.pt'}: key 'adder': expected the adder's state (a dict), got "
+                                  f"{_described(state.get('adder', _MISSING))}")
+        adder.check_state(state["adder"])
     if before_replay is not None:
         before_replay(state)
     replay_checkpoint.load(path / "replay.ckpt", store, [table])
     torch.set_rng_state(rng)
     return state
+
+
+_MISSING = object()
+_COUNTERS = ("next_eval", "next_log", "next_checkpoint")
+
+
+def _described(value: Any) -> str:
+    return "nothing (the key is missing)" if value is _MISSING else f"{type(value).__name__} {str(value)[:80]}"
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int | np.integer) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float | np.integer | np.floating) and not isinstance(value, bool)
+
+
+def _is_rows(value: Any, width: int) -> bool:
+    return isinstance(value, list) and all(
+        isinstance(row, list | tuple) and len(row) == width and all(map(_is_number, row)) for row in value)
+
+
+def _is_lane_counts(value: Any, lanes: int) -> bool:
+    return isinstance(value, dict) and all(
+        isinstance(value.get(k), np.ndarray) and value[k].shape == (lanes,) and value[k].dtype.kind in "iuf"
+        for k in ("returns", "lengths"))
+
+
+def _is_timestep(value: Any) -> bool:
+    from rlflow.types import TimeStep
+
+    fields = {f.name for f in dataclasses.fields(TimeStep)} - {"info"}
+    return isinstance(value, dict) and set(value) == fields
+
+
+def check_run_state(state: dict[str, Any], where: str, lanes: int) -> None:
+    """Raise :class:`CheckpointError` naming the first key of ``rlflow.run``'s state (in ``run.pt``) that is
+    missing or holds a value of another type or shape (``lanes``: the run's env lanes); changes nothing."""
+    env = state.get("env", _MISSING)
+    expected: dict[str, tuple[str, Callable[[Any], bool]]] = {
+        "env_steps": ("an integer >= 0", lambda v: _is_int(v) and v >= 0),
+        "learner_steps": ("an integer >= 0", lambda v: _is_int(v) and v >= 0),
+        "episodes": ("a list of (env step, return, length)", lambda v: _is_rows(v, 3)),
+        "evaluations": ("a list of (env step, mean return)", lambda v: _is_rows(v, 2)),
+        "learner_metrics": ("a dict of numbers by name", lambda v: isinstance(v, dict) and all(
+            isinstance(k, str) and _is_number(x) for k, x in v.items())),
+        "counters": (f"a dict of {list(_COUNTERS)}, each a number or None", lambda v: isinstance(v, dict)
+                     and set(v) == set(_COUNTERS) and all(x is None or _is_number(x) for x in v.values())),
+        "adder": ("the adder's state (a dict)", lambda v: isinstance(v, dict)),
+        "learner": ("the learner's state_dict (a dict)", lambda v: isinstance(v, dict)),
+        "policy": ("the policy's state_dict (a dict)", lambda v: isinstance(v, dict)),
+        "env": ("the env's state (a dict) or None", lambda v: v is None or isinstance(v, dict)),
+        "timestep": ("None (no env state)" if env is None else "the timestep's arrays by field (a dict)",
+                     lambda v: v is None if env is None else _is_timestep(v)),
+        "episode_stats": (f"a dict of 'returns' and 'lengths', {lanes} numbers each (one per lane)",
+                          lambda v: _is_lane_counts(v, lanes)),
+        "actor": ("the policy's recurrent state under 'state' (a dict)",
+                  lambda v: isinstance(v, dict) and "state" in v),
+        "variable_client": ("None or a dict of 'last_pull' (an integer or None)", lambda v: v is None or (
+            isinstance(v, dict) and set(v) == {"last_pull"} and (v["last_pull"] is None or _is_int(v["last_pull"])))),
+    }
+    for key, (what, ok) in expected.items():
+        value = state.get(key, _MISSING)
+        if value is _MISSING or not ok(value):
+            raise CheckpointError(f"{where}: key {key!r}: expected {what}, got {_described(value)}; this is not a "
+                                  "checkpoint rlflow.run can resume from (resume from another, or start a new run)")
 
 
 def save_state(path: str | Path, state: dict[str, Any]) -> None:
