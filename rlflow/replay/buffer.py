@@ -239,24 +239,25 @@ class ReplayBuffer:
 
     def flush(self) -> None:
         """Write the staged single-env transitions to the store and table (sampling does this itself): one
-        ``add_steps`` call, over the episodes that ended in the block and those that followed them."""
+        ``add_steps`` call, over the episodes that ended in the block and those that followed them. The
+        block is emptied only once that call has written it: should it raise, the transitions stay staged."""
         n = int(self._block_rows[0])
         if not n:
             return
         adder = self.adder
-        self._block_rows[0] = 0
         top = adder._top({name: col[:n] for name, col in self._block.items()})
         if not self._ends:
             adder.add_steps(0, top["action"], top["reward"], top["observation"], extras=top.get("extras"))
-            return
-        terminated, truncated = np.zeros(n, bool), np.zeros(n, bool)
-        for end, code in zip(self._ends, self._codes, strict=True):
-            (terminated if code == 1 else truncated)[end - 1] = True
-        k = self._num_firsts
-        firsts = adder._top({name: col[:k] for name, col in self._firsts.items()})["observation"] if k else None
+        else:
+            terminated, truncated = np.zeros(n, bool), np.zeros(n, bool)
+            for end, code in zip(self._ends, self._codes, strict=True):
+                (terminated if code == 1 else truncated)[end - 1] = True
+            k = self._num_firsts
+            firsts = adder._top({name: col[:k] for name, col in self._firsts.items()})["observation"] if k else None
+            adder.add_steps(0, top["action"], top["reward"], top["observation"], terminated=terminated,
+                            truncated=truncated, extras=top.get("extras"), first_observations=firsts)
+        self._block_rows[0] = 0
         self._ends, self._codes, self._num_firsts = [], [], 0
-        adder.add_steps(0, top["action"], top["reward"], top["observation"], terminated=terminated,
-                        truncated=truncated, extras=top.get("extras"), first_observations=firsts)
 
     def _unbatched(self, obs: Any) -> bool:
         """Whether ``obs`` is one env's observation without the leading env axis (judged by its first field)."""
@@ -289,7 +290,7 @@ class ReplayBuffer:
         pos = open_rows[same] % self.store.capacity
         for name, value in obs_flat.items():
             stored = self.store.columns[name][lanes, pos]
-            eq = stored == value[same]
+            eq = stored == value[lanes]
             if eq.ndim > 1:
                 eq = eq.reshape(lanes.size, -1).all(axis=1)
             same[lanes[~eq]] = False

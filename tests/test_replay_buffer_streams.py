@@ -1,0 +1,146 @@
+"""The ReplayBuffer facade over random transition streams: nested observation spaces, ``add`` one step at a
+time against ``extend``, both against a plain reference (tests/buffer_reference.py), and staging that never
+loses a transition."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from buffer_reference import G, draw, held, key, plan_stream, reference, stack
+from gymnasium import spaces
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rlflow.replay import ReplayBuffer
+from rlflow.specs import SpecError
+
+ACT = spaces.Discrete(4)
+
+
+def _box(*shape: int) -> spaces.Box:
+    return spaces.Box(-10, 10, shape, np.float32)
+
+
+SPACES = {
+    "box": _box(3),
+    "dict": spaces.Dict({"pos": _box(2)}),
+    "dict_mixed": spaces.Dict({"pos": _box(2), "id": spaces.Discrete(3)}),
+    "tuple": spaces.Tuple((_box(2), _box(3))),
+    "tuple_same_shapes": spaces.Tuple((_box(2), _box(2))),
+    "nested_dict": spaces.Dict({"a": spaces.Dict({"x": _box(2), "k": spaces.Discrete(3)}), "b": _box(1)}),
+    "tuple_of_dict": spaces.Tuple((spaces.Dict({"x": _box(2)}), spaces.Discrete(4))),
+}
+EVENTS = ["mid", "mid", "mid", "term", "trunc", "jump", "equal"]
+
+
+def _add_all(buf: ReplayBuffer, per_env: list[list[tuple]], batched: bool) -> None:
+    """Every step through ``add``: one env unbatched, or all envs batched (leading axis ``E``)."""
+    for i in range(len(per_env[0])):
+        row = [tr[i] for tr in per_env]
+        if not batched:
+            buf.add(*row[0])
+        else:
+            buf.add(*(stack([r[j] for r in row]) for j in range(4)), np.array([r[4] for r in row]),
+                    np.array([r[5] for r in row]))
+
+
+def _extend_all(buf: ReplayBuffer, per_env: list[list[tuple]], chunks: list[int]) -> None:
+    """Every step through ``extend``, in chunks of the given sizes (``[T]`` for one env, ``[T, E]`` for more)."""
+    t, e, i, c = len(per_env[0]), len(per_env), 0, 0
+    while i < t:
+        z = min(t, i + chunks[c % len(chunks)])
+        c += 1
+        steps = [[tr[s] for tr in per_env] for s in range(i, z)]
+        cols = [stack([stack([r[j] for r in row]) if e > 1 else row[0][j] for row in steps]) for j in range(6)]
+        buf.extend(*cols)
+        i = z
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from(sorted(SPACES)), st.integers(1, 3), st.lists(st.sampled_from(EVENTS), min_size=1, max_size=40),
+       st.lists(st.integers(1, 30), min_size=1, max_size=4), st.booleans(), st.sampled_from([1, 3]))
+def test_nested_observations_through_add_and_extend_match_the_reference(name, n, plan, chunks, close, envs):
+    """Dict, Tuple and nested observations, one env unbatched and several batched, through ``add`` and through
+    ``extend``: each buffer holds exactly the reference's transitions; ``len`` and ``sample`` answer."""
+    space = SPACES[name]
+    rng = np.random.default_rng(len(plan) + 7 * n)
+    per_env = [plan_stream(space, rng, plan) for _ in range(envs)]
+    want = sorted(x for tr in per_env for x in reference(space, tr, n, close))
+    for path in ("add", "extend"):
+        buf = ReplayBuffer(space, ACT, capacity=64 * envs, n_step=n, discount=G, num_envs=envs)
+        if path == "add":
+            _add_all(buf, per_env, batched=envs > 1)
+        else:
+            _extend_all(buf, per_env, chunks)
+        if close:
+            buf.end_episodes()
+        assert held(buf, space) == want, path
+        assert len(buf) == len(want)
+        if want:
+            batch = buf.sample(5).data
+            assert {key(space, _row(batch.observation, i)) for i in range(5)} <= {w[0] for w in want}
+
+
+def _row(batch, i):
+    if isinstance(batch, dict):
+        return {k: _row(v, i) for k, v in batch.items()}
+    if isinstance(batch, tuple):
+        return tuple(_row(v, i) for v in batch)
+    return batch[i]
+
+
+def test_a_dict_observation_episode_end_inside_the_staged_block_is_kept():
+    """One env, Dict observations: an episode ends and the next starts inside the staged block; ``len`` and
+    ``sample`` write both episodes' transitions."""
+    space = spaces.Dict({"pos": _box(2)})
+    buf = ReplayBuffer(space, spaces.Discrete(2), capacity=100)
+
+    def o(x):
+        return {"pos": np.full(2, x, np.float32)}
+
+    buf.add(o(0), 0, 1.0, o(1), True, False)
+    buf.add(o(5), 1, 1.0, o(6), False, False)
+    assert len(buf) == 2 and len(buf) == 2
+    assert sorted(buf.sample(20).data.observation["pos"][:, 0].tolist())[::19] == [0.0, 5.0]
+
+
+@pytest.mark.parametrize("name", ["dict", "tuple", "nested_dict"])
+def test_a_flush_that_fails_leaves_the_staged_transitions_staged(name, monkeypatch):
+    """Should the write of the staged block raise, the block stays staged: the next flush writes it all."""
+    space = SPACES[name]
+    rng = np.random.default_rng(0)
+    stream = plan_stream(space, rng, ["mid", "term", "mid", "mid", "trunc", "mid"])
+    buf = ReplayBuffer(space, ACT, capacity=100, n_step=2, discount=G)
+    for tr in stream:
+        buf.add(*tr)
+    write = buf.adder.add_steps
+
+    def fails(*args, **kwargs):
+        raise RuntimeError("the store is not writable now")
+
+    monkeypatch.setattr(buf.adder, "add_steps", fails)
+    with pytest.raises(RuntimeError, match="not writable"):
+        len(buf)
+    monkeypatch.setattr(buf.adder, "add_steps", write)
+    assert held(buf, space) == reference(space, stream, 2, False)
+
+
+@pytest.mark.parametrize("name", ["dict", "tuple", "nested_dict"])
+def test_bad_nested_input_raises_from_the_add_that_brought_it(name):
+    """A nested observation of the wrong structure or a bad value raises from that ``add``; what was staged
+    before is kept, and ``len`` answers."""
+    space = SPACES[name]
+    rng = np.random.default_rng(1)
+    stream = plan_stream(space, rng, ["mid", "term", "mid"])
+    buf = ReplayBuffer(space, ACT, capacity=100, discount=G)
+    for tr in stream:
+        buf.add(*tr)
+    nxt = stream[-1][3]
+    bad_structure = {"other": np.zeros(2, np.float32)} if isinstance(nxt, dict) else (np.zeros(2, np.float32),)
+    for bad in (bad_structure, draw(space, rng)):
+        with pytest.raises(SpecError):
+            if bad is bad_structure:
+                buf.add(nxt, 1, 1.0, bad, False, False)
+            else:
+                buf.add(bad, 9, 1.0, draw(space, rng), False, False)  # action out of bounds
+    assert held(buf, space) == reference(space, stream, 1, False)
