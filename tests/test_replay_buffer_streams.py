@@ -144,3 +144,42 @@ def test_bad_nested_input_raises_from_the_add_that_brought_it(name):
             else:
                 buf.add(bad, 9, 1.0, draw(space, rng), False, False)  # action out of bounds
     assert held(buf, space) == reference(space, stream, 1, False)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 3), st.lists(st.sampled_from([*EVENTS, "both", "both"]), min_size=1, max_size=50),
+       st.lists(st.integers(1, 40), min_size=1, max_size=4), st.booleans(), st.sampled_from([1, 3]))
+def test_add_and_extend_keep_the_same_transitions_of_any_stream(n, plan, chunks, close, envs):
+    """The same stream (steps terminated, truncated, or both at once, as TimeLimit gives when an episode
+    terminates at the limit) through ``add`` one step at a time and through ``extend`` in chunks: both
+    buffers hold the same rows and transitions (the reference's, termination winning) and sample alike."""
+    space = SPACES["box"]
+    rng = np.random.default_rng(len(plan) + 11 * sum(chunks))
+    per_env = [plan_stream(space, rng, plan) for _ in range(envs)]
+    bufs = [ReplayBuffer(space, ACT, capacity=80 * envs, n_step=n, discount=G, num_envs=envs, seed=3) for _ in "ab"]
+    _add_all(bufs[0], per_env, batched=envs > 1)
+    _extend_all(bufs[1], per_env, chunks)
+    if close:
+        for buf in bufs:
+            buf.end_episodes()
+    want = sorted(x for tr in per_env for x in reference(space, tr, n, close))
+    assert held(bufs[0], space) == held(bufs[1], space) == want
+    for name, column in bufs[0].store.state_dict().items():
+        np.testing.assert_array_equal(bufs[1].store.state_dict()[name], column, err_msg=name)
+    if want:
+        a, b = (buf.sample(16).data for buf in bufs)
+        for x, y in zip(a, b, strict=True):
+            np.testing.assert_array_equal(x, y)
+
+
+def test_a_step_both_terminated_and_truncated_is_terminated_in_every_path():
+    """add (one env, several envs) and extend take a step marked both ways: it ends a terminated episode
+    (discount 0)."""
+    space = SPACES["box"]
+    o, nxt = np.zeros(3, np.float32), np.ones(3, np.float32)
+    one, many, ext = (ReplayBuffer(space, ACT, capacity=50, num_envs=e) for e in (1, 2, 1))
+    one.add(o, 1, 1.0, nxt, True, True)
+    many.add(np.stack([o, o]), np.array([1, 1]), np.ones(2), np.stack([nxt, nxt]), np.ones(2, bool), np.ones(2, bool))
+    ext.extend(o[None], np.array([1]), np.ones(1), nxt[None], np.ones(1, bool), np.ones(1, bool))
+    for buf in (one, many, ext):
+        assert len(buf) == buf.num_envs and buf.sample(4).data.discount.tolist() == [0.0] * 4

@@ -140,7 +140,7 @@ class ReplayBuffer:
             return
         self.flush()
         terminated = _flags("terminated", terminated, self.num_envs)
-        truncated = _flags("truncated", truncated, self.num_envs)
+        truncated = _flags("truncated", truncated, self.num_envs) & ~terminated  # termination wins
         reward = reward if type(reward) is np.ndarray else np.asarray(reward, np.float32)
         adder = self.adder
         last = terminated | truncated
@@ -318,6 +318,7 @@ class ReplayBuffer:
         if trunc.shape[0] != t:
             raise SpecError(f"extend: terminated and truncated: expected the same number of steps, got {t} and "
                             f"{trunc.shape[0]}")
+        trunc = trunc & ~term  # a step both terminated and truncated is terminated, as in add
         if not t:
             return
         adder = self.adder
