@@ -183,3 +183,53 @@ def test_a_step_both_terminated_and_truncated_is_terminated_in_every_path():
     ext.extend(o[None], np.array([1]), np.ones(1), nxt[None], np.ones(1, bool), np.ones(1, bool))
     for buf in (one, many, ext):
         assert len(buf) == buf.num_envs and buf.sample(4).data.discount.tolist() == [0.0] * 4
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_sample_with_nothing_sampleable_raises_at_once_saying_why(n):
+    """A single-threaded loop never hangs in sample: with nothing sampleable it raises at once, saying what
+    the buffer holds and when it becomes sampleable; the same buffer samples once it is."""
+    from rlflow.replay import RateLimitTimeout
+
+    buf = ReplayBuffer(SPACES["box"], ACT, capacity=50, n_step=n)
+    with pytest.raises(RateLimitTimeout, match=r"sample\(8\): no transition is sampleable: the buffer holds none; "
+                                               r"add transitions first, or pass timeout="):
+        buf.sample(8)
+    obs = np.zeros(3, np.float32)
+    buf.add(obs, 1, 1.0, obs + 1, False, False)
+    if n > 1:
+        with pytest.raises(RateLimitTimeout, match=r"holds 1 transition\(s\) that wait .* n_step=3 .* once 2 more "
+                                                   r".* end_episodes\(\)"):
+            buf.sample(8)
+        buf.add(obs + 1, 1, 1.0, obs + 2, False, False)
+        with pytest.raises(RateLimitTimeout, match="holds 2 transition"):
+            buf.sample(8, timeout=0.0)
+        buf.end_episodes()
+    assert buf.sample(8).data.observation.shape == (8, 3)
+
+
+def test_sample_with_a_timeout_waits_for_another_threads_add():
+    """timeout= keeps the blocking form for threaded use: a sample started before any add returns once
+    another thread's transition is in (and a short timeout with nothing added raises, saying it waited)."""
+    import threading
+
+    from rlflow.replay import RateLimitTimeout
+
+    buf = ReplayBuffer(SPACES["box"], ACT, capacity=50, num_envs=2)
+    with pytest.raises(RateLimitTimeout, match=r"after waiting 0.01 s: the buffer holds none; add transitions "
+                                               r"first$"):
+        buf.sample(2, timeout=0.01)
+    started = threading.Event()
+    got = []
+
+    def learner():
+        started.set()
+        got.append(buf.sample(2, timeout=None))
+
+    thread = threading.Thread(target=learner)
+    thread.start()
+    started.wait()
+    obs = np.zeros((2, 3), np.float32)
+    buf.add(obs, np.array([1, 2]), np.ones(2), obs + 1, np.zeros(2, bool), np.zeros(2, bool))
+    thread.join(timeout=60)
+    assert not thread.is_alive() and got[0].data.action.shape == (2,)

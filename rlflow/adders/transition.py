@@ -108,6 +108,15 @@ class NStepTransition(Adder):
         self._lane_block: _LaneBlock | None = None
         self._direct_arrays: _direct.Arrays | None = None
 
+    def waiting_actions(self) -> np.ndarray:
+        """Per lane (int64 ``[E]``): the actions of the episode in progress that no item holds yet. Each becomes
+        an item once ``n - 1`` more actions follow it, or when its episode ends (:meth:`truncate` ends it)."""
+        if self._staged:
+            self.flush()
+        is_open = self._open >= 0
+        taken = np.where(is_open, self._open - self._episode_start, 0)
+        return np.minimum(taken, self.n - 1)
+
     def _item_view(self) -> Any:
         """How the tables shape a sample of these items."""
         return TransitionView()

@@ -31,7 +31,7 @@ from rlflow.replay.row_table import RowTable
 from rlflow.replay.sample import Sample
 from rlflow.replay.selectors import Fifo, Prioritized
 from rlflow.replay.storage import StepStore
-from rlflow.replay.table import Table
+from rlflow.replay.table import RateLimitTimeout, Table
 from rlflow.specs import Spec, SpecError
 from rlflow.types import TimeStep, step_spec
 
@@ -296,10 +296,31 @@ class ReplayBuffer:
             same[lanes[~eq]] = False
         return same
 
-    def sample(self, batch_size: int, *, timeout: float | None = None) -> Sample:
-        """``batch_size`` transitions: ``sample.data`` is a :class:`~rlflow.replay.views.Transition`."""
+    def sample(self, batch_size: int, *, timeout: float | None = 0.0) -> Sample:
+        """``batch_size`` transitions: ``sample.data`` is a :class:`~rlflow.replay.views.Transition`.
+
+        With no transition sampleable it raises :class:`~rlflow.replay.RateLimitTimeout` at once, saying how
+        many transitions the buffer holds and when they become sampleable. ``timeout`` (seconds; ``None``:
+        no limit) waits that long for another thread's adds first."""
         self.flush()
-        return self.table.sample(batch_size, timeout=timeout)
+        try:
+            return self.table.sample(batch_size, timeout=timeout)
+        except RateLimitTimeout as exc:
+            raise RateLimitTimeout(self._nothing_sampleable(batch_size, timeout)) from exc
+
+    def _nothing_sampleable(self, batch_size: int, timeout: float | None) -> str:
+        """Why :meth:`sample` found no transition to draw, and what to do."""
+        waiting = int(self.adder.waiting_actions().sum())
+        n = self.adder.n
+        head = f"ReplayBuffer.sample({batch_size}): no transition is sampleable" + (
+            f" after waiting {timeout:g} s" if timeout else "")
+        wait = "" if timeout else ", or pass timeout= (seconds; None: no limit) to wait for another thread's adds"
+        if not waiting:
+            return f"{head}: the buffer holds none; add transitions first{wait}"
+        return (f"{head}: the buffer holds {waiting} transition(s) that wait for their episode to go on: with "
+                f"n_step={n} a transition becomes sampleable once {n - 1} more of its episode are added, or when "
+                f"the episode ends (terminated, truncated, or closed by end_episodes()); add more or call "
+                f"end_episodes(){wait}")
 
     def update_priorities(self, keys: Any, priorities: Any) -> int:
         """Set the priorities of sampled transitions (keys of overwritten ones are skipped)."""
