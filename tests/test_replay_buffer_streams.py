@@ -233,3 +233,72 @@ def test_sample_with_a_timeout_waits_for_another_threads_add():
     buf.add(obs, np.array([1, 2]), np.ones(2), obs + 1, np.zeros(2, bool), np.zeros(2, bool))
     thread.join(timeout=60)
     assert not thread.is_alive() and got[0].data.action.shape == (2,)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(["box", "dict_mixed", "tuple", "nested_dict"]), st.integers(1, 3),
+       st.lists(st.sampled_from([*EVENTS, "both", "reset", "reset", "reset"]), min_size=1, max_size=40),
+       st.lists(st.integers(1, 30), min_size=1, max_size=4), st.booleans(), st.sampled_from([1, 3]))
+def test_next_step_reset_steps_are_not_transitions_in_add_and_extend(name, n, plan, chunks, close, envs):
+    """Streams with gymnasium's NEXT_STEP reset steps (after an end: obs is the end's next_obs, reward 0,
+    no flag), and the same shapes of step where no episode ended (kept): ``add`` one step at a time and
+    ``extend`` in chunks hold exactly the reference's transitions, never a reset step."""
+    space = SPACES[name]
+    rng = np.random.default_rng(len(plan) + 13 * n)
+    per_env = [plan_stream(space, rng, plan) for _ in range(envs)]
+    want = sorted(x for tr in per_env for x in reference(space, tr, n, close))
+    for path in ("add", "extend"):
+        buf = ReplayBuffer(space, ACT, capacity=64 * envs, n_step=n, discount=G, num_envs=envs)
+        if path == "add":
+            _add_all(buf, per_env, batched=envs > 1)
+        else:
+            _extend_all(buf, per_env, chunks)
+        if close:
+            buf.end_episodes()
+        assert held(buf, space) == want, path
+
+
+def test_a_same_step_loop_whose_episode_restarts_at_its_final_observation_keeps_its_first_step_with_infos():
+    """A loop that resets the env itself, whose new episode starts exactly at the final observation with a
+    reward-0 first step: taken as a NEXT_STEP reset step without infos; kept when the ending call passes
+    the final observation in infos (one env and several, gymnasium's and Stable-Baselines3's forms)."""
+    space = spaces.Discrete(3)
+    stream = [(0, 1, 1.0, 1, False, False), (1, 1, 1.0, 0, False, True),  # truncated at observation 0...
+              (0, 2, 0.0, 2, False, False)]                                # ...and the reset observation is 0
+    for infos in (None, {"final_obs": 0}):
+        buf = ReplayBuffer(space, ACT, capacity=20, discount=G)
+        for i, tr in enumerate(stream):
+            buf.add(*tr, **({"infos": infos} if infos is not None and i == 1 else {}))
+        assert len(buf) == (2 if infos is None else 3)
+    for infos in ({"final_obs": np.array([0, 0], object), "_final_obs": np.array([True, False])},
+                  [{"terminal_observation": 0}, {}]):
+        buf = ReplayBuffer(space, ACT, capacity=40, num_envs=2, discount=G)
+        for i, tr in enumerate(stream):
+            cols = [np.array([x, x]) for x in tr]
+            buf.add(*cols, **({"infos": infos} if i == 1 else {}))
+        assert len(buf) == 6 - 1  # env 1 had no final observation in infos: its step 3 is a reset step
+
+
+def test_bad_infos_raise_and_change_nothing():
+    space = SPACES["box"]
+    buf = ReplayBuffer(space, ACT, capacity=40, num_envs=2)
+    o = np.zeros((2, 3), np.float32)
+    args = (o, np.array([1, 1]), np.ones(2), o + 1, np.ones(2, bool), np.zeros(2, bool))
+    for infos, match in (([{}], "one info dict per env"), ("final", "info dict"),
+                         ({"final_obs": np.array([None] * 3, object)}, "one entry per env")):
+        with pytest.raises(SpecError, match=match):
+            buf.add(*args, infos=infos)
+        assert len(buf) == 0 and len(buf.store) == 0
+
+
+def test_waiting_actions_count_the_actions_no_item_holds_yet():
+    """n=3, two envs: 1, then 2 actions wait per env (at most n - 1); an episode end leaves none waiting."""
+    buf = ReplayBuffer(SPACES["box"], ACT, capacity=40, num_envs=2, n_step=3)
+    obs = np.zeros((2, 3), np.float32)
+    counts = []
+    for end in ([False, False], [False, False], [False, False], [True, False]):
+        buf.add(obs, np.array([1, 1]), np.ones(2), obs + 1, np.array(end), np.zeros(2, bool))
+        obs = obs + 1
+        counts.append(buf.adder.waiting_actions().tolist())
+    assert counts == [[1, 1], [2, 2], [2, 2], [0, 2]]
+    assert len(buf) == 4 + 2  # env 0: its 4 actions; env 1: the first 2 of its 4
