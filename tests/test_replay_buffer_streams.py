@@ -285,7 +285,9 @@ def test_bad_infos_raise_and_change_nothing():
     o = np.zeros((2, 3), np.float32)
     args = (o, np.array([1, 1]), np.ones(2), o + 1, np.ones(2, bool), np.zeros(2, bool))
     for infos, match in (([{}], "one info dict per env"), ("final", "info dict"),
-                         ({"final_obs": np.array([None] * 3, object)}, "one entry per env")):
+                         ({"final_obs": np.array([None] * 3, object)}, "one entry per env"),
+                         ({"final_obs": np.array([np.zeros(4), None], object), "_final_obs": np.array([True, False])},
+                          r"final observations of envs \[0\] do not fit")):
         with pytest.raises(SpecError, match=match):
             buf.add(*args, infos=infos)
         assert len(buf) == 0 and len(buf.store) == 0
@@ -302,3 +304,22 @@ def test_waiting_actions_count_the_actions_no_item_holds_yet():
         counts.append(buf.adder.waiting_actions().tolist())
     assert counts == [[1, 1], [2, 2], [2, 2], [0, 2]]
     assert len(buf) == 4 + 2  # env 0: its 4 actions; env 1: the first 2 of its 4
+
+
+@pytest.mark.parametrize("envs", [1, 2])
+def test_a_bad_call_after_an_episode_end_leaves_the_reset_step_recognised(envs):
+    """After an end, a call that raises changes nothing: the reset step that follows is still left out."""
+    space = SPACES["box"]
+    buf = ReplayBuffer(space, ACT, capacity=40, num_envs=envs)
+    o = np.zeros((envs, 3), np.float32)
+
+    def add(obs, action, reward, nxt, term):
+        args = (obs, np.full(envs, action), np.full(envs, reward), nxt, np.full(envs, term), np.zeros(envs, bool))
+        buf.add(*(a[0] for a in args) if envs == 1 else args)
+
+    add(o, 1, 1.0, o + 1, True)
+    with pytest.raises(SpecError):
+        add(o + np.nan, 1, 0.0, o + 2, False)  # not a finite observation
+    add(o + 1, 1, 0.0, o + 2, False)  # the reset step: next_obs o + 2 starts the next episode
+    add(o + 2, 1, 1.0, o + 3, False)
+    assert len(buf) == 2 * envs and sorted(buf.sample(16).data.observation[:, 0].tolist())[::15] == [0.0, 2.0]

@@ -212,8 +212,13 @@ class ReplayBuffer:
             done = np.array([_flag("terminated", terminated) or _flag("truncated", truncated)])
         finals = _final_observations(infos, done.size, batched)
         ended = [i for i in finals if done[i]]
-        if ended:
-            next_obs = _with_rows(next_obs, {i: finals[i] for i in ended}) if batched else finals[0]
+        if ended and batched:
+            try:
+                next_obs = _with_rows(next_obs, {i: finals[i] for i in ended})
+            except (KeyError, IndexError, TypeError, ValueError) as exc:
+                raise SpecError(f"infos: the final observations of envs {ended} do not fit next_obs: {exc!r}") from None
+        elif ended:
+            next_obs = finals[0]
         self.add(obs, action, reward, next_obs, terminated, truncated, extras)
         self._after_end[ended] = False
 
@@ -233,13 +238,12 @@ class ReplayBuffer:
         elif extras is not None:
             raise SpecError("add: extras given, but the buffer has no extras spec")
         term, trunc = _flag("terminated", terminated), _flag("truncated", truncated)
-        if self._after_end[0]:
-            if not (term or trunc) and all(not v.any() for v in rew.values()) and self._is_last_next(obs):
-                self._restart(nxt)  # a NEXT_STEP reset step: next_obs starts the next episode
-                self._last_next_given = next_obs
-                self._after_end[0] = False
-                return
+        if (self._after_end[0] and not (term or trunc) and all(not v.any() for v in rew.values())
+                and self._is_last_next(obs)):
+            self._restart(nxt)  # a NEXT_STEP reset step: next_obs starts the next episode
+            self._last_next_given = next_obs
             self._after_end[0] = False
+            return
         if obs is not self._last_next_given and not self._continues_one(obs):
             first = _row(*leaves["observation"], obs, "obs")  # a new episode: check its observation too
             if self._ended:
@@ -254,6 +258,7 @@ class ReplayBuffer:
             for name, value in part.items():
                 self._block[name][s] = value
         self._block_rows[0] = s + 1
+        self._after_end[0] = False
         self._staged_one(next_obs, term, trunc, s + 1)
 
     def _restart(self, first: dict[str, np.ndarray]) -> None:
