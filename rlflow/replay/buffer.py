@@ -11,11 +11,15 @@ Each call records one transition per env (``num_envs`` of them, leading axis ``E
 leading axis may be left out). Observations are stored once: when a transition's ``obs`` is the
 previous ``next_obs`` of its env (the usual case), only ``next_obs`` is new. When it is not (the loop
 skipped or restarted without an episode end), the previous episode is closed as truncated at its last
-``next_obs`` and a new one starts at ``obs``, so every transition passed in is kept exactly as given.
+``next_obs`` and a new one starts at ``obs``, so every transition passed in is kept exactly as given,
+but gymnasium's ``NEXT_STEP`` reset steps (after an episode end, ``obs`` is bit for bit that end's
+``next_obs``, reward 0, neither flag), which are left out; ``infos=`` supplies the true final observations
+of ``SAME_STEP`` vector envs. A step both terminated and truncated is terminated.
 Sampled transitions are n-step (``n_step=1``: the transitions as added): ``reward`` is the discounted
 sum of up to ``n_step`` rewards, ``discount`` is ``discount ** k`` (0 after termination), and
 ``next_observation`` the observation ``k`` steps on; truncation bootstraps from the true final
-observation.
+observation. ``sample`` never blocks unless given a ``timeout``: with nothing sampleable it raises at once,
+saying why.
 """
 
 from __future__ import annotations
