@@ -119,7 +119,7 @@ class NStepTransition(Adder):
 
     def _item_view(self) -> Any:
         """How the tables shape a sample of these items."""
-        return TransitionView()
+        return TransitionView(self.n, self.discount)
 
     def add_steps(self, lane: int, actions: Any, rewards: Any, next_observations: Any, *, terminated: Any = False,
                   truncated: Any = False, extras: Any = None, first_observations: Any = None) -> None:
@@ -704,6 +704,48 @@ class NStepTransition(Adder):
             if k:  # the table's own insert: it waits for the rate limiter, evicts, or explains a refusal
                 self._insert(b.lanes[:k], b.starts[:k], b.lengths[:k],
                              {"return": b.returns[:k].reshape(k, *self._reward_shape), "discount": b.discounts[:k]})
+
+    def _staged_state(self) -> dict[str, Any]:
+        s = self._staged
+        if self._lane_staging:
+            blk, j = self._lane_block, self._lane_block.segments
+            return {"steps": s, "act": blk.act[:s].copy(), "rew": blk.rew[:s].copy(), "obs": blk.obs[:s].copy(),
+                    "ends": blk.ends[:j].copy(), "codes": blk.codes[:j].copy(), "restart": blk.restart[:j].copy()}
+        b = self._block
+        return {"steps": s, "act": [c[:s].copy() for c in b.act], "obs": [c[:s].copy() for c in b.obs],
+                "final": [c[:s].copy() for c in b.final], "flags": b.flags[:s].copy(), "open": b.open.copy()}
+
+    def _load_staged(self, state: Mapping[str, Any] | None) -> None:
+        if state is not None:  # checked before anything changes
+            s = int(state["steps"])
+            if not 0 < s < self.stage_steps or ("rew" in state) != self._lane_staging:
+                raise ValueError(f"adder state: {s} staged steps of a {'one-lane' if 'rew' in state else 'block'} "
+                                 f"stage, expected fewer than stage_steps={self.stage_steps} of a "
+                                 f"{'one-lane' if self._lane_staging else 'block'} stage; build the adder as the "
+                                 "checkpointed run did")
+        self._staged = 0
+        for blk in (self._lane_block, self._block):
+            if blk is not None:
+                blk.staged[0] = 0
+        if self._lane_block is not None:
+            self._lane_block.segments = 0
+        if state is None:
+            return
+        if self._lane_staging:
+            blk = self._lane_block = self._lane_block or _LaneBlock(self)
+            j = len(state["ends"])
+            blk.act[:s], blk.rew[:s], blk.obs[:s] = state["act"], state["rew"], state["obs"]
+            blk.ends[:j], blk.codes[:j], blk.restart[:j] = state["ends"], state["codes"], state["restart"]
+            blk.segments = j
+            blk.staged[0] = s
+        else:
+            b = self._block = self._block or _Block(self)
+            for cols, key in ((b.act, "act"), (b.obs, "obs"), (b.final, "final")):
+                for col, saved in zip(cols, state[key], strict=True):
+                    col[:s] = saved
+            b.flags[:s], b.open[:] = state["flags"], state["open"]
+            b.staged[0] = s
+        self._staged = s
 
     def _rows_table(self) -> tuple[Table, _direct.Arrays] | None:
         """The adder's one table and its arrays when it is a RowTable without a priority function that only

@@ -12,7 +12,8 @@ Semantics (Reverb's):
 - ``sample(B)`` draws ``B`` items one after another: random samplers draw with replacement,
   deterministic ones return their first item (again and again unless ``max_times_sampled`` retires it).
   An item sampled ``max_times_sampled`` times is removed at once; a draw that lands on an item already
-  retired within the same batch is drawn again (exactly the sequential draws, vectorised).
+  retired within the same batch is drawn again (exactly the sequential draws, vectorised). Each draw
+  reports the probability and importance weight of a draw over the items still in at that point.
   Sampling blocks until the rate limiter allows ``B`` samples and, with ``max_times_sampled``, the
   items left can supply ``B`` draws.
 - ``update_priorities(keys, priorities)`` skips keys that no longer exist; a key repeated in one call
@@ -431,9 +432,11 @@ class Table:
                 weights = np.ones(slots.size, np.float32)
             else:
                 slots, probs, weights = self.sampler.sample_with_weights(need)
-                if limit is not None:
-                    keep = _occurrence(slots) < limit - items.times[slots]
-                    slots, probs, weights = slots[keep], probs[keep], weights[keep]
+                if limit is not None:  # a draw past its item's limit is made again in the next round
+                    left, seen = limit - items.times[slots], _occurrence(slots)
+                    keep = seen < left
+                    slots = slots[keep]
+                    probs, weights = self.sampler.sequential_weights(slots, seen[keep] == left[keep] - 1)
             meta = K.draw_rows(items.meta, slots, TIMES)
             items.times_total += slots.size
             parts.append((slots, meta, probs, weights, meta[:, TIMES]))
