@@ -260,7 +260,7 @@ def _reset_rows(state: Any, initial: Any, first: np.ndarray) -> Any:
         return out
     import torch  # a tensor: the mask on its device
 
-    mask = torch.as_tensor(first, device=state.device)
+    mask = torch.tensor(first, device=state.device)  # a copy: ``first`` may be a read-only view of the env's flags
     return torch.where(mask.reshape(-1, *([1] * (state.dim() - 1))), initial.to(state.device), state)
 
 
