@@ -3,6 +3,7 @@ between learner and policy (:class:`VariableClient`), per-lane episode statistic
 
 from __future__ import annotations
 
+import inspect
 import math
 import sys
 from typing import Any
@@ -154,6 +155,7 @@ class Actor:
         self._simple = action_spec if isinstance(action_spec, _specs.Field) else None
         self._space = action_space
         self._one = _one_value_check(self._simple, self.num_lanes)
+        _check_act_signature(policy)
         self.state = policy.initial_state(self.num_lanes)
 
     def reset(self) -> None:
@@ -270,8 +272,23 @@ def _reset_rows(state: Any, initial: Any, first: np.ndarray) -> Any:
         return out
     import torch  # a tensor: the mask on its device
 
-    mask = torch.as_tensor(first, device=state.device)
+    mask = torch.tensor(first, device=state.device)  # a copy: ``first`` may be a read-only view of the env's flags
     return torch.where(mask.reshape(-1, *([1] * (state.dim() - 1))), initial.to(state.device), state)
+
+
+def _check_act_signature(policy: Policy) -> None:
+    """Refuse a policy whose ``act`` cannot be called as the actor calls it: ``act(observation, state,
+    evaluation=...)``."""
+    try:
+        signature = inspect.signature(policy.act)
+    except (TypeError, ValueError):  # a builtin or C callable: left to the call itself
+        return
+    try:
+        signature.bind(None, None, evaluation=False)
+    except TypeError:
+        raise TypeError(f"{type(policy).__name__}.act{signature}: expected act(self, observation, state, *, "
+                        "evaluation=False), the signature of rlflow.Policy.act (rlflow passes evaluation=True for "
+                        "evaluation episodes: act greedily then)") from None
 
 
 def _plain_state(state: Any) -> Any:

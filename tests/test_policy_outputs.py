@@ -148,3 +148,29 @@ def test_box_actions_that_are_not_finite_are_refused(bad):
     with pytest.raises(SpecError, match=r"Scripted.act returned actions that do not fit the action space Box"):
         collect(env, Scripted(lambda n: np.full((n, 2), bad, np.float32)))
     assert env.received == []
+
+
+class NoEvaluationFlag(rlflow.Policy):
+    def act(self, observation, state):  # the common mistake: no evaluation keyword
+        return np.zeros(len(observation), np.int64), None, state
+
+
+class KeywordsPolicy(rlflow.Policy):
+    def act(self, observation, state, **kwargs):
+        return np.zeros(len(observation), np.int64), None, state
+
+
+def test_a_policy_whose_act_takes_no_evaluation_keyword_is_refused_before_any_step_naming_the_signature():
+    env = envs.make("CartPole-v1", num_envs=2)
+    store = StepStore(env.spec, capacity=50, lanes=2)
+    table = Table(store, rate_limiter=MinSize(1))
+    adder = adders.NStepTransition(store, [table], n=1, discount=0.9)
+    expected = (r"NoEvaluationFlag.act\(observation, state\): expected "
+                r"act\(self, observation, state, \*, evaluation=False\)")
+    with pytest.raises(TypeError, match=expected):
+        rlflow.run(env, NoEvaluationFlag(), None, adder, table, steps=10, progress=False)
+    assert store.count.tolist() == [0, 0]  # refused before the envs were reset or anything written
+    with pytest.raises(TypeError, match=expected):
+        rlflow.evaluate(envs.make("CartPole-v1"), NoEvaluationFlag(), episodes=1)
+    result = rlflow.run(env, KeywordsPolicy(), None, adder, table, steps=10, progress=False)  # **kwargs takes it
+    assert result.env_steps == 10

@@ -108,6 +108,15 @@ class NStepTransition(Adder):
         self._lane_block: _LaneBlock | None = None
         self._direct_arrays: _direct.Arrays | None = None
 
+    def waiting_actions(self) -> np.ndarray:
+        """Per lane (int64 ``[E]``): the actions of the episode in progress that no item holds yet. Each becomes
+        an item once ``n - 1`` more actions follow it, or when its episode ends (:meth:`truncate` ends it)."""
+        if self._staged:
+            self.flush()
+        is_open = self._open >= 0
+        taken = np.where(is_open, self._open - self._episode_start, 0)
+        return np.minimum(taken, self.n - 1)
+
     def _item_view(self) -> Any:
         """How the tables shape a sample of these items."""
         return TransitionView(self.n, self.discount)
@@ -182,8 +191,7 @@ class NStepTransition(Adder):
         if both >= 0:
             raise ValueError(f"add_steps: step {both} is both terminated and truncated; an episode ends one way")
         ends, codes = bufs[0][:m], bufs[1][:m]
-        k = 0 if first_observations is None else (int(np.shape(first_observations)[0]) if np.ndim(first_observations)
-                                                   else -1)
+        k = 0 if first_observations is None else self._leading_rows(first_observations, "add_steps: first_observations")
         allowed = (inner, inner + 1) if codes[m - 1] else (inner,)
         if k not in allowed:
             after = ", and optionally one after it" if len(allowed) > 1 else ""
@@ -194,6 +202,17 @@ class NStepTransition(Adder):
         obs = self._obs_columns(next_obs, t, "add_steps: next_observations")
         firsts = {} if not k else self._obs_columns(first_observations, k, "add_steps: first_observations")
         self._write_episodes(lane, ends, codes, 0, cols, obs, firsts)
+
+    def _leading_rows(self, observations: Any, what: str) -> int:
+        """How many observations ``observations`` holds (the leading axis of its first leaf, nested Dict and
+        Tuple spaces followed), or -1 when that leaf has no axis; SpecError naming ``what`` when its structure
+        is not the observation spec's."""
+        try:
+            flat = _specs.flatten_data(self.store.spec["observation"], observations, "observation")
+        except SpecError as exc:
+            raise SpecError(f"{what}: {exc}") from None
+        shape = np.shape(next(iter(flat.values())))
+        return int(shape[0]) if shape else -1
 
     def _segments_out(self, t: int) -> tuple[np.ndarray, np.ndarray]:
         """Buffers for the episode ends and codes of ``t`` steps (:func:`~rlflow.adders._kernels.episode_segments`)."""
