@@ -56,7 +56,7 @@ def plan_stream(space: spaces.Space, rng: np.random.Generator, plan: list[str]) 
             obs = draw(space, rng)
         elif what == "equal":
             obs = stack([obs])  # a copy: the same values in new arrays
-            obs = _first(obs)
+            obs = batch_row(obs, 0)
         elif what == "reset":
             reward = 0.0
         nxt = draw(space, rng)
@@ -67,22 +67,13 @@ def plan_stream(space: spaces.Space, rng: np.random.Generator, plan: list[str]) 
     return out
 
 
-def _first(stacked: Any) -> Any:
-    if isinstance(stacked, dict):
-        return {k: _first(v) for k, v in stacked.items()}
-    if isinstance(stacked, tuple):
-        return tuple(_first(v) for v in stacked)
-    return stacked[0]
-
-
 def reference(space: spaces.Space, transitions: list[tuple], n: int, closed: bool) -> list[tuple]:
     """The n-step transitions a buffer holds after ``transitions`` of one env, as sorted tuples
     ``(obs, action, reward, discount, next_obs)``.
 
     A transition right after an episode end whose obs is that end's next_obs, with reward 0 and no flag, is
-    gymnasium's NEXT_STEP reset step: not a transition. An episode ends on terminated or truncated
-    (terminated when both), or where the next transition's obs is not this next_obs (truncated there).
-    The last episode is open unless ``closed``.
+    gymnasium's NEXT_STEP reset step: not a transition. The others make n-step transitions as
+    :func:`nstep_reference` says.
     """
     kept = []
     for i, (obs, action, reward, nxt, term, trunc) in enumerate(transitions):
@@ -91,10 +82,20 @@ def reference(space: spaces.Space, transitions: list[tuple], n: int, closed: boo
                 and not term and not trunc):
             continue
         kept.append((key(space, obs), action, reward, key(space, nxt), term, trunc))
+    return nstep_reference(kept, n, closed)
+
+
+def nstep_reference(transitions: list[tuple], n: int, closed: bool) -> list[tuple]:
+    """The n-step transitions of one env's ``(obs, action, reward, next_obs, terminated, truncated)``, whose
+    observations are comparable values, as sorted tuples ``(obs, action, reward, discount, next_obs)``.
+
+    An episode ends on terminated or truncated (terminated when both), or where the next transition's obs is
+    not this next_obs (truncated there). The last episode is open unless ``closed``.
+    """
     episodes, cur = [], []
-    for i, tr in enumerate(kept):
+    for i, tr in enumerate(transitions):
         cur.append(tr)
-        nxt = kept[i + 1] if i + 1 < len(kept) else None
+        nxt = transitions[i + 1] if i + 1 < len(transitions) else None
         ended = tr[4] or tr[5] or (nxt is not None and nxt[0] != tr[3])
         if ended or nxt is None:
             episodes.append((cur, ended or closed, tr[4]))
@@ -120,14 +121,15 @@ def held(buf: Any, space: spaces.Space) -> list[tuple]:
     meta = np.zeros((it["key"].size, 6), np.int64)
     meta[:, LANE], meta[:, START], meta[:, LENGTH], meta[:, VALID] = it["lane"], it["start"], it["length"], it["valid"]
     b, _ = buf.table.view.gather(buf.store, meta, {"return": it["field/return"], "discount": it["field/discount"]})
-    return sorted((key(space, _row(b.observation, i)), int(b.action[i]), round(float(b.reward[i]), 4),
-                   round(float(b.discount[i]), 5), key(space, _row(b.next_observation, i)))
+    return sorted((key(space, batch_row(b.observation, i)), int(b.action[i]), round(float(b.reward[i]), 4),
+                   round(float(b.discount[i]), 5), key(space, batch_row(b.next_observation, i)))
                   for i in range(it["key"].size))
 
 
-def _row(batch: Any, i: int) -> Any:
+def batch_row(batch: Any, i: int) -> Any:
+    """Row ``i`` of a nested batch."""
     if isinstance(batch, dict):
-        return {k: _row(v, i) for k, v in batch.items()}
+        return {k: batch_row(v, i) for k, v in batch.items()}
     if isinstance(batch, tuple):
-        return tuple(_row(v, i) for v in batch)
+        return tuple(batch_row(v, i) for v in batch)
     return batch[i]

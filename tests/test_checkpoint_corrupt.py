@@ -7,13 +7,13 @@ ones the format defines.
 """
 
 import copy
-import os
 import struct
 import zipfile
 from pathlib import Path
 
 import numpy as np
 import pytest
+from damaged_file import DamagedFile
 from zip_layout import CENTRAL_FIELDS, END_FIELDS, LOCAL_FIELDS, zip_headers
 
 from rlflow.replay import CheckpointError, Prioritized, StepStore, Table, load, save
@@ -65,47 +65,26 @@ def npy_headers(raw):
     return out
 
 
-class Loader:
-    """Loads damaged copies of a checkpoint into one set of objects, checking each outcome.
-
-    The damaged copy is one file changed in place (a byte written, then written back), which keeps the
-    thousands of loads below fast."""
+class Loader(DamagedFile):
+    """Loads damaged copies of a checkpoint into one set of objects, checking each outcome."""
 
     def __init__(self, tmp_path: Path):
         good = tmp_path / "good.ckpt"
         saved = build(0)
         save(good, *saved)
-        self.raw = good.read_bytes()
+        raw = good.read_bytes()
         self.saved = state(*saved)
         self.objects = build(1)
         self.before = state(*self.objects)
         store, tables = self.objects
         self.restore = (copy.deepcopy(store.state_dict()), [copy.deepcopy(t.state_dict()) for t in tables])
-        self.bad = tmp_path / "bad.ckpt"
-        self.bad.write_bytes(self.raw)
-        self.refused = self.loaded = 0
-
-    def flipped(self, at: int, mask: int, what: str) -> None:
-        """Load the checkpoint with byte ``at`` XOR ``mask``."""
-        with self.bad.open("r+b") as f:
-            f.seek(at)
-            f.write(bytes([self.raw[at] ^ mask]))
-        self.check(f"{what} (byte {at} ^ {mask:#04x})")
-        with self.bad.open("r+b") as f:
-            f.seek(at)
-            f.write(self.raw[at: at + 1])
-
-    def truncated(self, length: int) -> None:
-        """Load the checkpoint's first ``length`` bytes."""
-        os.truncate(self.bad, length)
-        self.check(f"truncated to {length} of {len(self.raw)} bytes")
-        with self.bad.open("r+b") as f:
-            f.seek(length)
-            f.write(self.raw[length:])
+        bad = tmp_path / "bad.ckpt"
+        bad.write_bytes(raw)
+        super().__init__(bad, raw)
 
     def check(self, what: str) -> None:
         try:
-            load(self.bad, *self.objects)
+            load(self.path, *self.objects)
         except CheckpointError:
             self.refused += 1
             assert_state(state(*self.objects), self.before, what)
@@ -162,9 +141,7 @@ def test_every_npy_header_byte_flipped(tmp_path):
 def test_truncated_at_many_lengths(tmp_path):
     """Every length that cuts the central directory or the end record, and every 7th before them."""
     loader = Loader(tmp_path)
-    directory = min(start for kind, start, _ in zip_headers(loader.raw) if kind == "central")
-    for length in [*range(0, directory, 7), *range(directory, len(loader.raw))]:
-        loader.truncated(length)
+    loader.truncated_at_many_lengths()
     assert loader.loaded == 0
 
 
@@ -180,7 +157,7 @@ def test_a_forged_npy_header_is_refused_before_its_memory_is_allocated(tmp_path,
     loader = Loader(tmp_path)
     with np.load(tmp_path / "good.ckpt", allow_pickle=False) as npz:
         arrays = {k: npz[k] for k in npz.files}
-    with zipfile.ZipFile(loader.bad, "w") as zf:
+    with zipfile.ZipFile(loader.path, "w") as zf:
         for name, arr in arrays.items():
             with zf.open(f"{name}.npy", "w") as f:
                 if name == "store/column/obs":
@@ -189,5 +166,5 @@ def test_a_forged_npy_header_is_refused_before_its_memory_is_allocated(tmp_path,
                 else:
                     np.lib.format.write_array(f, arr)
     with pytest.raises(CheckpointError, match=match):
-        load(loader.bad, *loader.objects)
+        load(loader.path, *loader.objects)
     assert_state(state(*loader.objects), loader.before, "forged header")

@@ -9,6 +9,7 @@ import signal
 import gymnasium as gym
 import numpy as np
 import pytest
+from checkpointed_parts import KeyLearner, SeededPolicy, assert_same
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -202,32 +203,6 @@ def test_collect_only_and_evaluate():
 
 
 # --------------------------------------------------------------------------- checkpoints and resume
-class SeededPolicy(RandomPolicy):
-    def state_dict(self):
-        return {"rng": self.rng.bit_generator.state}
-
-    def load_state_dict(self, state):
-        self.rng.bit_generator.state = state["rng"]
-
-
-class KeyLearner(rlflow.Learner):
-    """Its state follows every sample it sees (keys, returns); sets priorities from them."""
-
-    def __init__(self):
-        self.steps, self.total = 0, 0.0
-
-    def step(self, sample):
-        self.steps += 1
-        self.total += float(np.sum(sample.keys % 997)) + float(np.sum(sample.data.reward))
-        return rlflow.LearnerUpdate({"total": self.total}, priorities=(sample.keys % 7 + 1).astype(np.float64))
-
-    def state_dict(self):
-        return {"steps": self.steps, "total": self.total}
-
-    def load_state_dict(self, state):
-        self.steps, self.total = state["steps"], state["total"]
-
-
 def prioritized_setup():
     from rlflow.replay import Prioritized
 
@@ -276,7 +251,7 @@ def test_sigterm_writes_a_checkpoint_a_new_run_resumes_from(tmp_path):
         if stream == "train":
             os.kill(os.getpid(), signal.SIGTERM)
 
-    result = rlflow.run(env, SeededPolicy(), KeyLearner(), adder, table, steps=10_000, batch_size=8,
+    result = rlflow.run(env, SeededPolicy(0), KeyLearner(), adder, table, steps=10_000, batch_size=8,
                         checkpoint_every=5_000, logdir=tmp_path, tensorboard=False, progress=False, seed=3,
                         observers=[observer])
     assert result.stopped == "SIGTERM"
@@ -285,7 +260,7 @@ def test_sigterm_writes_a_checkpoint_a_new_run_resumes_from(tmp_path):
     path = run_checkpoint.latest(tmp_path / "checkpoints")
     assert path is not None and path.name == f"step-{result.env_steps:012d}"
     env, table, adder = prioritized_setup()
-    resumed = rlflow.run(env, SeededPolicy(), KeyLearner(), adder, table, steps=result.env_steps + 100,
+    resumed = rlflow.run(env, SeededPolicy(0), KeyLearner(), adder, table, steps=result.env_steps + 100,
                          batch_size=8, checkpoint_every=5_000, logdir=tmp_path, tensorboard=False,
                          progress=False, seed=3, resume=True)
     assert resumed.env_steps == result.env_steps + 100
@@ -297,14 +272,14 @@ def test_a_corrupt_run_checkpoint_is_refused_and_changes_nothing(tmp_path):
     from rlflow.replay import CheckpointError
 
     env, table, adder = prioritized_setup()
-    rlflow.run(env, SeededPolicy(), KeyLearner(), adder, table, steps=200, batch_size=8, checkpoint_every=100,
+    rlflow.run(env, SeededPolicy(0), KeyLearner(), adder, table, steps=200, batch_size=8, checkpoint_every=100,
                logdir=tmp_path, tensorboard=False, progress=False)
     path = run_checkpoint.latest(tmp_path / "checkpoints")
     (path / "run.pt").write_bytes(b"not a checkpoint")
     env, table, adder = prioritized_setup()
     before = table.items()
     with pytest.raises(CheckpointError, match="cannot be read as a run checkpoint"):
-        rlflow.run(env, SeededPolicy(), KeyLearner(), adder, table, steps=400, batch_size=8, checkpoint_every=100,
+        rlflow.run(env, SeededPolicy(0), KeyLearner(), adder, table, steps=400, batch_size=8, checkpoint_every=100,
                    logdir=tmp_path, tensorboard=False, progress=False, resume=True)
     assert all(np.array_equal(before[k], v) for k, v in table.items().items())
 
@@ -313,7 +288,7 @@ def test_a_crash_while_saving_leaves_the_previous_checkpoint_as_the_latest(tmp_p
     from rlflow import run_checkpoint
 
     env, table, adder = prioritized_setup()
-    rlflow.run(env, SeededPolicy(), KeyLearner(), adder, table, steps=200, batch_size=8, checkpoint_every=200,
+    rlflow.run(env, SeededPolicy(0), KeyLearner(), adder, table, steps=200, batch_size=8, checkpoint_every=200,
                logdir=tmp_path, tensorboard=False, progress=False, seed=1)
     first = run_checkpoint.latest(tmp_path / "checkpoints")
     assert first is not None and first.name == f"step-{200:012d}"
@@ -325,12 +300,12 @@ def test_a_crash_while_saving_leaves_the_previous_checkpoint_as_the_latest(tmp_p
     monkeypatch.setattr(run_checkpoint.replay_checkpoint, "save", crash)
     env, table, adder = prioritized_setup()
     with pytest.raises(OSError, match="disk full"):
-        rlflow.run(env, SeededPolicy(), KeyLearner(), adder, table, steps=400, batch_size=8, checkpoint_every=200,
+        rlflow.run(env, SeededPolicy(0), KeyLearner(), adder, table, steps=400, batch_size=8, checkpoint_every=200,
                    logdir=tmp_path, tensorboard=False, progress=False, seed=1, resume=True)
     monkeypatch.undo()
     assert run_checkpoint.latest(tmp_path / "checkpoints") == first
     env, table, adder = prioritized_setup()
-    result = rlflow.run(env, SeededPolicy(), KeyLearner(), adder, table, steps=200, batch_size=8,
+    result = rlflow.run(env, SeededPolicy(0), KeyLearner(), adder, table, steps=200, batch_size=8,
                         checkpoint_every=200, logdir=tmp_path, tensorboard=False, progress=False, seed=1, resume=True)
     assert result.env_steps == 200  # resumed from the first checkpoint, already at its end
 
@@ -619,20 +594,6 @@ def _scripted_run(monkeypatch, fast, *, steps=300, stage_steps=5, n=3, capacity=
     return store, table, adder, result, staged[0]
 
 
-def _assert_same(got, want, where=""):
-    """Nested dicts, lists and tuples of arrays and values are equal, item for item."""
-    if isinstance(want, dict):
-        assert got.keys() == want.keys(), where
-        for k, v in want.items():
-            _assert_same(got[k], v, f"{where}{k}/")
-    elif isinstance(want, list | tuple):
-        assert type(got) is type(want) and len(got) == len(want), where
-        for i, (g, w) in enumerate(zip(got, want, strict=True)):
-            _assert_same(g, w, f"{where}{i}/")
-    else:
-        np.testing.assert_array_equal(got, want, err_msg=where)
-
-
 @pytest.mark.parametrize(("env_kwargs", "uses_it"), [
     ({}, True),
     ({"reward_type": np.float64}, True),
@@ -652,9 +613,9 @@ def test_one_env_steps_leave_what_the_general_loop_body_leaves(monkeypatch, tmp_
     assert r1.env_steps == r2.env_steps == 300
     assert r1.episodes == r2.episodes and len(r1.episodes) > 30  # returns to the last bit, lengths, env steps
     assert s1.count[0] > 40  # the ring wrapped: items were evicted
-    _assert_same(s1.state_dict(), s2.state_dict())
-    _assert_same(a1.state_dict(), a2.state_dict())
-    _assert_same(t1.state_dict(), t2.state_dict())
+    assert_same(s1.state_dict(), s2.state_dict())
+    assert_same(a1.state_dict(), a2.state_dict())
+    assert_same(t1.state_dict(), t2.state_dict())
     assert t1.size == t2.size > 0
 
 
@@ -682,8 +643,8 @@ def test_one_env_steps_stop_at_a_bad_observation_with_the_steps_before_written(m
         with pytest.raises(SpecError, match="finite"):
             rlflow.run(env, RandomPolicy(3, seed=1), None, adder, table, steps=100, progress=False)
         left.append((store.state_dict(), table.state_dict(), int(store.count[0])))
-    _assert_same(left[0][0], left[1][0])
-    _assert_same(left[0][1], left[1][1])
+    assert_same(left[0][0], left[1][0])
+    assert_same(left[0][1], left[1][1])
     assert left[0][2] == left[1][2] >= 30  # every step before the bad one, and the episodes' first rows
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from buffer_reference import G, nstep_reference
 from gymnasium import spaces
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -14,7 +15,6 @@ from rlflow.specs import SpecError
 
 OBS = spaces.Box(-10, 10, (3,), np.float32)
 ACT = spaces.Discrete(4)
-G = 0.9
 
 
 def all_transitions(buf):
@@ -25,34 +25,6 @@ def all_transitions(buf):
     b, _ = buf.table.view.gather(buf.store, meta, {"return": it["field/return"], "discount": it["field/discount"]})
     return sorted((tuple(b.observation[i]), int(b.action[i]), round(float(b.reward[i]), 4),
                    round(float(b.discount[i]), 5), tuple(b.next_observation[i])) for i in range(it["key"].size))
-
-
-def reference(transitions, n, closed):
-    """n-step transitions from a list of (obs, action, reward, next_obs, terminated, truncated).
-
-    An episode ends on terminated/truncated, or where the next transition's obs is not this next_obs
-    (then it is truncated there). The last episode is open unless ``closed``.
-    """
-    episodes, cur = [], []
-    for i, tr in enumerate(transitions):
-        cur.append(tr)
-        nxt = transitions[i + 1] if i + 1 < len(transitions) else None
-        ended = tr[4] or tr[5] or (nxt is not None and nxt[0] != tr[3])
-        if ended or nxt is None:
-            episodes.append((cur, ended or closed, tr[4]))
-            cur = []
-    out = []
-    for steps, done, terminated in episodes:
-        T = len(steps)
-        for t in range(T):
-            k = min(n, T - t)
-            if not done and t + n > T:
-                continue
-            ret = sum(G**j * steps[t + j][2] for j in range(k))
-            disc = 0.0 if (done and terminated and t + k == T) else G**k
-            out.append((steps[t][0], steps[t][1], round(float(np.float32(ret)), 4),
-                        round(float(np.float32(disc)), 5), steps[t + k - 1][3]))
-    return sorted(out)
 
 
 # How a one-env caller may pass an action and a reward (the compiled path takes the first three of each;
@@ -92,7 +64,7 @@ def test_matches_the_transitions_added(n, plan, close, forms, block):
         obs = rng.integers(-9, 9, 3).astype(np.float32) if term or trunc else nxt
     if close:
         buf.end_episodes()
-    assert all_transitions(buf) == reference(added, n, close)
+    assert all_transitions(buf) == nstep_reference(added, n, close)
 
 
 def _plan_transitions(rng, plan):
@@ -152,7 +124,7 @@ def test_extend_matches_the_transitions_added(n, plan, chunks, close, envs, adds
     got, want = all_transitions(bufs[0]), all_transitions(bufs[1])
     assert got == want
     if max(int(c) for c in bufs[1].store.count) <= bufs[1].store.capacity:  # nothing overwritten yet
-        assert got == sorted(x for tr in per_env for x in reference(
+        assert got == sorted(x for tr in per_env for x in nstep_reference(
             [(tuple(o), a, r, tuple(nx), te, tu) for o, a, r, nx, te, tu in tr], n, close))
 
 

@@ -4,9 +4,11 @@ loses a transition."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import pytest
-from buffer_reference import G, draw, held, key, plan_stream, reference, stack
+from buffer_reference import G, batch_row, draw, held, key, plan_stream, reference, stack
 from gymnasium import spaces
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -56,6 +58,23 @@ def _extend_all(buf: ReplayBuffer, per_env: list[list[tuple]], chunks: list[int]
         i = z
 
 
+def _filled_buffers(space: spaces.Space, per_env: list[list[tuple]], n: int, chunks: list[int],
+                    close: bool) -> Iterator[tuple[str, ReplayBuffer]]:
+    """``("add", buffer)`` and ``("extend", buffer)``: a buffer given every env's steps through ``add`` (one
+    env unbatched, several batched) and one given them through ``extend`` in ``chunks``; episodes ended if
+    ``close``."""
+    envs = len(per_env)
+    for path in ("add", "extend"):
+        buf = ReplayBuffer(space, ACT, capacity=64 * envs, n_step=n, discount=G, num_envs=envs)
+        if path == "add":
+            _add_all(buf, per_env, batched=envs > 1)
+        else:
+            _extend_all(buf, per_env, chunks)
+        if close:
+            buf.end_episodes()
+        yield path, buf
+
+
 @settings(max_examples=40, deadline=None)
 @given(st.sampled_from(sorted(SPACES)), st.integers(1, 3), st.lists(st.sampled_from(EVENTS), min_size=1, max_size=40),
        st.lists(st.integers(1, 30), min_size=1, max_size=4), st.booleans(), st.sampled_from([1, 3]))
@@ -66,27 +85,12 @@ def test_nested_observations_through_add_and_extend_match_the_reference(name, n,
     rng = np.random.default_rng(len(plan) + 7 * n)
     per_env = [plan_stream(space, rng, plan) for _ in range(envs)]
     want = sorted(x for tr in per_env for x in reference(space, tr, n, close))
-    for path in ("add", "extend"):
-        buf = ReplayBuffer(space, ACT, capacity=64 * envs, n_step=n, discount=G, num_envs=envs)
-        if path == "add":
-            _add_all(buf, per_env, batched=envs > 1)
-        else:
-            _extend_all(buf, per_env, chunks)
-        if close:
-            buf.end_episodes()
+    for path, buf in _filled_buffers(space, per_env, n, chunks, close):
         assert held(buf, space) == want, path
         assert len(buf) == len(want)
         if want:
             batch = buf.sample(5).data
-            assert {key(space, _row(batch.observation, i)) for i in range(5)} <= {w[0] for w in want}
-
-
-def _row(batch, i):
-    if isinstance(batch, dict):
-        return {k: _row(v, i) for k, v in batch.items()}
-    if isinstance(batch, tuple):
-        return tuple(_row(v, i) for v in batch)
-    return batch[i]
+            assert {key(space, batch_row(batch.observation, i)) for i in range(5)} <= {w[0] for w in want}
 
 
 def test_a_dict_observation_episode_end_inside_the_staged_block_is_kept():
@@ -247,14 +251,7 @@ def test_next_step_reset_steps_are_not_transitions_in_add_and_extend(name, n, pl
     rng = np.random.default_rng(len(plan) + 13 * n)
     per_env = [plan_stream(space, rng, plan) for _ in range(envs)]
     want = sorted(x for tr in per_env for x in reference(space, tr, n, close))
-    for path in ("add", "extend"):
-        buf = ReplayBuffer(space, ACT, capacity=64 * envs, n_step=n, discount=G, num_envs=envs)
-        if path == "add":
-            _add_all(buf, per_env, batched=envs > 1)
-        else:
-            _extend_all(buf, per_env, chunks)
-        if close:
-            buf.end_episodes()
+    for path, buf in _filled_buffers(space, per_env, n, chunks, close):
         assert held(buf, space) == want, path
 
 

@@ -15,6 +15,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from checkpointed_parts import KeyLearner, SeededPolicy, assert_same
 
 import rlflow
 from rlflow import adders, envs
@@ -28,13 +29,14 @@ class Memory(NamedTuple):
     h: torch.Tensor  # [E, 1]: the same count, as a float tensor
 
 
-class RecurrentPolicy(rlflow.Policy):
+class RecurrentPolicy(SeededPolicy):
     """Seeded random actions for Discrete(n), flipped on every third step of an episode: the actions depend
     on the recurrent state and on the RNG, both of which a checkpoint keeps. ``stop_at``: the training
     ``act`` call after which it sends SIGTERM to the process (the run stops after that step)."""
 
     def __init__(self, n: int = 2, seed: int = 5, stop_at: int | None = None, sig=signal.SIGTERM) -> None:
-        self.n, self.rng, self.stop_at, self.calls, self.sig = n, np.random.default_rng(seed), stop_at, 0, sig
+        super().__init__(seed)
+        self.n, self.stop_at, self.calls, self.sig = n, stop_at, 0, sig
 
     def initial_state(self, batch_size):
         return Memory(np.zeros(batch_size, np.int64), torch.zeros(batch_size, 1))
@@ -48,30 +50,6 @@ class RecurrentPolicy(rlflow.Policy):
             if self.calls == self.stop_at:
                 os.kill(os.getpid(), self.sig)
         return actions, None, Memory(state.count + 1, state.h + 1)
-
-    def state_dict(self):
-        return {"rng": self.rng.bit_generator.state}
-
-    def load_state_dict(self, state):
-        self.rng.bit_generator.state = state["rng"]
-
-
-class KeyLearner(rlflow.Learner):
-    """Its state follows every sample it sees (keys, returns); sets priorities from them."""
-
-    def __init__(self):
-        self.steps, self.total = 0, 0.0
-
-    def step(self, sample):
-        self.steps += 1
-        self.total += float(np.sum(sample.keys % 997)) + float(np.sum(sample.data.reward))
-        return rlflow.LearnerUpdate({"total": self.total}, priorities=(sample.keys % 7 + 1).astype(np.float64))
-
-    def state_dict(self):
-        return {"steps": self.steps, "total": self.total}
-
-    def load_state_dict(self, state):
-        self.steps, self.total = state["steps"], state["total"]
 
 
 LANES, STEPS, EVERY = 2, 1_200, 300
@@ -200,20 +178,6 @@ def one_env_run(monkeypatch, logdir, *, fast, steps, checkpoint_every=37, resume
     result = rlflow.run(env, RecurrentPolicy(), None, adder, table, steps=steps, seed=3, progress=False,
                         checkpoint_every=checkpoint_every, checkpoint_dir=logdir, resume=resume)
     return result, table, adder, staged[0]
-
-
-def assert_same(got, want, where=""):
-    """Nested dicts, lists and tuples of arrays and values are equal, item for item."""
-    if isinstance(want, dict):
-        assert got.keys() == want.keys(), where
-        for k, v in want.items():
-            assert_same(got[k], v, f"{where}{k}/")
-    elif isinstance(want, list | tuple):
-        assert type(got) is type(want) and len(got) == len(want), where
-        for i, (g, w) in enumerate(zip(got, want, strict=True)):
-            assert_same(g, w, f"{where}{i}/")
-    else:
-        np.testing.assert_array_equal(got, want, err_msg=where)
 
 
 def assert_same_collection(a, b):

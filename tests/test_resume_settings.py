@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 from adder_reference import SPEC, Stream
+from checkpointed_parts import SeededPolicy
 from ma_envs import DyingAgents
 
 import rlflow
@@ -120,20 +121,6 @@ class DigestLearner(rlflow.Learner):
         self.steps, self.total = state["steps"], state["total"]
 
 
-class SeededPolicy(rlflow.Policy):
-    def __init__(self, seed=5):
-        self.rng = np.random.default_rng(seed)
-
-    def act(self, observation, state, *, evaluation=False):
-        return self.rng.integers(0, 2, len(observation)), None, state
-
-    def state_dict(self):
-        return {"rng": self.rng.bit_generator.state}
-
-    def load_state_dict(self, state):
-        self.rng.bit_generator.state = state["rng"]
-
-
 def queue_run(make_adder, logdir, stops, capacity=40):
     """PPO's set-up on 2 CartPole lanes (a FIFO queue emptied 2 items at a time), run to each of ``stops``
     with new objects resuming from the last checkpoint (every 200 env steps)."""
@@ -144,7 +131,7 @@ def queue_run(make_adder, logdir, stops, capacity=40):
                       rate_limiter=Queue(2 * 4))
         adder = make_adder(store, [table])
         learner = DigestLearner()
-        result = rlflow.run(env, SeededPolicy(), learner, adder, table, steps=stop, batch_size=2,
+        result = rlflow.run(env, SeededPolicy(5), learner, adder, table, steps=stop, batch_size=2,
                             checkpoint_every=200, logdir=logdir, tensorboard=False, progress=False, seed=3,
                             resume=True)
     return result, table, learner
@@ -270,12 +257,12 @@ def test_run_refuses_to_resume_with_another_n_before_anything_changes(tmp_path):
         return env, table, adders.NStepTransition(store, [table], n=n, discount=G)
 
     env, table, adder = setup(3)
-    rlflow.run(env, SeededPolicy(), DigestLearner(), adder, table, steps=100, batch_size=8, checkpoint_every=100,
+    rlflow.run(env, SeededPolicy(5), DigestLearner(), adder, table, steps=100, batch_size=8, checkpoint_every=100,
                logdir=tmp_path, tensorboard=False, progress=False, seed=1)
     env, table, adder = setup(1)
     learner = DigestLearner()
     with pytest.raises(CheckpointError, match=r"adder setting 'n': .*n=3, this NStepTransition has n=1"):
-        rlflow.run(env, SeededPolicy(), learner, adder, table, steps=200, batch_size=8, checkpoint_every=100,
+        rlflow.run(env, SeededPolicy(5), learner, adder, table, steps=200, batch_size=8, checkpoint_every=100,
                    logdir=tmp_path, tensorboard=False, progress=False, seed=1, resume=True)
     assert len(table.store) == 0 and table.size == 0 and learner.steps == 0
 
@@ -285,7 +272,7 @@ class ParamPolicy(SeededPolicy):
     """Acts on its RNG and on the parameters it was last given (logged per action); saves both."""
 
     def __init__(self, log):
-        super().__init__()
+        super().__init__(5)
         self.params, self.log = None, log
 
     def act(self, observation, state, *, evaluation=False):

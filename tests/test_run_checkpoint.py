@@ -6,13 +6,13 @@ removes what killed saves left, and nothing else.
 loaded as other values.
 """
 
-import os
 import struct
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from damaged_file import DamagedFile
 from zip_layout import CENTRAL_FIELDS, zip_headers
 
 from rlflow import run_checkpoint
@@ -62,31 +62,14 @@ def same_state(a, b):
     return type(a) is type(b) and a == b
 
 
-class StateFile:
+class StateFile(DamagedFile):
     """A state file written by ``save_state``, damaged in place byte by byte."""
 
     def __init__(self, tmp_path: Path):
-        self.path = tmp_path / "learner.pt"
-        run_checkpoint.save_state(self.path, STATE)
-        self.raw = self.path.read_bytes()
-        self.expected = run_checkpoint.load_state(self.path)
-        self.refused = self.loaded = 0
-
-    def flipped(self, at: int, mask: int, what: str) -> None:
-        with self.path.open("r+b") as f:
-            f.seek(at)
-            f.write(bytes([self.raw[at] ^ mask]))
-        self.check(f"{what} (byte {at} ^ {mask:#04x})")
-        with self.path.open("r+b") as f:
-            f.seek(at)
-            f.write(self.raw[at: at + 1])
-
-    def truncated(self, length: int) -> None:
-        os.truncate(self.path, length)
-        self.check(f"truncated to {length} of {len(self.raw)} bytes")
-        with self.path.open("r+b") as f:
-            f.seek(length)
-            f.write(self.raw[length:])
+        path = tmp_path / "learner.pt"
+        run_checkpoint.save_state(path, STATE)
+        super().__init__(path, path.read_bytes())
+        self.expected = run_checkpoint.load_state(path)
 
     def check(self, what: str) -> None:
         try:
@@ -129,9 +112,7 @@ def test_every_header_byte_and_a_data_byte_of_each_member_flipped(tmp_path):
 @pytest.mark.filterwarnings("ignore:Detected pickle protocol")
 def test_truncated_state_file(tmp_path):
     state = StateFile(tmp_path)
-    directory = min(start for kind, start, _ in zip_headers(state.raw) if kind == "central")
-    for length in [*range(0, directory, 7), *range(directory, len(state.raw))]:
-        state.truncated(length)
+    state.truncated_at_many_lengths()
     assert state.loaded == 0
 
 

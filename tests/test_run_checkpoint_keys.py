@@ -8,26 +8,13 @@ import shutil
 import numpy as np
 import pytest
 import torch
+from checkpointed_parts import SeededPolicy
 
 import rlflow
 from rlflow import adders, envs, run_checkpoint
 from rlflow.replay import CheckpointError, SampleToInsertRatio, StepStore, Table, Uniform
 
 LANES = 2
-
-
-class SeededPolicy(rlflow.Policy):
-    def __init__(self, seed: int) -> None:
-        self.rng = np.random.default_rng(seed)
-
-    def act(self, observation, state, *, evaluation=False):
-        return self.rng.integers(0, 2, len(observation)), None, state
-
-    def state_dict(self):
-        return {"rng": self.rng.bit_generator.state}
-
-    def load_state_dict(self, state):
-        self.rng.bit_generator.state = state["rng"]
 
 
 class CountingLearner(rlflow.Learner):
