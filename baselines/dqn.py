@@ -8,11 +8,11 @@ rlflow does the data: the env wrapper, an n-step transition adder writing each s
 prioritized table under a SampleToInsertRatio rate limiter (how many samples each env step buys), and
 the loop. This file is the algorithm: the Q-network, the epsilon-greedy policy and the TD loss.
 The defaults start from RL Baselines3 Zoo's CartPole-v1 DQN (learning rate 2.3e-3, batch 64, epsilon
-falling to 0.04 over the first 16% of the run) and add what keeps the greedy policy stable to the end
-and solves CartPole-v1 and Acrobot-v1 alike: double Q, 3-step returns, a target moving 0.02 of the way to
-the online network after every learner step (CleanRL's and SB3's ``tau``), the learning rate falling
-linearly to 0, and the gradient norm clipped at 10; one learner step of 64 every 4 env steps on
-128-128 networks (16 samples per inserted transition, spread evenly).
+falling to 0.04 over the first 16% of the run) and add what keeps the greedy policy stable to the end:
+double Q, 3-step returns, a target moving 0.02 of the way to the online network after every learner
+step (CleanRL's and SB3's ``tau``), the learning rate falling linearly to 0, and the gradient norm
+clipped at 10; one learner step of 64 every 4 env steps on 128-128 networks (16 samples per inserted
+transition, spread evenly). baselines/README.md has their runs on CartPole-v1 and Acrobot-v1.
 """
 
 from __future__ import annotations
