@@ -126,6 +126,18 @@ def test_dqn_learning_rate_falls_linearly_to_zero_over_the_run():
     assert learner.learning_rate() == 1e-3
 
 
+@pytest.mark.parametrize(("env_id", "given", "expected"), [
+    ("CartPole-v1", None, 0.04), ("Acrobot-v1", None, 0.1), ("Acrobot-v1", 0.2, 0.2), ("CartPole-v1", 0.0, 0.0)])
+def test_dqn_epsilon_falls_to_the_envs_own_final_value_unless_given(env_id, given, expected):
+    args = dqn.Args(env_id=env_id, exploration_final_eps=given, total_steps=1_000, exploration_fraction=0.5)
+    policy = dqn.EpsilonGreedy(dqn.QNetwork(4, 2, (4,), False), 2, args)
+    assert dqn.final_epsilon(args) == expected
+    policy.steps = 250  # half-way through the 500 steps of decay
+    assert policy.epsilon == pytest.approx(1.0 + 0.5 * (expected - 1.0))
+    policy.steps = 900
+    assert policy.epsilon == pytest.approx(expected)
+
+
 def test_a_run_saves_the_learner_of_its_best_evaluation(tmp_path, capsys):
     args = dqn.Args(total_steps=2_000, learning_starts=100, samples_per_insert=8.0, batch_size=16, hidden=(16,),
                     eval_every=400, eval_episodes=2, logdir=str(tmp_path / "run"), progress=False, seed=1)
