@@ -3,7 +3,9 @@ between learner and policy (:class:`VariableClient`), per-lane episode statistic
 
 from __future__ import annotations
 
+import inspect
 import math
+import sys
 from typing import Any
 
 import numpy as np
@@ -42,6 +44,25 @@ class VariableClient:
         self._last = env_steps
         return True
 
+    def state_dict(self) -> dict[str, int | None]:
+        """The env step of the last pull (what a run checkpoint keeps of the client)."""
+        return {"last_pull": self._last}
+
+    def resume(self, state: dict[str, Any] | None, env_steps: int, *, policy_restored: bool) -> bool:
+        """Continue the pull schedule of a run checkpointed at ``env_steps`` (``state`` from
+        :meth:`state_dict`, None if the checkpoint has none); whether it pulled.
+
+        The restored learner's parameters are those of the checkpoint's step, the policy's those of its
+        last pull. So the policy pulls at once when its last pull was at the checkpoint's step (the same
+        parameters again), or when it restored no state (``policy_restored`` False: it has no other
+        parameters to act with; acting then differs from the uninterrupted run until its next pull).
+        Otherwise it keeps the parameters it restored and pulls when ``period`` env steps have passed
+        since its last pull, as the uninterrupted run does.
+        """
+        last = None if state is None else state.get("last_pull")
+        self._last = None if last is None else int(last)
+        return self.update(env_steps, force=self._last == env_steps or not policy_restored)
+
 
 class EpisodeStats:
     """Per-lane return and length of the episodes in progress; hands out those that end.
@@ -73,6 +94,18 @@ class EpisodeStats:
         self._ret, self._len = 0.0, 0
         self._returns[:] = 0.0
         self._lengths[:] = 0
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """The episodes in progress (restore with :meth:`load_state_dict`)."""
+        return {"returns": self.returns, "lengths": self.lengths}
+
+    def load_state_dict(self, state: Any) -> None:
+        returns, lengths = np.asarray(state["returns"], np.float64), np.asarray(state["lengths"], np.int64)
+        if returns.shape != self._returns.shape or lengths.shape != self._lengths.shape:
+            raise ValueError(f"episode statistics: expected {self._returns.size} lanes, got returns {returns.shape} "
+                             f"and lengths {lengths.shape}")
+        self._returns[:], self._lengths[:] = returns, lengths
+        self._ret, self._len = float(returns[0]), int(lengths[0])
 
     def update(self, timestep: Any) -> list[tuple[float, int]]:
         """Count one step of every lane that acted; ``(return, length)`` of each episode that ended."""
@@ -110,7 +143,8 @@ class Actor:
     """A policy acting on a batched env, its actions checked against the env's action spec.
 
     ``select_action`` raises :class:`~rlflow.specs.SpecError` naming the policy's output and the action
-    space when the actions do not match (shape, dtype, bounds).
+    space when the actions do not match (shape, dtype, bounds). Torch tensors among the actions and the
+    extras (CPU or GPU, nested in dicts, tuples and lists as the spaces are) come back as numpy arrays.
     """
 
     def __init__(self, policy: Policy, action_spec: Any, num_lanes: int, action_space: Any = None) -> None:
@@ -121,10 +155,30 @@ class Actor:
         self._simple = action_spec if isinstance(action_spec, _specs.Field) else None
         self._space = action_space
         self._one = _one_value_check(self._simple, self.num_lanes)
+        _check_act_signature(policy)
         self.state = policy.initial_state(self.num_lanes)
 
     def reset(self) -> None:
         self.state = self.policy.initial_state(self.num_lanes)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The policy's recurrent state (leaves as they are; NamedTuples as tuples), for a run checkpoint."""
+        return {"state": _plain_state(self.state)}
+
+    def check_state(self, state: Any) -> None:
+        """Raise :class:`~rlflow.replay.checkpoint.CheckpointError` if :meth:`load_state_dict` would refuse
+        ``state`` (a recurrent state in another nesting than ``policy.initial_state``'s); changes nothing."""
+        from rlflow.replay.checkpoint import CheckpointError
+
+        try:
+            _like_state(self.policy.initial_state(self.num_lanes), state["state"], "state")
+        except ValueError as exc:
+            raise CheckpointError(f"actor state: {exc}; resume with the policy the checkpointed run had") from None
+
+    def load_state_dict(self, state: Any) -> None:
+        """Restore :meth:`state_dict`'s output, in the nesting of ``policy.initial_state`` (tensors on its
+        leaves' devices)."""
+        self.state = _like_state(self.policy.initial_state(self.num_lanes), state["state"], "state")
 
     def select_action(self, observation: Any, *, evaluation: bool = False, first: Any = None) -> tuple[Any, Any]:
         """The policy's actions (checked) and extras; lanes marked in ``first`` (``[E]`` bool: their
@@ -136,6 +190,8 @@ class Actor:
             raise TypeError(f"{type(self.policy).__name__}.act returned {type(out).__name__}: expected a tuple "
                             "(actions, extras, state)")
         actions, extras, self.state = out
+        if extras is not None:
+            extras = _numpy_leaves(extras, self.policy, "extras")
         one = self._one
         if one is not None and type(actions) is np.ndarray and actions.dtype is one[0] and actions.shape == one[1]:
             mode = one[2]  # _specs.fits of one value, its checks decided in advance
@@ -144,6 +200,7 @@ class Actor:
                 return actions, extras
         if self._simple is not None and _specs.fits(self._simple, actions, self.num_lanes):
             return actions, extras
+        actions = _numpy_leaves(actions, self.policy, "actions")
         try:
             flat = _specs.flatten_data({"action": self._action_spec}, {"action": actions})
             _specs.validate(self._action_fields, flat, (self.num_lanes,))
@@ -152,6 +209,36 @@ class Actor:
             raise SpecError(f"{type(self.policy).__name__}.act returned actions that do not fit the action space "
                             f"{space} for {self.num_lanes} lanes: {exc}") from None
         return actions, extras
+
+
+def _numpy_leaves(value: Any, policy: Policy, what: str) -> Any:
+    """``value`` (a policy's actions or extras) with every torch tensor leaf, on any device, as a numpy array
+    (detached and copied to the CPU), nested as it came; ``value`` itself when it holds no tensor. Raises
+    TypeError naming the policy for a tensor that has no values to copy (e.g. on the ``meta`` device)."""
+    torch = sys.modules.get("torch")
+    if torch is None:  # no tensor exists before torch is imported
+        return value
+    tensor = torch.Tensor
+
+    def convert(leaf: Any) -> Any:
+        if type(leaf) is np.ndarray:
+            return leaf
+        if isinstance(leaf, tensor):
+            try:
+                return leaf.detach().cpu().numpy()
+            except (RuntimeError, NotImplementedError, TypeError) as exc:
+                raise TypeError(f"{type(policy).__name__}.act returned {what} as a torch tensor on device "
+                                f"{leaf.device} whose values cannot be copied to numpy ({exc}); return numpy arrays "
+                                "or tensors on the CPU or a GPU") from None
+        if isinstance(leaf, dict):
+            return {k: convert(v) for k, v in leaf.items()}
+        if isinstance(leaf, tuple) and hasattr(leaf, "_fields"):  # a NamedTuple
+            return type(leaf)(*(convert(v) for v in leaf))
+        if isinstance(leaf, tuple | list):
+            return type(leaf)(convert(v) for v in leaf)
+        return leaf
+
+    return convert(value)
 
 
 def _one_value_check(field: Any, num_lanes: int) -> tuple[Any, ...] | None:
@@ -185,8 +272,58 @@ def _reset_rows(state: Any, initial: Any, first: np.ndarray) -> Any:
         return out
     import torch  # a tensor: the mask on its device
 
-    mask = torch.as_tensor(first, device=state.device)
+    mask = torch.tensor(first, device=state.device)  # a copy: ``first`` may be a read-only view of the env's flags
     return torch.where(mask.reshape(-1, *([1] * (state.dim() - 1))), initial.to(state.device), state)
+
+
+def _check_act_signature(policy: Policy) -> None:
+    """Refuse a policy whose ``act`` cannot be called as the actor calls it: ``act(observation, state,
+    evaluation=...)``."""
+    try:
+        signature = inspect.signature(policy.act)
+    except (TypeError, ValueError):  # a builtin or C callable: left to the call itself
+        return
+    try:
+        signature.bind(None, None, evaluation=False)
+    except TypeError:
+        raise TypeError(f"{type(policy).__name__}.act{signature}: expected act(self, observation, state, *, "
+                        "evaluation=False), the signature of rlflow.Policy.act (rlflow passes evaluation=True for "
+                        "evaluation episodes: act greedily then)") from None
+
+
+def _plain_state(state: Any) -> Any:
+    """A recurrent state with its NamedTuples as tuples (a checkpoint loads no classes)."""
+    if isinstance(state, dict):
+        return {k: _plain_state(v) for k, v in state.items()}
+    if isinstance(state, list):
+        return [_plain_state(v) for v in state]
+    if isinstance(state, tuple):  # NamedTuples too
+        return tuple(_plain_state(v) for v in state)
+    return state
+
+
+def _like_state(initial: Any, saved: Any, where: str) -> Any:
+    """``saved`` in the nesting of ``initial`` (its NamedTuple types, its tensors' devices)."""
+    if initial is None or saved is None:
+        if (initial is None) != (saved is None):
+            raise ValueError(f"recurrent {where}: the policy's initial_state is {type(initial).__name__}, the "
+                             f"checkpoint's state {type(saved).__name__}")
+        return None
+    if isinstance(initial, dict):
+        if not isinstance(saved, dict) or set(saved) != set(initial):
+            raise ValueError(f"recurrent {where}: expected the keys {sorted(initial)}, got {type(saved).__name__} "
+                             f"{sorted(saved) if isinstance(saved, dict) else ''}")
+        return {k: _like_state(v, saved[k], f"{where}[{k!r}]") for k, v in initial.items()}
+    if isinstance(initial, tuple | list):
+        if not isinstance(saved, tuple | list) or len(saved) != len(initial):
+            raise ValueError(f"recurrent {where}: expected {len(initial)} parts, got {type(saved).__name__}")
+        parts = [_like_state(i, s, f"{where}[{n}]") for n, (i, s) in enumerate(zip(initial, saved, strict=True))]
+        return type(initial)(*parts) if hasattr(initial, "_fields") else type(initial)(parts)
+    if isinstance(initial, np.ndarray):
+        return np.asarray(saved, initial.dtype).copy()
+    if hasattr(initial, "device") and hasattr(saved, "to"):  # a torch tensor
+        return saved.to(initial.device)
+    return saved
 
 
 def evaluate(env: Any, policy: Policy, episodes: int, *, seed: int | None = None) -> list[float]:
@@ -194,6 +331,9 @@ def evaluate(env: Any, policy: Policy, episodes: int, *, seed: int | None = None
 
     All lanes of ``env`` run until ``episodes`` episodes ended; the first ``episodes`` to end count.
     """
+    from rlflow.run_checks import check_env
+
+    check_env(env, "env", "rlflow.evaluate")
     actor = Actor(policy, env.action_spec, env.num_envs, env.single_action_space)
     stats = EpisodeStats(env.num_envs)
     ts = env.reset(seed=seed)

@@ -16,8 +16,8 @@ rlflow's. The loop they live in, as :func:`rlflow.run` drives it::
             ts = env.step(actions)
             adder.add(actions, ts, extras)
 
-Both are plain Python objects: numpy in and out for the policy, whatever the learner likes inside
-(torch, JAX, numpy).
+Both are plain Python objects: numpy in for the policy, numpy or torch tensors out (rlflow copies tensors to
+numpy), whatever the learner likes inside (torch, JAX, numpy).
 """
 
 from __future__ import annotations
@@ -40,8 +40,9 @@ class Policy(ABC):
     - :meth:`act` gets the observations of every lane (the env spec's nesting, each leaf ``[E, ...]``)
       and the recurrent ``state`` it returned last time (``initial_state(E)`` at the start), and returns
       ``(actions, extras, state)``: ``actions`` matching the env's action space with a leading ``[E]``
-      axis (numpy), ``extras`` matching the adder's extras spec (``None`` when it has none: e.g.
-      log-probabilities and values for PPO), and the new state.
+      axis, ``extras`` matching the adder's extras spec (``None`` when it has none: e.g. log-probabilities
+      and values for PPO), and the new state. Actions and extras are numpy arrays or torch tensors on any
+      device (the actor detaches tensors and copies them to numpy), nested as the spaces are.
     - Recurrent state: its leaves lead with the lane axis ``[E, ...]`` (numpy arrays or torch tensors).
       rlflow's actor puts ``initial_state(E)``'s rows back on the lanes whose observation starts a new
       episode (``first``) before calling :meth:`act`, so an episode never sees the previous one's state.

@@ -10,7 +10,9 @@ So the learner gets exactly the samples the limiter grants per insert: ``SampleT
 makes one learner step per ``batch_size / spi`` inserted items, in both directions (neither side runs
 ahead of the window). A limiter that never refuses samples (``MinSize``) would starve the actor, so
 :func:`run` refuses it; it also refuses a window too narrow to take one env step's items after a
-learner step (which would deadlock).
+learner step (which would deadlock), and a table nothing samples whose limiter would refuse some of the
+run's items (its inserts would wait for ever): :mod:`rlflow.run_checks`. The loop itself never waits
+inside a table; a wait for room that another writer took is made in slices that a stop request ends.
 
 Around that: the policy gets the learner's parameters every ``sync_period`` env steps
 (:class:`VariableClient`), evaluation episodes run on a separate env every ``eval_every`` env steps
@@ -26,6 +28,7 @@ import signal
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +40,7 @@ from rlflow.actors import Actor, EpisodeStats, VariableClient, evaluate
 from rlflow.adders import _kernels as KA
 from rlflow.core import Learner, LearnerUpdate, Policy
 from rlflow.loggers import MultiLogger, make_logger
+from rlflow.run_checks import check_limiter, check_parts, check_unsampled, unsampled_tables
 from rlflow.types import ONE_LANE_NO as _NO
 
 __all__ = ["RunResult", "run"]
@@ -44,6 +48,9 @@ __all__ = ["RunResult", "run"]
 # Whether run() takes one plain gymnasium env's steps that continue an episode in one compiled call
 # (_OneEnvSteps); off, every step goes through the general body (the tests compare the two).
 _ONE_ENV_STEPS = True
+
+# Seconds between the checks of a wait for room in a table (a stop request ends the wait within one).
+_WAIT_SLICE = 0.01
 
 
 @dataclass
@@ -61,31 +68,6 @@ class RunResult:
     @property
     def final_evaluation(self) -> float | None:
         return self.evaluations[-1][1] if self.evaluations else None
-
-
-def _check_limiter(table: Any, batch_size: int, items_per_step: int) -> None:
-    limiter = table.rate_limiter
-    if limiter.min_diff <= -sys.float_info.max:  # Reverb's "no lower bound" (MinSize)
-        raise ValueError(f"table {table.name!r}: its rate limiter {limiter!r} never refuses a sample, so the loop "
-                         "would only train; use SampleToInsertRatio(samples_per_insert, min_size, error_buffer) "
-                         "to set how many samples each inserted item buys")
-    need = batch_size + items_per_step * limiter.samples_per_insert
-    if limiter.max_diff - limiter.min_diff < need:
-        raise ValueError(
-            f"table {table.name!r}: the rate limiter's window max_diff - min_diff = "
-            f"{limiter.max_diff - limiter.min_diff:g} cannot hold one sample of {batch_size} plus one env step's "
-            f"{items_per_step} items at {limiter.samples_per_insert:g} samples each ({need:g}); the loop would "
-            f"deadlock. Give SampleToInsertRatio an error_buffer of at least {math.ceil(need / 2)}")
-    # Before the table holds min_size_to_sample items nothing samples, so an env step's items must still fit
-    # when one item is missing: (m - 1 + items_per_step) * spi <= max_diff.
-    m, spi = limiter.min_size_to_sample, limiter.samples_per_insert
-    if (m - 1 + items_per_step) * spi > limiter.max_diff:
-        extra = (m - 1 + items_per_step) * spi - m * spi
-        raise ValueError(
-            f"table {table.name!r}: with {m - 1} of the min_size_to_sample={m} items stored, one env step's "
-            f"{items_per_step} items would need a diff of {(m - 1 + items_per_step) * spi:g}, above max_diff="
-            f"{limiter.max_diff:g} ({limiter!r}): nothing could sample or insert, the loop would deadlock. Give "
-            f"SampleToInsertRatio an error_buffer of at least {math.ceil(extra)}")
 
 
 class _Stop:
@@ -211,7 +193,10 @@ def run(env: Any, policy: Policy, learner: Learner | None, adder: Any, table: An
         max_seconds: stop after this wall-clock time.
         observers: called as ``fn(stream, env_step, metrics)`` for every row the loggers get.
         checkpoint_every: env steps between run checkpoints (0: none); a checkpoint is also written at the
-            end and when the run is stopped. See :mod:`rlflow.run_checkpoint` and ``docs/loop.md``.
+            end and when the run is stopped. It holds the env's state (``env.state_dict()``) and the episodes
+            in progress, so a resumed run goes on exactly; an env that cannot be saved ends its episodes as
+            truncated at each checkpoint instead (a warning says so once). See :mod:`rlflow.run_checkpoint`
+            and ``docs/loop.md``.
         checkpoint_dir: where checkpoints go (default ``<logdir>/checkpoints``).
         resume: continue from the latest checkpoint in ``checkpoint_dir``, if there is one.
     """
@@ -219,13 +204,15 @@ def run(env: Any, policy: Policy, learner: Learner | None, adder: Any, table: An
 
     if int(steps) < 1 or int(batch_size) < 1:
         raise ValueError(f"steps and batch_size must be >= 1, got {steps} and {batch_size}")
+    check_parts(env, policy, learner, adder, table, eval_env)
     if adder.store is not table.store:
         raise ValueError(f"the adder writes another store than table {table.name!r} samples from")
     lanes = env.num_envs
     if adder.num_lanes != lanes:
-        raise ValueError(f"the adder's store has {adder.num_lanes} lanes, the env {lanes}: expected one lane per env")
+        raise ValueError(f"the adder's store has {adder.num_lanes} lanes, the env {lanes}: expected one lane per env "
+                         f"(build the store with lanes=env.num_envs)")
     if learner is not None:
-        _check_limiter(table, batch_size, lanes * adder.max_items_per_step)
+        check_limiter(table, batch_size, lanes * adder.max_items_per_step)
     actor = Actor(policy, env.action_spec, lanes, env.single_action_space)
     client = VariableClient(learner, policy, sync_period) if learner is not None else None
     stats = EpisodeStats(lanes)
@@ -240,7 +227,16 @@ def run(env: Any, policy: Policy, learner: Learner | None, adder: Any, table: An
 
         path = run_checkpoint.latest(checkpoint_dir)
         if path is not None:
-            restored = run_checkpoint.load_run(path, table.store, table)
+            restored = run_checkpoint.load_run(path, table.store, table, adder, before_replay=lambda state: (
+                env.load_state_dict(state["env"]) if state["env"] is not None else None),
+                check=lambda state, where: (run_checkpoint.check_run_state(state, where, lanes),
+                                            actor.check_state(state["actor"])))
+    # Tables nothing samples here must take every item the rest of the run may write, without a sample.
+    per_step = adder.max_items_per_step
+    left = -(-max(int(steps) - (0 if restored is None else int(restored["env_steps"])), 0) // lanes) * lanes
+    unsampled = unsampled_tables(adder, table, learner)
+    check_unsampled(unsampled, left * per_step, left, per_step, table if learner is not None else None)
+    bounded = [t for t in unsampled if t.rate_limiter.max_diff < sys.float_info.max]  # those that may refuse
     logger: MultiLogger = make_logger(logdir, tensorboard=tensorboard,
                                       resume_at=None if restored is None else int(restored["env_steps"]))
     pending: dict[str, list[float]] = {}
@@ -264,24 +260,40 @@ def run(env: Any, policy: Policy, learner: Learner | None, adder: Any, table: An
     counters = {"next_eval": eval_every if eval_every > 0 else math.inf, "next_log": log_every,
                 "next_checkpoint": checkpoint_every if checkpoint_every > 0 else math.inf}
     saved = [-1]  # env steps of the last checkpoint written or loaded
+    resumed_ts = None  # the timestep a resumed run acts on (None: the envs restart)
     if restored is not None:
-        _restore(restored, adder, learner, policy, stats, result, counters)
+        resumed_ts = _restore(restored, adder, learner, policy, actor, stats, result, counters)
         saved[0] = result.env_steps
+    unsaved = [""]  # why the env's state cannot be saved (said once per run)
 
-    def checkpoint() -> None:
+    def checkpoint(ts: Any) -> bool:
+        """Write a run checkpoint at ``ts`` (the timestep the loop acts on next); whether the envs must
+        restart (their state could not be saved, so the episodes in progress were ended)."""
         from rlflow import run_checkpoint
 
-        # End the episodes in progress (truncated: they bootstrap), save, and restart the envs: a resumed
-        # run starts from exactly this state, so it continues as the uninterrupted run does.
-        adder.truncate()
-        stats.reset()
+        env_saved = _env_state(env)
+        if isinstance(env_saved, str):
+            # The env's state cannot be saved: end the episodes in progress (truncated: they bootstrap),
+            # save, and restart the envs, as a resumed run will at this step.
+            if not unsaved[0]:
+                unsaved[0] = env_saved
+                warnings.warn(f"run checkpoints: the env's state cannot be saved ({env_saved}); every checkpoint "
+                              "ends the episodes in progress as truncated and restarts the envs with seed + env "
+                              "steps (see docs/loop.md)", stacklevel=3)
+            adder.truncate()
+            stats.reset()
+            env_saved = None
         run_checkpoint.save_run(checkpoint_dir, result.env_steps, table.store, table, {
             "env_steps": result.env_steps, "learner_steps": result.learner_steps,
-            "episodes": result.episodes, "evaluations": result.evaluations,
+            "episodes": result.episodes, "evaluations": result.evaluations, "learner_metrics": result.learner_metrics,
             "counters": {k: (None if v == math.inf else v) for k, v in counters.items()},
             "adder": adder.state_dict(),
-            "learner": learner.state_dict() if learner is not None else {}, "policy": policy.state_dict()})
+            "learner": learner.state_dict() if learner is not None else {}, "policy": policy.state_dict(),
+            "env": env_saved, "timestep": None if env_saved is None else _timestep_state(ts),
+            "episode_stats": stats.state_dict(), "actor": actor.state_dict(),
+            "variable_client": client.state_dict() if client is not None else None})
         saved[0] = result.env_steps
+        return env_saved is None
 
     def due() -> float:
         """The env step of the next log row, evaluation or checkpoint."""
@@ -303,9 +315,12 @@ def run(env: Any, policy: Policy, learner: Learner | None, adder: Any, table: An
                dynamic_ncols=True)
     try:
         with _Stop() as stop:
-            if client is not None:
+            if client is not None and restored is not None:
+                client.resume(restored.get("variable_client"), result.env_steps,
+                              policy_restored=bool(restored["policy"]))
+            elif client is not None:
                 client.update(result.env_steps, force=True)
-            ts = restart_envs()
+            ts = restart_envs() if resumed_ts is None else resumed_ts
             next_event = due()
             while result.env_steps < steps:
                 if stop.reason or (max_seconds is not None and time.monotonic() - start > max_seconds):
@@ -318,6 +333,10 @@ def run(env: Any, policy: Policy, learner: Learner | None, adder: Any, table: An
                     raise RuntimeError(f"table {table.name!r}: the rate limiter admits neither a sample of "
                                        f"{batch_size} nor an env step's items ({table.rate_limiter!r}, "
                                        f"size {table.size})")
+                if bounded and not _wait_for_room(bounded, (steps - result.env_steps + lanes - 1) // lanes * lanes
+                                                  * per_step, stop, start, max_seconds):
+                    result.stopped = stop.reason or "max_seconds"
+                    break
                 if fast is not None:  # steps that continue an episode, until the next event or one that does not
                     taken, ts, acted = fast.collect(ts, min(next_event, steps) - result.env_steps, stop, start,
                                                     max_seconds)
@@ -353,15 +372,14 @@ def run(env: Any, policy: Policy, learner: Learner | None, adder: Any, table: An
                     run_eval()
                 if result.env_steps >= counters["next_checkpoint"]:
                     counters["next_checkpoint"] += checkpoint_every
-                    checkpoint()
-                    if result.env_steps < steps:
+                    if checkpoint(ts) and result.env_steps < steps:
                         ts = restart_envs()
                 next_event = due()
-            flush()
+            if checkpoint_every > 0 and saved[0] != result.env_steps:
+                checkpoint(ts)  # the end, or a stop: a later run with more steps resumes from here
+            flush()  # (after the checkpoint, which holds the staged steps as a run that goes on holds them)
             if pending:  # the learner metrics since the last row
                 emit("learner", {k: float(np.mean(v)) for k, v in pending.items()})
-            if checkpoint_every > 0 and saved[0] != result.env_steps:
-                checkpoint()  # the end, or a stop: a later run with more steps resumes from here
             if eval_env is not None and not result.stopped and (
                     not result.evaluations or result.evaluations[-1][0] != result.env_steps):
                 run_eval()
@@ -373,27 +391,87 @@ def run(env: Any, policy: Policy, learner: Learner | None, adder: Any, table: An
     return result
 
 
-def _restore(state: dict[str, Any], adder: Any, learner: Learner | None, policy: Policy, stats: EpisodeStats,
-             result: RunResult, counters: dict[str, float]) -> None:
-    """Put a run checkpoint's state back (the store and table are loaded already)."""
-    adder.load_state_dict({k: np.asarray(v, np.int64) for k, v in state["adder"].items()})
+def _env_state(env: Any) -> dict[str, Any] | str:
+    """``env.state_dict()``, or why the env's state cannot be saved."""
+    from rlflow.env_state import EnvStateError
+
+    state_dict = getattr(env, "state_dict", None)
+    if state_dict is None:
+        return f"{type(env).__name__} has no state_dict()"
+    try:
+        return state_dict()
+    except EnvStateError as exc:
+        return str(exc)
+
+
+_TIMESTEP_FIELDS = ("observation", "reward", "terminated", "truncated", "first", "last", "final_observation")
+
+
+def _timestep_state(ts: Any) -> dict[str, Any]:
+    """The timestep the loop acts on next, without its ``info`` (which may hold any object)."""
+    return {name: getattr(ts, name) for name in _TIMESTEP_FIELDS}
+
+
+def _restore(state: dict[str, Any], adder: Any, learner: Learner | None, policy: Policy, actor: Actor,
+             stats: EpisodeStats, result: RunResult, counters: dict[str, float]) -> Any:
+    """Put a run checkpoint's state back (the env, store and table are loaded already); the timestep to act on
+    next, or None when the checkpoint ended the episodes in progress (the envs restart)."""
+    adder.load_state_dict(state["adder"])
     if learner is not None:
         learner.load_state_dict(state["learner"])
     policy.load_state_dict(state["policy"])
     result.env_steps, result.learner_steps = int(state["env_steps"]), int(state["learner_steps"])
     result.episodes = [tuple(e) for e in state["episodes"]]
     result.evaluations = [tuple(e) for e in state["evaluations"]]
+    result.learner_metrics = dict(state["learner_metrics"])
     counters.update({k: (math.inf if v is None else v) for k, v in state["counters"].items()})
-    stats.reset()
+    stats.load_state_dict(state["episode_stats"])
+    actor.load_state_dict(state["actor"])
+    if state["env"] is None:
+        return None
+    from rlflow.types import TimeStep
+
+    return TimeStep(**state["timestep"], info={})
+
+
+def _wait_for_room(tables: list[Any], items: int, stop: _Stop, start: float, max_seconds: float | None) -> bool:
+    """Wait until each of ``tables`` (nothing samples them in this run) admits ``items`` more items, in slices
+    of :data:`_WAIT_SLICE` seconds that end on a stop request or ``max_seconds``; whether they do. They admit
+    them unless another writer filled them (the run's own items were counted before it started): then only a
+    sampler in another thread can make room."""
+    if all(t.can_insert(items) for t in tables):
+        return True
+    warnings.warn(f"rlflow.run: table(s) {[t.name for t in tables]} admit fewer than the run's {items} remaining "
+                  "items without a sample (another writer filled them); waiting for a sampler in another thread, "
+                  "until one makes room or the run is stopped", RuntimeWarning, stacklevel=3)
+    while not all(t.can_insert(items) for t in tables):
+        if stop.reason or (max_seconds is not None and time.monotonic() - start > max_seconds):
+            return False
+        time.sleep(_WAIT_SLICE)
+    return True
 
 
 def _learn(learner: Learner, table: Any, batch_size: int, result: RunResult, pending: dict[str, list[float]]) -> None:
     sample = table.sample(batch_size)
     out = learner.step(sample)
-    update = out if isinstance(out, LearnerUpdate) else LearnerUpdate(metrics=out)
+    if isinstance(out, LearnerUpdate):
+        update = out
+    elif isinstance(out, Mapping):
+        update = LearnerUpdate(metrics=out)
+    else:
+        raise TypeError(f"{type(learner).__name__}.step returned {type(out).__name__}: expected a "
+                        "LearnerUpdate(metrics, priorities=None) or a dict of float metrics (return {} when there "
+                        "are none)")
     if update.priorities is not None:
         table.update_priorities(sample.keys, update.priorities)
     result.learner_steps += 1
-    result.learner_metrics = {k: float(v) for k, v in update.metrics.items()}
+    metrics: dict[str, float] = {}
+    for k, v in update.metrics.items():
+        try:
+            metrics[k] = float(v)
+        except (TypeError, ValueError):
+            raise TypeError(f"{type(learner).__name__}.step returned the metric {k!r} = {v!r}: expected a number "
+                            "(e.g. loss.item())") from None
+    result.learner_metrics = metrics
     for k, v in result.learner_metrics.items():
         pending.setdefault(k, []).append(v)

@@ -18,6 +18,8 @@ def row_data(lanes, rows):
 def write(store, lanes=None, first=None):
     """One row on each of ``lanes`` (default: every lane), ``first[i]`` starting an episode."""
     lanes = np.arange(store.num_lanes) if lanes is None else np.asarray(lanes)
+    starts = store.count[lanes] == 0  # a lane's first row starts an episode
+    first = starts if first is None else np.asarray(first) | starts
     return store.append(row_data(lanes, store.count[lanes]), lanes=lanes, first=first)
 
 

@@ -600,7 +600,11 @@ def test_one_table_one_item_kind():
     store = StepStore(SPEC, capacity=16)
     table = Table(store)
     adders.NStepTransition(store, [table], n=3)
-    adders.NStepTransition(store, [table], n=1)  # same kind and fields: fine
+    adders.NStepTransition(store, [table], n=3)  # the same items again: fine
+    with pytest.raises(ValueError, match="holds transition items of n=3; this adder's have n=1"):
+        adders.NStepTransition(store, [table], n=1)  # items of another n would mix in one table
+    with pytest.raises(ValueError, match=r"discount=0\.99; this adder's have discount=0\.5"):
+        adders.NStepTransition(store, [table], n=3, discount=0.5)
     with pytest.raises(ValueError, match="table of its own"):
         adders.Sequence(store, [table], length=4)
     with pytest.raises(ValueError, match="cross_episodes"):

@@ -122,7 +122,7 @@ def test_the_acting_agent_alternates_and_bad_actions_raise():
     with pytest.raises(SpecError, match="one action per env"):
         env.step(np.array([1, 1]))
     with pytest.raises(ValueError, match="one per"):
-        AECEnvironment([TurnGame()], adders.NStepTransition(store, [table]))
+        AECEnvironment([TurnGame()], adders.NStepTransition(store, [table], discount=G))
 
 
 def test_nstep_returns_span_an_agents_own_turns():

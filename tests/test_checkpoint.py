@@ -48,6 +48,8 @@ def row_data(lanes, rows, spec=SPEC):
 
 def write(store, lanes, first=None):
     lanes = np.asarray(lanes, np.int64)
+    starts = store.count[lanes] == 0  # a lane's first row starts an episode
+    first = starts if first is None else np.asarray(first) | starts
     return store.append(row_data(lanes, store.count[lanes], store.spec), lanes=lanes, first=first)
 
 
@@ -134,7 +136,9 @@ def drive(store, tables, rng, steps):
             lane = int(rng.integers(store.num_lanes))
             t = int(rng.integers(1, store.capacity + 1))
             rows = store.count[lane] + np.arange(t)
-            out = store.extend(lane, row_data(np.full(t, lane), rows, store.spec), first=rng.random(t) < 0.1)
+            first = rng.random(t) < 0.1
+            first[0] |= rows[0] == 0  # a lane's first row starts an episode
+            out = store.extend(lane, row_data(np.full(t, lane), rows, store.spec), first=first)
         elif op.startswith("insert"):
             table = prio if op == "insert_prio" else uni
             n = int(rng.integers(1, 4))
@@ -294,7 +298,7 @@ def test_restore_keeps_removal_order_of_items_sharing_a_start_row(tmp_path):
         store = StepStore({"id": Field((), np.int64)}, capacity=4, lanes=2)
         table = Table(store, sampler=Uniform(seed=3), max_size=20)
         for i in range(4):
-            store.append({"id": np.array([i, BIG + i])})
+            store.append({"id": np.array([i, BIG + i])}, first=np.array([i == 0, i == 0]))
         return store, table
 
     def cont(store, table):
@@ -401,6 +405,31 @@ def test_killed_mid_save_leaves_previous_checkpoint(tmp_path):
     save(path, store, tables)
     load(path, store3, tables3)
     assert_tree_equal(full_state(store3, tables3), full_state(store, tables))
+    assert not tmp.exists()  # the killed save's temporary file went with the next save
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["replay.ckpt", "stalled"]
+
+
+def test_a_save_removes_temporary_files_left_by_killed_saves_of_the_same_path(tmp_path):
+    """Only ``.<name>.tmp-<pid>`` files of the path saved, and only where the process is gone."""
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True)
+    dead = int(gone.stdout)  # a process that has exited
+    path = tmp_path / "replay.ckpt"
+    leftovers = [f".replay.ckpt.tmp-{dead}", f".replay.ckpt.tmp-{os.getpid()}"]
+    kept = [f".replay.ckpt.tmp-{os.getppid()}",  # a running process: may be saving right now
+            f".other.ckpt.tmp-{dead}", f"replay.ckpt.tmp-{dead}", f".replay.ckpt.tmp-{dead}.keep",
+            ".replay.ckpt.tmp-", ".replay.ckpt.tmp-12a", f".replay.ckptx.tmp-{dead}", "notes.txt"]
+    for name in leftovers + kept:
+        (tmp_path / name).write_bytes(b"half a checkpoint" * 100)
+    (tmp_path / f".replay.ckpt.tmp-{dead}0").mkdir()  # a directory is never a save's temporary file
+    store, tables = first_run()
+    save(path, store, tables)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*kept, f".replay.ckpt.tmp-{dead}0", "replay.ckpt"])
+    for name in kept:
+        assert (tmp_path / name).read_bytes() == b"half a checkpoint" * 100
+    store2, tables2 = target()
+    load(path, store2, tables2)
+    assert_tree_equal(full_state(store2, tables2), full_state(store, tables))
 
 
 # ---------------------------------------------------------------------------------------------- corrupt

@@ -193,6 +193,35 @@ def test_save_load_and_pickle_round_trips(tmp_path):
         FlexibleBuffer.load(str(tmp_path) + "/", "other")
 
 
+def test_a_damaged_zip_header_or_a_killed_save_is_answered(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from zip_layout import CENTRAL_FIELDS, zip_headers
+
+    fb = FlexibleBuffer(**{**KW, "num_steps": 8}, path=str(tmp_path) + "/", name="buf", seed=3)
+    fill([fb], 5, seed=2)
+    path = FlexibleBuffer.save(fb)
+    raw = open(path, "rb").read()
+    for kind, start, _ in zip_headers(raw):
+        if kind == "central":
+            for field, bit in [("flags", 0), ("flags", 6), ("method", 0), ("method", 3)]:
+                bad = bytearray(raw)
+                bad[start + CENTRAL_FIELDS[field][0]] ^= 1 << bit  # encrypted, strong encryption, compressed
+                with open(path, "wb") as f:
+                    f.write(bytes(bad))
+                with pytest.raises(ValueError, match="not a readable saved buffer"):
+                    FlexibleBuffer.load(str(tmp_path) + "/", "buf")
+    dead = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                              check=True).stdout)
+    for name in [f".buf.npz.tmp-{dead}", f".other.npz.tmp-{dead}", "tmpx.tmp"]:
+        (tmp_path / name).write_bytes(b"half a buffer")
+    FlexibleBuffer.save(fb)  # removes the killed save's file, and only that
+    assert sorted(os.listdir(tmp_path)) == [f".other.npz.tmp-{dead}", "buf.npz", "tmpx.tmp"]
+    assert FlexibleBuffer.load(str(tmp_path) + "/", "buf").steps_recorded == fb.steps_recorded
+
+
 def test_truncation_ends_episodes_and_bootstraps_in_the_helpers():
     fb = FlexibleBuffer(num_steps=10, obs_size=1, global_reward=True, seed=0)
     for i in range(5):

@@ -105,9 +105,10 @@ def test_loop_refuses_a_limiter_that_never_refuses_samples():
 
 
 def test_loop_refuses_a_window_too_narrow_for_one_step():
-    # window 2 * error_buffer = 8 < batch 4 + 4 lanes * n 3 * spi 1 = 16: the loop would deadlock.
+    # window 2 * error_buffer = 8 < batch 4 + 4 lanes * n 3 * spi 1 = 16: the loop would deadlock. The least
+    # error_buffer that passes every check is 11: (min_size - 1 + 12) * 1 <= 10 + error_buffer.
     env, table, adder = setup(num_envs=4, n=3, limiter=SampleToInsertRatio(1.0, 10, error_buffer=4))
-    with pytest.raises(ValueError, match="error_buffer of at least 8"):
+    with pytest.raises(ValueError, match="error_buffer of at least 11"):
         rlflow.run(env, RandomPolicy(), CountingLearner(4), adder, table, steps=10, batch_size=4, progress=False)
 
 

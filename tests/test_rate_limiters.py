@@ -398,6 +398,29 @@ def test_repr() -> None:
                     "inserts=2, samples=1, deletes=1)")
 
 
+def test_unbounded_sides_print_as_no_bound() -> None:
+    """MinSize's diff bounds (+-float_max) and infinite ones print as "no bound" in the repr, in a table's
+    timeout error and in every message that names a bound, never as +-1.8e308."""
+    from rlflow.replay import RateLimitTimeout, RowTable, StepStore
+    from rlflow.specs import Field
+
+    assert repr(at(MinSize(2), 1, 0, 0)) == ("MinSize(samples_per_insert=1.0, min_size_to_sample=2, min_diff=no bound, "
+                                             "max_diff=no bound, inserts=1, samples=0, deletes=0)")
+    assert "min_diff=no bound, max_diff=4.0" in repr(RateLimiter(1.0, 1, -math.inf, 4.0))
+    table = RowTable(StepStore({"x": Field((), np.float32)}, capacity=4), rate_limiter=MinSize(1))
+    with pytest.raises(RateLimitTimeout) as timeout:
+        table.sample(1, timeout=0)
+    errors = [str(timeout.value)]
+    for call in (lambda: MinSize(1).load_state_dict({**MinSize(1).state_dict(), "max_diff": 1.0}),
+                 lambda: RateLimiter(1.0, 1, -FMAX, -math.inf),
+                 lambda: SampleToInsertRatio(1.0, 1, (-math.inf, -math.inf))):
+        with pytest.raises(ValueError) as error:
+            call()
+        errors.append(str(error.value))
+    for text in errors:
+        assert "e+308" not in text and "no bound" in text, text
+
+
 # --------------------------------------------------------------------------- reference
 def reference(spi: float, m: int, min_diff: float, max_diff: float, inserts: int, samples: int, deletes: int,
               n: int) -> tuple[bool, bool]:

@@ -1,3 +1,5 @@
+import re
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -28,7 +30,7 @@ def make_store(request, tmp_path):
 def test_append_wraps_and_tracks_episodes(make_store):
     store = make_store(capacity=4, lanes=2)
     for t in range(6):
-        store.append(rows([t, 10 + t]), first=np.array([t == 3, False]))
+        store.append(rows([t, 10 + t]), first=np.array([t in (0, 3), t == 0]))
     assert store.count.tolist() == [6, 6]
     # Lane 0 holds rows 2..5 (episode 0: rows 0-2, episode 1: rows 3-5); position = row % 4.
     got = store.gather([0, 0, 0, 0, 1], [2, 3, 4, 5, 5])
@@ -60,7 +62,7 @@ def test_windows_stop_at_episode_boundary_unless_asked(make_store):
 
 def test_extend_wraps_and_continues_episode(make_store):
     store = make_store(capacity=5, lanes=2)
-    store.extend(1, rows([0, 1, 2]))
+    store.extend(1, rows([0, 1, 2]), first=np.array([1, 0, 0], bool))
     store.extend(1, rows([3, 4, 5, 6]), first=np.array([0, 1, 0, 0], bool))
     assert store.count.tolist() == [0, 7]
     assert store.gather([1] * 5, range(2, 7))["act"].tolist() == [2, 3, 4, 5, 6]
@@ -85,7 +87,7 @@ def test_overwrite_notifies_before_writing(make_store):
     listener = Listener()
     store.subscribe(listener)
     for t in range(4):
-        store.append(rows([t, 100 + t]))
+        store.append(rows([t, 100 + t]), first=np.full(2, t == 0))
     store.append(rows([9]), lanes=[1])
     store.extend(0, rows([10, 11]))
     assert seen == [([0, 1], [0, 0], [0, 100]), ([1], [1], [101]), ([0, 0], [1, 2], [1, 2])]
@@ -109,12 +111,33 @@ def test_overwrite_notifies_before_writing(make_store):
 )
 def test_bad_append_writes_nothing(make_store, data, kwargs, error):
     store = make_store(capacity=3, lanes=2)
-    store.append(rows([5, 6]))
+    store.append(rows([5, 6]), first=np.ones(2, bool))
     before = {k: v.copy() for k, v in store.state_dict().items()}
     with pytest.raises((SpecError, ValueError), match=error):
         store.append(data, **kwargs)
     for k, v in store.state_dict().items():
         np.testing.assert_array_equal(v, before[k], err_msg=k)
+
+
+@pytest.mark.parametrize(("write", "lanes"), [
+    (lambda s: s.append(rows([1, 2])), [0, 1]),  # no first= at all
+    (lambda s: s.append(rows([1, 2]), first=np.array([True, False])), [1]),
+    (lambda s: s.append(rows([1]), lanes=[1]), [1]),
+    (lambda s: s.append(rows([1]), lanes=[1], first=np.array([False])), [1]),
+    (lambda s: s.extend(0, rows([1, 2]), first=np.array([False, True])), [0]),
+    (lambda s: s.extend(1, rows([1, 2])), [1]),
+])
+def test_a_lanes_first_row_must_start_an_episode(make_store, write, lanes):
+    store = make_store(capacity=3, lanes=2)
+    before = {k: v.copy() for k, v in store.state_dict().items()}
+    with pytest.raises(ValueError, match=rf"first: lanes {re.escape(str(lanes))} hold no rows yet.*pass first=True"):
+        write(store)
+    for k, v in store.state_dict().items():
+        np.testing.assert_array_equal(v, before[k], err_msg=k)
+    store.append(rows([1, 2]), first=np.ones(2, bool))  # marked: written, and later rows need no mark
+    store.append(rows([3]), lanes=[1])
+    store.extend(0, rows([4, 5]))
+    assert store.count.tolist() == [3, 2] and store.episode_id[:, :2].tolist() == [[0, 0], [0, 0]]
 
 
 def test_disk_backend_needs_empty_directory(tmp_path):
@@ -154,13 +177,14 @@ def test_store_matches_reference(writes, capacity, lo, length):
     for lane, n, first in writes:
         if lane is None:
             for _ in range(n):
-                f = np.array(first[:lanes])
+                f = np.array(first[:lanes]) | (store.count == 0)  # a lane's first row starts an episode
                 store.append(rows(range(value, value + lanes)), first=f)
                 for ln in range(lanes):
                     push(ln, f[ln])
         else:
             n = min(n, capacity)
             f = np.array(first[:n])
+            f[0] |= store.count[lane] == 0
             store.extend(lane, rows(range(value, value + n)), first=f)
             for i in range(n):
                 push(lane, f[i])
@@ -247,7 +271,7 @@ def test_take_windows_equals_a_plain_gather(shape, dtype, capacity, length, batc
 def test_a_field_of_no_values_is_stored_and_gathered():
     store = StepStore({"x": Field((0,), np.float32), "y": Field((), np.int64)}, capacity=4, lanes=2)
     for v in range(5):
-        store.append({"x": np.zeros((2, 0), np.float32), "y": np.array([v, 10 + v])})
+        store.append({"x": np.zeros((2, 0), np.float32), "y": np.array([v, 10 + v])}, first=np.full(2, v == 0))
     got = store.gather([0, 1], [4, 3])
     assert got["x"].shape == (2, 0) and got["y"].tolist() == [4, 13]
     data, mask = store.gather_windows([1], [2], [3])

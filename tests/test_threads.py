@@ -89,7 +89,8 @@ def test_writers_and_samplers_in_threads():
         try:
             start_gate.wait()
             for _ in range(ROWS_PER_WRITER):
-                store.append(row_data(lane, store.count[lane]), lanes=[lane], first=np.array([rng.random() < 0.1]))
+                first = rng.random() < 0.1 or store.count[lane] == 0  # a lane's first row starts an episode
+                store.append(row_data(lane, store.count[lane]), lanes=[lane], first=np.array([first]))
                 count = int(store.count[lane])  # only this thread writes this lane
                 lo = max(0, count - CAPACITY)
                 for name, n in (("prio", int(rng.integers(1, 3))), ("ratio", 1)):
@@ -256,7 +257,7 @@ def _blocked_call(fn):
 def _ratio_table(max_diff):
     store = StepStore(SPEC, capacity=32)
     for row in range(32):
-        store.append(row_data(0, row))
+        store.append(row_data(0, row), first=np.array([row == 0]))
     limiter = SampleToInsertRatio(1.0, 2, (0.0, max_diff))
     return store, Table(store, rate_limiter=limiter), limiter
 

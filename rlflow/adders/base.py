@@ -77,11 +77,19 @@ def _under(name: str, prefix: str) -> bool:
     return name == prefix or name.startswith(prefix + "/")
 
 
-def _bool_lanes(name: str, value: Any, n: int) -> np.ndarray:
+def _bool_lanes(name: str, value: Any, n: int, *, subset: bool = False) -> np.ndarray:
+    """``timestep.<name>``: one bool per lane of ``n`` (the store's lanes, or the ``lanes`` given: ``subset``)."""
     arr = np.asarray(value)
-    if arr.shape != (n,) or arr.dtype != np.bool_:
-        raise SpecError(f"timestep.{name}: expected a bool array of shape ({n},), got {arr.dtype} {arr.shape}")
-    return arr
+    if arr.shape == (n,) and arr.dtype == np.bool_:
+        return arr
+    if arr.ndim == 1:
+        if subset:
+            raise SpecError(f"timestep.{name}: the timestep has {arr.shape[0]} lanes, lanes= names {n}: expected "
+                            "the timestep of exactly the lanes given")
+        raise SpecError(f"timestep.{name}: the timestep has {arr.shape[0]} lanes, the adder's store {n}: expected "
+                        "one store lane per env lane (build the store with lanes=env.num_envs)")
+    raise SpecError(f"timestep.{name}: expected a bool array of shape ({n},), one flag per lane, got "
+                    f"{arr.dtype} {arr.shape}")
 
 
 def _leaves(spec: Any, key: str) -> list[tuple[str, Any, Any]] | None:
@@ -108,6 +116,15 @@ def _fast_leaves(leaves: list[tuple[str, Any, Any]] | None, value: Any, n: int, 
             return False
         out[name] = v
     return True
+
+
+def _other_setting(mine: Mapping[str, Any], theirs: Mapping[str, Any]) -> tuple[str, Any, Any] | None:
+    """The first item setting (``kind`` first) whose value differs between two views' configs, as
+    ``(name, mine, theirs)`` (None where absent); None when they agree."""
+    for key in sorted(set(mine) | set(theirs), key=lambda k: (k != "kind", k)):
+        if mine.get(key) != theirs.get(key):
+            return key, mine.get(key), theirs.get(key)
+    return None
 
 
 def _row_bytes(value: np.ndarray, n: int) -> np.ndarray:
@@ -159,6 +176,13 @@ class Adder:
         unknown = sorted(set(priority_fns or {}) - set(names))
         if unknown:
             raise ValueError(f"priority_fns names tables {unknown}; the adder's tables are {names}")
+        for table in tables:  # every table checked before any is configured
+            setting = _other_setting(view.config(), table.view.config()) if table.view is not None else None
+            if setting is not None and setting[0] != "kind":  # another kind: configure_items names it
+                key, mine, theirs = setting
+                raise ValueError(f"table {table.name!r} holds {view.kind} items of {key}={theirs!r}; this adder's "
+                                 f"have {key}={mine!r}: a table takes the items of one setting, give this adder a "
+                                 "table of its own")
         for table in tables:
             table.configure_items(view, item_spec)
         self.store = store
@@ -216,7 +240,7 @@ class Adder:
             return
         lanes_arr = self._lanes if lanes is None else self._lane_subset(lanes)
         n = lanes_arr.size
-        first = _bool_lanes("first", timestep.first, n)
+        first = _bool_lanes("first", timestep.first, n, subset=lanes is not None)
         if not first.all():
             raise SpecError(f"add_first: expected first=True on all {n} lanes, got False at positions "
                             f"{np.flatnonzero(~first).tolist()}")
@@ -252,8 +276,10 @@ class Adder:
 
         The open row's observation becomes the episode's final observation: its row gets ``last=True``
         (zero action and reward) and the row before it ``truncated=True``; items are written as for any
-        truncated episode (bootstrapping from that observation). For a run that stops collecting, this
-        keeps the last transitions that :meth:`reset` would drop.
+        truncated episode (bootstrapping from that observation). On a multi-agent store the agents active
+        at that row are cut as an env's time limit cuts them (:meth:`_end_open_rows`), so the rows are
+        those of an env that truncates at this step. For a run that stops collecting, this keeps the last
+        transitions that :meth:`reset` would drop.
         """
         if self._staged:
             self.flush()
@@ -264,11 +290,7 @@ class Adder:
                 return
             rows = self._open[lanes_arr].copy()
             starts = self._episode_start[lanes_arr].copy()
-            k = lanes_arr.size
-            zero = _specs.zeros({**self._act_fields, **self._reward_fields, **self._extra_fields}, (k,))
-            self.store.write(lanes_arr, rows, {**self._top(zero), "terminated": np.zeros(k, bool),
-                                               "truncated": np.zeros(k, bool), "last": np.ones(k, bool)},
-                             checked=False)
+            self._end_open_rows(lanes_arr, rows)
             acted = rows > starts  # episodes with at least one action; the others are just dropped
             if acted.any():
                 self.store.write(lanes_arr[acted], rows[acted] - 1, {"truncated": np.ones(int(acted.sum()), bool)},
@@ -281,6 +303,25 @@ class Adder:
                                   continued_starts=empty, started=empty, started_rows=empty, final_was_open=True))
             if (~acted).any():
                 self._abandon(lanes_arr[~acted])
+
+    def _end_open_rows(self, lanes: np.ndarray, rows: np.ndarray) -> None:
+        """Make the open ``rows`` of ``lanes`` final rows (:meth:`truncate`, :meth:`reset`): zero action,
+        reward and extras, ``last=True``. On a multi-agent store (:class:`rlflow.envs.ParallelEnvironment`'s
+        rows) the agents active at such a row are cut there as an env's time limit leaves them on its final
+        observation: ``truncated`` set, ``active`` cleared, no legal action in ``action_mask``."""
+        k = lanes.size
+        cols = _specs.zeros({**self._act_fields, **self._reward_fields, **self._extra_fields}, (k,))
+        if self._agent_active is not None and "observation/truncated" in self._obs_fields:
+            obs = {n: v for n, v in self.store.gather(lanes, rows, checked=False).items() if n in self._obs_fields}
+            cut = obs["observation/active"]
+            obs["observation/truncated"] = obs["observation/truncated"] | cut
+            mask = obs.get("observation/action_mask")
+            if mask is not None and mask.shape[:cut.ndim] == cut.shape:
+                mask[cut] = 0
+            obs["observation/active"] = np.zeros_like(cut)
+            cols.update(obs)
+        self.store.write(lanes, rows, {**self._top(cols), "terminated": np.zeros(k, bool),
+                                       "truncated": np.zeros(k, bool), "last": np.ones(k, bool)}, checked=False)
 
     def _lane_subset(self, lanes: Any) -> np.ndarray:
         arr = np.asarray(lanes)
@@ -386,10 +427,7 @@ class Adder:
         with self.store.lock:
             lanes = np.flatnonzero(self._open >= 0)
             if lanes.size:
-                zero = _specs.zeros({**self._act_fields, **self._reward_fields, **self._extra_fields}, (lanes.size,))
-                self.store.write(lanes, self._open[lanes], {
-                    **self._top(zero), "terminated": np.zeros(lanes.size, bool),
-                    "truncated": np.zeros(lanes.size, bool), "last": np.ones(lanes.size, bool)}, checked=False)
+                self._end_open_rows(lanes, self._open[lanes])
                 self._open[lanes] = -1
                 self._abandon(lanes)
 
@@ -586,18 +624,57 @@ class Adder:
         return self.view.gather(self.store, meta, fields or {})[0]
 
     # ------------------------------------------------------------------ checkpoint state
-    def state_dict(self) -> dict[str, np.ndarray]:
-        """The lanes' open rows and episode starts (restore with :meth:`load_state_dict`)."""
-        if self._staged:
-            self.flush()
-        return {"open": self._open.copy(), "episode_start": self._episode_start.copy()}
+    def _lane_state(self) -> dict[str, np.ndarray]:
+        """The per-lane arrays (``[E]`` int64) that decide the rows and items still to come; subclasses add theirs."""
+        return {"open": self._open, "episode_start": self._episode_start}
 
-    def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
-        if self._staged:
-            self.flush()
-        for key in ("open", "episode_start"):
-            arr = np.asarray(state[key])
-            if arr.shape != (self.num_lanes,):
-                raise ValueError(f"adder state {key!r}: expected shape ({self.num_lanes},), got {arr.shape}")
-        self._open[...] = state["open"]
-        self._episode_start[...] = state["episode_start"]
+    def state_dict(self) -> dict[str, Any]:
+        """Everything that decides the rows and items still to come: the lanes' open rows, episode starts
+        and the subclass's per-lane positions (e.g. a sequence's next start), the steps :meth:`stage` holds
+        (not written: taking the state changes nothing), and under ``"items"`` the settings that shape
+        items (the view's :meth:`~rlflow.replay.views.ItemView.config`). Restore with
+        :meth:`load_state_dict` into an adder built with the same settings on the restored store."""
+        staged = self._staged_state() if self._staged else None
+        return {**{k: v.copy() for k, v in self._lane_state().items()}, "staged": staged,
+                "items": self.view.config()}
+
+    def check_state(self, state: Mapping[str, Any]) -> None:
+        """Raise :class:`~rlflow.replay.checkpoint.CheckpointError` if :meth:`load_state_dict` would refuse
+        ``state``: a setting that shapes items differs (named, with both values), or a lane array is
+        missing or of another shape. Changes nothing."""
+        from rlflow.replay.checkpoint import CheckpointError
+
+        saved = state.get("items")
+        if not isinstance(saved, Mapping):
+            raise CheckpointError(f"adder state: expected the settings of its items under 'items', got {saved!r}")
+        mine = self.view.config()
+        setting = _other_setting(mine, saved)
+        if setting is not None:
+            key, value, theirs = setting
+            raise CheckpointError(
+                f"adder setting {key!r}: the checkpoint's items were written with {key}={theirs!r}, this "
+                f"{type(self).__name__} has {key}={value!r} (its items: {mine}); build the adder with the "
+                "checkpoint's settings, or start a new run")
+        for key in self._lane_state():
+            arr = np.asarray(state.get(key, ()))
+            if arr.shape != (self.num_lanes,) or arr.dtype.kind not in "iu":
+                raise CheckpointError(f"adder state {key!r}: expected {self.num_lanes} integers (one per lane), "
+                                      f"got {arr.dtype} {arr.shape}")
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output (the store and tables as they were when it was taken; checked
+        first by :meth:`check_state`: a refusal changes nothing); steps staged now are dropped in favour of
+        the saved ones."""
+        self.check_state(state)
+        self._load_staged(state.get("staged"))
+        for key, arr in self._lane_state().items():
+            arr[...] = np.asarray(state[key], np.int64)
+
+    def _staged_state(self) -> dict[str, Any]:
+        """The steps :meth:`stage` holds, as plain arrays (adders that stage)."""
+        raise NotImplementedError
+
+    def _load_staged(self, state: Mapping[str, Any] | None) -> None:
+        """Hold the steps of :meth:`_staged_state`'s output (None: none) as :meth:`stage` held them."""
+        if state is not None:
+            raise ValueError(f"adder state: {type(self).__name__} stages no steps, got {state.get('steps')} staged")

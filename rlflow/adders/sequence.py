@@ -82,9 +82,14 @@ class Sequence(Adder):
             if flat:
                 raise ValueError(f"end_behavior CONTINUE writes sequences across episodes; tables {flat} need "
                                  "cross_episodes=True")
-        super().__init__(store, tables, view=SequenceView(self.length), item_spec=None,
+        # TRUNCATE writes ZERO_PAD's items (see the module docstring): one setting for the tables' checks.
+        items_rule = EndBehavior.ZERO_PAD if self.end_behavior is EndBehavior.TRUNCATE else self.end_behavior
+        super().__init__(store, tables, view=SequenceView(self.length, self.period, items_rule.value), item_spec=None,
                          priority_fns=priority_fns, min_capacity=self.length + 2)
         self._next_start = np.full(self.num_lanes, -1, np.int64)  # absolute row of the lane's next sequence
+
+    def _lane_state(self) -> dict[str, np.ndarray]:
+        return {**super()._lane_state(), "next_start": self._next_start}
 
     def _emit(self, events: StepEvents) -> None:
         L, P = self.length, self.period

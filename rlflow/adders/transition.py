@@ -108,9 +108,18 @@ class NStepTransition(Adder):
         self._lane_block: _LaneBlock | None = None
         self._direct_arrays: _direct.Arrays | None = None
 
+    def waiting_actions(self) -> np.ndarray:
+        """Per lane (int64 ``[E]``): the actions of the episode in progress that no item holds yet. Each becomes
+        an item once ``n - 1`` more actions follow it, or when its episode ends (:meth:`truncate` ends it)."""
+        if self._staged:
+            self.flush()
+        is_open = self._open >= 0
+        taken = np.where(is_open, self._open - self._episode_start, 0)
+        return np.minimum(taken, self.n - 1)
+
     def _item_view(self) -> Any:
         """How the tables shape a sample of these items."""
-        return TransitionView()
+        return TransitionView(self.n, self.discount)
 
     def add_steps(self, lane: int, actions: Any, rewards: Any, next_observations: Any, *, terminated: Any = False,
                   truncated: Any = False, extras: Any = None, first_observations: Any = None) -> None:
@@ -182,8 +191,7 @@ class NStepTransition(Adder):
         if both >= 0:
             raise ValueError(f"add_steps: step {both} is both terminated and truncated; an episode ends one way")
         ends, codes = bufs[0][:m], bufs[1][:m]
-        k = 0 if first_observations is None else (int(np.shape(first_observations)[0]) if np.ndim(first_observations)
-                                                   else -1)
+        k = 0 if first_observations is None else self._leading_rows(first_observations, "add_steps: first_observations")
         allowed = (inner, inner + 1) if codes[m - 1] else (inner,)
         if k not in allowed:
             after = ", and optionally one after it" if len(allowed) > 1 else ""
@@ -194,6 +202,17 @@ class NStepTransition(Adder):
         obs = self._obs_columns(next_obs, t, "add_steps: next_observations")
         firsts = {} if not k else self._obs_columns(first_observations, k, "add_steps: first_observations")
         self._write_episodes(lane, ends, codes, 0, cols, obs, firsts)
+
+    def _leading_rows(self, observations: Any, what: str) -> int:
+        """How many observations ``observations`` holds (the leading axis of its first leaf, nested Dict and
+        Tuple spaces followed), or -1 when that leaf has no axis; SpecError naming ``what`` when its structure
+        is not the observation spec's."""
+        try:
+            flat = _specs.flatten_data(self.store.spec["observation"], observations, "observation")
+        except SpecError as exc:
+            raise SpecError(f"{what}: {exc}") from None
+        shape = np.shape(next(iter(flat.values())))
+        return int(shape[0]) if shape else -1
 
     def _segments_out(self, t: int) -> tuple[np.ndarray, np.ndarray]:
         """Buffers for the episode ends and codes of ``t`` steps (:func:`~rlflow.adders._kernels.episode_segments`)."""
@@ -685,6 +704,48 @@ class NStepTransition(Adder):
             if k:  # the table's own insert: it waits for the rate limiter, evicts, or explains a refusal
                 self._insert(b.lanes[:k], b.starts[:k], b.lengths[:k],
                              {"return": b.returns[:k].reshape(k, *self._reward_shape), "discount": b.discounts[:k]})
+
+    def _staged_state(self) -> dict[str, Any]:
+        s = self._staged
+        if self._lane_staging:
+            blk, j = self._lane_block, self._lane_block.segments
+            return {"steps": s, "act": blk.act[:s].copy(), "rew": blk.rew[:s].copy(), "obs": blk.obs[:s].copy(),
+                    "ends": blk.ends[:j].copy(), "codes": blk.codes[:j].copy(), "restart": blk.restart[:j].copy()}
+        b = self._block
+        return {"steps": s, "act": [c[:s].copy() for c in b.act], "obs": [c[:s].copy() for c in b.obs],
+                "final": [c[:s].copy() for c in b.final], "flags": b.flags[:s].copy(), "open": b.open.copy()}
+
+    def _load_staged(self, state: Mapping[str, Any] | None) -> None:
+        if state is not None:  # checked before anything changes
+            s = int(state["steps"])
+            if not 0 < s < self.stage_steps or ("rew" in state) != self._lane_staging:
+                raise ValueError(f"adder state: {s} staged steps of a {'one-lane' if 'rew' in state else 'block'} "
+                                 f"stage, expected fewer than stage_steps={self.stage_steps} of a "
+                                 f"{'one-lane' if self._lane_staging else 'block'} stage; build the adder as the "
+                                 "checkpointed run did")
+        self._staged = 0
+        for blk in (self._lane_block, self._block):
+            if blk is not None:
+                blk.staged[0] = 0
+        if self._lane_block is not None:
+            self._lane_block.segments = 0
+        if state is None:
+            return
+        if self._lane_staging:
+            blk = self._lane_block = self._lane_block or _LaneBlock(self)
+            j = len(state["ends"])
+            blk.act[:s], blk.rew[:s], blk.obs[:s] = state["act"], state["rew"], state["obs"]
+            blk.ends[:j], blk.codes[:j], blk.restart[:j] = state["ends"], state["codes"], state["restart"]
+            blk.segments = j
+            blk.staged[0] = s
+        else:
+            b = self._block = self._block or _Block(self)
+            for cols, key in ((b.act, "act"), (b.obs, "obs"), (b.final, "final")):
+                for col, saved in zip(cols, state[key], strict=True):
+                    col[:s] = saved
+            b.flags[:s], b.open[:] = state["flags"], state["open"]
+            b.staged[0] = s
+        self._staged = s
 
     def _rows_table(self) -> tuple[Table, _direct.Arrays] | None:
         """The adder's one table and its arrays when it is a RowTable without a priority function that only

@@ -31,14 +31,17 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+import struct
+import zipfile
 from collections import deque
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from rlflow import returns as _returns
+from rlflow._tempfiles import remove_leftovers, temporary_path
 from rlflow.replay.sum_tree import SumTree
 
 __all__ = ["FlexiBatch", "FlexibleBuffer"]
@@ -502,22 +505,22 @@ class FlexibleBuffer:
 
     @staticmethod
     def save(fb: FlexibleBuffer) -> str:
-        """Write ``fb`` to ``fb.path + fb.name + ".npz"`` atomically (a crash leaves the previous file);
-        returns the file's path."""
+        """Write ``fb`` to ``fb.path + fb.name + ".npz"`` atomically (a crash leaves the previous file;
+        the temporary files ``.<name>.npz.tmp-<pid>`` of saves killed mid-write are removed); returns the
+        file's path."""
         folder = os.path.dirname(fb.path + fb.name) or "."
         os.makedirs(folder, exist_ok=True)
         target = fb.path + fb.name + ".npz"
-        fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+        remove_leftovers(Path(target))  # of saves killed before their rename
+        tmp = temporary_path(Path(target))
         try:
-            with os.fdopen(fd, "wb") as f:
+            with open(tmp, "wb") as f:
                 np.savez(f, **fb._state())
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, target)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        finally:
+            tmp.unlink(missing_ok=True)
         return target
 
     @staticmethod
@@ -530,7 +533,8 @@ class FlexibleBuffer:
         try:
             with np.load(target, allow_pickle=False) as arrays:
                 fb._restore(arrays)
-        except (KeyError, ValueError, OSError, json.JSONDecodeError) as exc:
+        except (KeyError, ValueError, OSError, EOFError, RuntimeError, zipfile.BadZipFile, struct.error,
+                OverflowError) as exc:  # what numpy's and zipfile's readers raise on damaged bytes
             raise ValueError(f"{target!r} is not a readable saved buffer: {exc}") from None
         return fb
 

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from rlflow import specs as _specs
+from rlflow.envs._kinds import make_envs
 from rlflow.specs import Field, Spec, SpecError
 from rlflow.types import TimeStep, step_spec
 
@@ -68,13 +69,9 @@ class AECEnvironment:
     """
 
     def __init__(self, envs: Sequence[Any | Callable[[], Any]], adder: Any = None, *, seed: int | None = None) -> None:
-        if not len(envs):
-            raise ValueError("envs: expected at least one PettingZoo AEC env, got none")
-        self._envs = [e() if callable(e) and not hasattr(e, "possible_agents") else e for e in envs]
+        self._envs = make_envs(envs, "aec", "AECEnvironment")
         agents = list(self._envs[0].possible_agents)
         for i, env in enumerate(self._envs):
-            if not (hasattr(env, "last") and hasattr(env, "agent_iter")):
-                raise TypeError(f"envs[{i}]: expected a PettingZoo AEC env, got {type(env).__name__}")
             if list(env.possible_agents) != agents:
                 raise ValueError(f"envs[{i}]: expected possible_agents {agents}, got {list(env.possible_agents)}")
         self.possible_agents = agents

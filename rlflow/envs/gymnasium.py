@@ -39,6 +39,8 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import create_empty_array
 
+from rlflow import env_state
+from rlflow.envs._kinds import wrapper_for
 from rlflow.specs import Spec, from_space
 from rlflow.types import ONE_LANE_NO, ONE_LANE_YES, TimeStep, step_spec
 
@@ -203,7 +205,9 @@ class GymEnvironment:
             self._vec = _OneEnv(env)  # type: ignore[assignment]
             mode = AutoresetMode.SAME_STEP
         else:
-            raise TypeError(f"env: expected a gymnasium.Env or gymnasium.vector.VectorEnv, got {type(env).__name__}")
+            other = wrapper_for(env)
+            raise TypeError(f"env: expected a gymnasium.Env or gymnasium.vector.VectorEnv, got {type(env).__name__}"
+                            + (f"; use {other}" if other else ""))
         self._one = isinstance(self._vec, _OneEnv)
         self._env = env
         self._mode = to_autoreset_mode(mode)
@@ -349,6 +353,29 @@ class GymEnvironment:
         vec: _OneEnv = self._vec  # type: ignore[assignment]
         space = vec.single_observation_space
         return vec.env.step, vec.timestep, np.dtype(vec._box_dtype), tuple(space.shape)
+
+    # ------------------------------------------------------------------ checkpoint state
+    def state_dict(self) -> dict[str, Any]:
+        """The env's state as plain data (:mod:`rlflow.env_state`: every wrapper's and sub-env's attributes,
+        RNG states included) and the wrapper's own (the lanes ``NEXT_STEP`` resets on the next call, the
+        seed of a first reset not yet made), for :meth:`load_state_dict` on an env built the same way.
+        Raises :class:`~rlflow.env_state.EnvStateError` when the env holds an object that is not plain
+        data (e.g. a Box2D world, or an ``AsyncVectorEnv``'s worker processes)."""
+        return {"env": env_state.capture(self._env), "pending": self._pending.copy(),
+                "needs_reset": self._needs_reset, "seed": self._seed}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue from :meth:`state_dict`'s output: this env, built as the saved one was (and not reset
+        since), then steps exactly as the saved env would have. Raises ``ValueError``, changing nothing,
+        when it was built otherwise (other wrappers or env classes, another number of lanes)."""
+        pending = np.asarray(state["pending"])
+        if pending.shape != (self._num_envs,) or pending.dtype != np.bool_:
+            raise ValueError(f"env state: expected the pending resets of {self._num_envs} lanes (bool), got "
+                             f"{pending.dtype} {pending.shape}; build the env as the checkpointed run did")
+        env_state.restore(self._env, state["env"])
+        self._pending = pending.copy()
+        self._needs_reset = bool(state["needs_reset"])
+        self._seed = state["seed"]
 
     # ------------------------------------------------------------------ lifetime
     def close(self) -> None:

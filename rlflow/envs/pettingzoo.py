@@ -52,7 +52,9 @@ from typing import Any
 
 import numpy as np
 
+from rlflow import env_state
 from rlflow import specs as _specs
+from rlflow.envs._kinds import make_envs
 from rlflow.specs import Field, Spec, SpecError
 from rlflow.types import TimeStep, step_spec
 
@@ -78,14 +80,10 @@ class ParallelEnvironment:
 
     def __init__(self, envs: Sequence[Any | Callable[[], Any]], *, seed: int | None = None,
                  action_mask: str | None = "auto", state: bool | str = "auto") -> None:
-        if not len(envs):
-            raise ValueError("envs: expected at least one PettingZoo parallel env, got none")
-        self._envs = [e() if callable(e) and not hasattr(e, "possible_agents") else e for e in envs]
+        self._envs = make_envs(envs, "parallel", "ParallelEnvironment")
         first = self._envs[0]
         agents = list(first.possible_agents)
         for i, env in enumerate(self._envs):
-            if not (hasattr(env, "step") and hasattr(env, "possible_agents")):
-                raise TypeError(f"envs[{i}]: expected a PettingZoo ParallelEnv, got {type(env).__name__}")
             if list(env.possible_agents) != agents:
                 raise ValueError(f"envs[{i}]: expected possible_agents {agents}, got {list(env.possible_agents)}")
         self.possible_agents = agents
@@ -320,6 +318,29 @@ class ParallelEnvironment:
         return _specs.unflatten(self._agent_act_spec, {k: (v.item() if v.ndim == 0 else v) for k, v in leaves.items()})
 
     # ------------------------------------------------------------------ lifetime
+    # ------------------------------------------------------------------ checkpoint state
+    def state_dict(self) -> dict[str, Any]:
+        """Every env's state as plain data (:mod:`rlflow.env_state`) and the wrapper's own (the seed of a
+        first reset not yet made), for :meth:`load_state_dict` on envs built the same way. Raises
+        :class:`~rlflow.env_state.EnvStateError` when an env holds an object that is not plain data (e.g.
+        MPE's ``World``)."""
+        return {"envs": [env_state.capture(env, f"envs[{e}]") for e, env in enumerate(self._envs)],
+                "needs_reset": self._needs_reset, "seed": self._seed}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue from :meth:`state_dict`'s output on envs built as the saved ones were (and not reset
+        since). Raises ``ValueError``, changing nothing, when they were built otherwise."""
+        saved = state["envs"]
+        if len(saved) != self.num_envs:
+            raise ValueError(f"env state: expected the state of {self.num_envs} envs, got {len(saved)}; build the "
+                             "envs as the checkpointed run did")
+        for e, (env, env_saved) in enumerate(zip(self._envs, saved, strict=True)):
+            env_state.restore(env, env_saved, f"envs[{e}]", check_only=True)
+        for e, (env, env_saved) in enumerate(zip(self._envs, saved, strict=True)):
+            env_state.restore(env, env_saved, f"envs[{e}]")
+        self._needs_reset = bool(state["needs_reset"])
+        self._seed = state["seed"]
+
     def close(self) -> None:
         for env in self._envs:
             env.close()

@@ -11,16 +11,21 @@ Each call records one transition per env (``num_envs`` of them, leading axis ``E
 leading axis may be left out). Observations are stored once: when a transition's ``obs`` is the
 previous ``next_obs`` of its env (the usual case), only ``next_obs`` is new. When it is not (the loop
 skipped or restarted without an episode end), the previous episode is closed as truncated at its last
-``next_obs`` and a new one starts at ``obs``, so every transition passed in is kept exactly as given.
+``next_obs`` and a new one starts at ``obs``, so every transition passed in is kept exactly as given,
+but gymnasium's ``NEXT_STEP`` reset steps (after an episode end, ``obs`` is bit for bit that end's
+``next_obs``, reward 0, neither flag), which are left out; ``infos=`` supplies the true final observations
+of ``SAME_STEP`` vector envs. A step both terminated and truncated is terminated.
 Sampled transitions are n-step (``n_step=1``: the transitions as added): ``reward`` is the discounted
 sum of up to ``n_step`` rewards, ``discount`` is ``discount ** k`` (0 after termination), and
 ``next_observation`` the observation ``k`` steps on; truncation bootstraps from the true final
-observation.
+observation. ``sample`` never blocks unless given a ``timeout``: with nothing sampleable it raises at once,
+saying why.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -31,7 +36,7 @@ from rlflow.replay.row_table import RowTable
 from rlflow.replay.sample import Sample
 from rlflow.replay.selectors import Fifo, Prioritized
 from rlflow.replay.storage import StepStore
-from rlflow.replay.table import Table
+from rlflow.replay.table import RateLimitTimeout, Table
 from rlflow.specs import Spec, SpecError
 from rlflow.types import TimeStep, step_spec
 
@@ -110,11 +115,23 @@ class ReplayBuffer:
         self._firsts = {name: np.zeros_like(col) for name, col in self._block.items() if name in self._obs_fields}
         self._num_firsts = 0
         self._last_next_given: Any = None  # the next_obs object of the last staged transition (identity check)
+        # Per env: its last transition ended an episode with next_obs as given (not from infos), so a NEXT_STEP
+        # reset step may follow (see add).
+        self._after_end = np.zeros(self.num_envs, bool)
         self._fast = _fast_plan(self.adder, self._block) if self.num_envs == 1 else None
 
     def add(self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any, truncated: Any,
-            extras: Any = None) -> None:
-        """Record one transition per env (see the module docstring); bad input raises and changes nothing."""
+            extras: Any = None, infos: Any = None) -> None:
+        """Record one transition per env (see the module docstring); bad input raises and changes nothing.
+
+        ``infos``: the env's info (a gymnasium vector env's dict, or a list of per-env dicts as Stable-Baselines3's
+        VecEnv gives); an env that ended with its true final observation there (``final_obs``,
+        ``terminal_observation``) has it stored as its ``next_obs``. After an env's episode end, a transition
+        whose ``obs`` is bit for bit the end's ``next_obs``, with reward 0 and neither flag, is gymnasium's
+        ``NEXT_STEP`` reset step: not stored; its ``next_obs`` starts the env's next episode."""
+        if infos is not None:
+            self._add_with_infos(obs, action, reward, next_obs, terminated, truncated, extras, infos)
+            return
         if obs is self._last_next_given and obs is not None:  # one env, going on from the last next_obs
             fast = self._fast
             if fast is not None and extras is None:  # one compiled call checks and stages the row
@@ -140,32 +157,74 @@ class ReplayBuffer:
             return
         self.flush()
         terminated = _flags("terminated", terminated, self.num_envs)
-        truncated = _flags("truncated", truncated, self.num_envs)
+        truncated = _flags("truncated", truncated, self.num_envs) & ~terminated  # termination wins
         reward = reward if type(reward) is np.ndarray else np.asarray(reward, np.float32)
         adder = self.adder
         last = terminated | truncated
-        ts = TimeStep(next_obs, reward, terminated, truncated, self._no, last, next_obs if last.any() else None)
         open_rows = adder._open
         if open_rows.min() >= 0 and self._continues(obs, open_rows):
+            ts = TimeStep(next_obs, reward, terminated, truncated, self._no, last, next_obs if last.any() else None)
             adder.add(action, ts, extras)  # the common call: every env goes on from its previous next_obs
+            self._after_end = last
             return
         # Check the whole call before anything changes, then close broken episodes and start new ones.
         obs_flat = adder._check(self._obs_fields, {"observation": obs}, self.num_envs, "obs")
-        adder._check({**adder._act_fields, **adder._reward_fields, **adder._extra_fields},
-                     {"action": action, "reward": reward, **({"extras": extras} if extras is not None else {})},
-                     self.num_envs, "add")
+        step = {"action": action, "reward": reward, **({"extras": extras} if extras is not None else {})}
+        checked = adder._check({**adder._act_fields, **adder._reward_fields, **adder._extra_fields}, step,
+                               self.num_envs, "add")
         adder._check(self._obs_fields, {"observation": next_obs}, self.num_envs, "next_obs")
+        # NEXT_STEP reset steps: their env starts its next episode at next_obs, with no transition.
+        quiet = (checked["reward"].reshape(self.num_envs, -1) == 0).all(axis=1) & ~last
+        reset = self._ends_again(obs_flat, self._after_end & quiet)
         with self.store.lock:
             is_open = open_rows >= 0
             same = self._same_rows(obs_flat, open_rows)
             adder.truncate(self._lanes[is_open & ~same])
-            start = self._lanes[~(is_open & same)]
+            start = self._lanes[~(is_open & same) & ~reset]
             if start.size:
                 sub = {k: v[start] for k, v in obs_flat.items()}
                 adder.add_first(TimeStep(adder._top(sub)["observation"], np.zeros(start.size, np.float32),
                                          self._no[start], self._no[start], ~self._no[start], self._no[start]),
                                 lanes=start)
-            adder.add(action, ts, extras)
+            adder.add(action, TimeStep(next_obs, reward, terminated, truncated, reset, last,
+                                       next_obs if last.any() else None), extras)
+        self._after_end = last
+
+    def _ends_again(self, obs_flat: dict[str, np.ndarray], candidates: np.ndarray) -> np.ndarray:
+        """Per env: a candidate whose ``obs`` (checked columns ``[E, ...]``) is, bit for bit, the final
+        observation its episode ended on (its lane's last row): a NEXT_STEP reset step."""
+        out = candidates.copy()
+        for lane in np.flatnonzero(candidates):
+            out[lane] = self._is_final_row(int(lane), {name: v[lane] for name, v in obs_flat.items()})
+        return out
+
+    def _is_final_row(self, lane: int, obs: dict[str, np.ndarray]) -> bool:
+        """Whether ``obs`` (checked columns of one observation) is, bit for bit, the last row of ``lane``."""
+        pos = (int(self.store.count[lane]) - 1) % self.store.capacity
+        columns = self.store.columns
+        return all(np.ascontiguousarray(v).tobytes() == np.ascontiguousarray(columns[name][lane, pos]).tobytes()
+                   for name, v in obs.items())
+
+    def _add_with_infos(self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any, truncated: Any,
+                        extras: Any, infos: Any) -> None:
+        """:meth:`add` with the env's ``infos``: each ended env's true final observation found there replaces
+        its ``next_obs`` (no NEXT_STEP reset step follows such an end)."""
+        batched = not (self.num_envs == 1 and self._unbatched(obs))
+        if batched:
+            done = _flags("terminated", terminated, self.num_envs) | _flags("truncated", truncated, self.num_envs)
+        else:
+            done = np.array([_flag("terminated", terminated) or _flag("truncated", truncated)])
+        finals = _final_observations(infos, done.size, batched)
+        ended = [i for i in finals if done[i]]
+        if ended and batched:
+            try:
+                next_obs = _with_rows(next_obs, {i: finals[i] for i in ended})
+            except (KeyError, IndexError, TypeError, ValueError) as exc:
+                raise SpecError(f"infos: the final observations of envs {ended} do not fit next_obs: {exc!r}") from None
+        elif ended:
+            next_obs = finals[0]
+        self.add(obs, action, reward, next_obs, terminated, truncated, extras)
+        self._after_end[ended] = False
 
     # ------------------------------------------------------------------ one env, one transition per call
     def _add_one(self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any, truncated: Any,
@@ -183,26 +242,53 @@ class ReplayBuffer:
         elif extras is not None:
             raise SpecError("add: extras given, but the buffer has no extras spec")
         term, trunc = _flag("terminated", terminated), _flag("truncated", truncated)
+        if (self._after_end[0] and not (term or trunc) and all(not v.any() for v in rew.values())
+                and self._is_last_next(obs)):
+            self._restart(nxt)  # a NEXT_STEP reset step: next_obs starts the next episode
+            self._last_next_given = next_obs
+            self._after_end[0] = False
+            return
         if obs is not self._last_next_given and not self._continues_one(obs):
             first = _row(*leaves["observation"], obs, "obs")  # a new episode: check its observation too
-            if self._ended:  # the episode before ended in the block: this one starts there too
-                k = self._num_firsts
-                for name, value in first.items():
-                    self._firsts[name][k] = value
-                self._num_firsts = k + 1
+            if self._ended:
+                self._restart(first)
             else:
                 self.flush()
                 with self.store.lock:
                     self.adder.truncate()
-                    start = self.adder._top({k: v[None] for k, v in first.items()})["observation"]
-                    self.adder.add_first(TimeStep(start, np.zeros(1, np.float32), self._no, self._no, ~self._no,
-                                                  self._no))
+                    self._restart(first)
         s = int(self._block_rows[0])
         for part in (nxt, act, rew, ext):
             for name, value in part.items():
                 self._block[name][s] = value
         self._block_rows[0] = s + 1
+        self._after_end[0] = False
         self._staged_one(next_obs, term, trunc, s + 1)
+
+    def _restart(self, first: dict[str, np.ndarray]) -> None:
+        """Start the one env's next episode at ``first`` (checked columns of one observation): in the block
+        when the episode before ended there, else in the store (no episode is in progress)."""
+        if self._ended:
+            k = self._num_firsts
+            for name, value in first.items():
+                self._firsts[name][k] = value
+            self._num_firsts = k + 1
+            return
+        self.flush()
+        start = self.adder._top({k: v[None] for k, v in first.items()})["observation"]
+        self.adder.add_first(TimeStep(start, np.zeros(1, np.float32), self._no, self._no, ~self._no, self._no))
+
+    def _is_last_next(self, obs: Any) -> bool:
+        """Whether ``obs`` is, bit for bit, the one env's last next_obs: staged in the block, or the last row
+        of its lane."""
+        try:
+            got = _row(*self._leaves["observation"], obs, "obs")
+        except SpecError:
+            return False
+        s = int(self._block_rows[0])
+        if not s:
+            return self._is_final_row(0, got)
+        return all(value.tobytes() == self._block[name][s - 1].tobytes() for name, value in got.items())
 
     def _staged_one(self, next_obs: Any, terminated: bool, truncated: bool, rows: int) -> None:
         """After a transition is staged (``rows`` now held): remember its next_obs, or that the episode ended
@@ -212,6 +298,7 @@ class ReplayBuffer:
             self._ends.append(rows)
             self._codes.append(1 if terminated else 2)
             self._last_next_given = None
+            self._after_end[0] = True
         if rows >= len(self._block["reward"]):
             self.flush()
 
@@ -231,32 +318,36 @@ class ReplayBuffer:
             got = _row(*self._leaves["observation"], obs, "obs")
         except SpecError:
             return False
+        k = self._num_firsts
+        fresh = k and self._ends[k - 1] == s  # the newest episode has its first observation and no row yet
         for name, value in got.items():
-            prev = self._block[name][s - 1] if s else self.store.columns[name][0, row % self.store.capacity]
+            prev = (self._firsts[name][k - 1] if fresh else self._block[name][s - 1] if s
+                    else self.store.columns[name][0, row % self.store.capacity])
             if value.tobytes() != np.ascontiguousarray(prev).tobytes():
                 return False
         return True
 
     def flush(self) -> None:
         """Write the staged single-env transitions to the store and table (sampling does this itself): one
-        ``add_steps`` call, over the episodes that ended in the block and those that followed them."""
+        ``add_steps`` call, over the episodes that ended in the block and those that followed them. The
+        block is emptied only once that call has written it: should it raise, the transitions stay staged."""
         n = int(self._block_rows[0])
         if not n:
             return
         adder = self.adder
-        self._block_rows[0] = 0
         top = adder._top({name: col[:n] for name, col in self._block.items()})
         if not self._ends:
             adder.add_steps(0, top["action"], top["reward"], top["observation"], extras=top.get("extras"))
-            return
-        terminated, truncated = np.zeros(n, bool), np.zeros(n, bool)
-        for end, code in zip(self._ends, self._codes, strict=True):
-            (terminated if code == 1 else truncated)[end - 1] = True
-        k = self._num_firsts
-        firsts = adder._top({name: col[:k] for name, col in self._firsts.items()})["observation"] if k else None
+        else:
+            terminated, truncated = np.zeros(n, bool), np.zeros(n, bool)
+            for end, code in zip(self._ends, self._codes, strict=True):
+                (terminated if code == 1 else truncated)[end - 1] = True
+            k = self._num_firsts
+            firsts = adder._top({name: col[:k] for name, col in self._firsts.items()})["observation"] if k else None
+            adder.add_steps(0, top["action"], top["reward"], top["observation"], terminated=terminated,
+                            truncated=truncated, extras=top.get("extras"), first_observations=firsts)
+        self._block_rows[0] = 0
         self._ends, self._codes, self._num_firsts = [], [], 0
-        adder.add_steps(0, top["action"], top["reward"], top["observation"], terminated=terminated,
-                        truncated=truncated, extras=top.get("extras"), first_observations=firsts)
 
     def _unbatched(self, obs: Any) -> bool:
         """Whether ``obs`` is one env's observation without the leading env axis (judged by its first field)."""
@@ -289,16 +380,37 @@ class ReplayBuffer:
         pos = open_rows[same] % self.store.capacity
         for name, value in obs_flat.items():
             stored = self.store.columns[name][lanes, pos]
-            eq = stored == value[same]
+            eq = stored == value[lanes]
             if eq.ndim > 1:
                 eq = eq.reshape(lanes.size, -1).all(axis=1)
             same[lanes[~eq]] = False
         return same
 
-    def sample(self, batch_size: int, *, timeout: float | None = None) -> Sample:
-        """``batch_size`` transitions: ``sample.data`` is a :class:`~rlflow.replay.views.Transition`."""
+    def sample(self, batch_size: int, *, timeout: float | None = 0.0) -> Sample:
+        """``batch_size`` transitions: ``sample.data`` is a :class:`~rlflow.replay.views.Transition`.
+
+        With no transition sampleable it raises :class:`~rlflow.replay.RateLimitTimeout` at once, saying how
+        many transitions the buffer holds and when they become sampleable. ``timeout`` (seconds; ``None``:
+        no limit) waits that long for another thread's adds first."""
         self.flush()
-        return self.table.sample(batch_size, timeout=timeout)
+        try:
+            return self.table.sample(batch_size, timeout=timeout)
+        except RateLimitTimeout as exc:
+            raise RateLimitTimeout(self._nothing_sampleable(batch_size, timeout)) from exc
+
+    def _nothing_sampleable(self, batch_size: int, timeout: float | None) -> str:
+        """Why :meth:`sample` found no transition to draw, and what to do."""
+        waiting = int(self.adder.waiting_actions().sum())
+        n = self.adder.n
+        head = f"ReplayBuffer.sample({batch_size}): no transition is sampleable" + (
+            f" after waiting {timeout:g} s" if timeout else "")
+        wait = "" if timeout else ", or pass timeout= (seconds; None: no limit) to wait for another thread's adds"
+        if not waiting:
+            return f"{head}: the buffer holds none; add transitions first{wait}"
+        return (f"{head}: the buffer holds {waiting} transition(s) that wait for their episode to go on: with "
+                f"n_step={n} a transition becomes sampleable once {n - 1} more of its episode are added, or when "
+                f"the episode ends (terminated, truncated, or closed by end_episodes()); add more or call "
+                f"end_episodes(){wait}")
 
     def update_priorities(self, keys: Any, priorities: Any) -> int:
         """Set the priorities of sampled transitions (keys of overwritten ones are skipped)."""
@@ -317,6 +429,7 @@ class ReplayBuffer:
         if trunc.shape[0] != t:
             raise SpecError(f"extend: terminated and truncated: expected the same number of steps, got {t} and "
                             f"{trunc.shape[0]}")
+        trunc = trunc & ~term  # a step both terminated and truncated is terminated, as in add
         if not t:
             return
         adder = self.adder
@@ -336,6 +449,38 @@ class ReplayBuffer:
         """:meth:`extend` of one env, its columns checked: an episode starts wherever ``obs`` is not the step
         before's ``next_obs`` (bit for bit) or that step ended one; without an end there, the episode
         before is truncated at that ``next_obs``, as :meth:`add` does."""
+        reset = self._reset_steps(lane, obs, nxt, cols["reward"], terminated, truncated)
+        first = None
+        if reset[-1]:  # the last step's next_obs starts the next episode, as add does
+            first = self.adder._top({name: v[-1:] for name, v in nxt.items()})["observation"]
+        if reset.any():  # NEXT_STEP reset steps are left out: the step after each starts the next episode
+            keep = ~reset
+            obs, nxt, cols = ({name: v[keep] for name, v in part.items()} for part in (obs, nxt, cols))
+            terminated, truncated, t = terminated[keep], truncated[keep], int(keep.sum())
+        if t:
+            self._write_lane(lane, t, obs, nxt, cols, terminated, truncated)
+        if first is not None:
+            self.adder.add_first(TimeStep(first, np.zeros(1, np.float32), self._no[:1], self._no[:1], ~self._no[:1],
+                                          self._no[:1]), lanes=None if self.num_envs == 1 else [lane])
+        self._after_end[lane] = first is None and bool(t) and bool(terminated[-1] | truncated[-1])
+
+    def _reset_steps(self, lane: int, obs: dict[str, np.ndarray], nxt: dict[str, np.ndarray], reward: np.ndarray,
+                     terminated: np.ndarray, truncated: np.ndarray) -> np.ndarray:
+        """Per step of :meth:`extend` of one env: whether it is a NEXT_STEP reset step (see :meth:`add`): right
+        after an episode end, ``obs`` is that end's next_obs bit for bit, reward 0, neither flag."""
+        t = terminated.size
+        ended = terminated | truncated
+        after_end = np.concatenate([self._after_end[lane:lane + 1], ended[:-1]])
+        reset = after_end & (reward.reshape(t, -1) == 0).all(axis=1) & ~ended
+        if reset.any():
+            for name in obs:
+                reset[1:] &= ~_rows_differ(obs[name][1:], nxt[name][:-1])
+            reset[0] = reset[0] and self._is_final_row(lane, {name: v[0] for name, v in obs.items()})
+        return reset
+
+    def _write_lane(self, lane: int, t: int, obs: dict[str, np.ndarray], nxt: dict[str, np.ndarray],
+                    cols: dict[str, np.ndarray], terminated: np.ndarray, truncated: np.ndarray) -> None:
+        """:meth:`_extend_lane`'s steps (reset steps left out) through ``add_steps``."""
         adder = self.adder
         starts = np.zeros(t, bool)
         for name in obs:
@@ -372,6 +517,7 @@ class ReplayBuffer:
         self.flush()
         self.adder.truncate()
         self._last_next_given = None
+        self._after_end[:] = False
 
     def __len__(self) -> int:
         """Transitions held."""
@@ -470,6 +616,41 @@ def _step_flags(name: str, value: Any, envs: int) -> np.ndarray:
         raise SpecError(f"{name}: expected bools of shape {'[T]' if envs == 1 else f'[T, {envs}]'}, got "
                         f"{arr.dtype} {arr.shape}")
     return arr.reshape(arr.shape[0], envs)
+
+
+def _final_observations(infos: Any, envs: int, batched: bool) -> dict[int, Any]:
+    """The true final observations an env's ``infos`` holds, by env: gymnasium's ``final_obs`` (a vector env's
+    ``[E]`` objects with their mask ``_final_obs``; one env's observation for an unbatched call) or
+    Stable-Baselines3's ``terminal_observation`` (a list of ``E`` per-env dicts)."""
+    if isinstance(infos, Mapping):
+        final = infos.get("final_obs")
+        if final is None:
+            return {}
+        if not batched:
+            return {0: final}
+        mask = np.asarray(infos.get("_final_obs", np.ones(envs, bool)))
+        if mask.shape != (envs,) or len(final) != envs:
+            raise SpecError(f"infos['final_obs']: expected one entry per env ({envs}) with its mask "
+                            f"infos['_final_obs'], got {len(final)} entries and a mask of shape {mask.shape}")
+        return {i: final[i] for i in np.flatnonzero(mask).tolist()}
+    if isinstance(infos, list | tuple) and all(isinstance(info, Mapping) for info in infos):
+        if len(infos) != envs:
+            raise SpecError(f"infos: expected one info dict per env ({envs}), got {len(infos)}")
+        return {i: info["terminal_observation"] for i, info in enumerate(infos) if "terminal_observation" in info}
+    raise SpecError(f"infos: expected the env's info dict (gymnasium) or a list of per-env info dicts "
+                    f"(Stable-Baselines3), got {type(infos).__name__}")
+
+
+def _with_rows(value: Any, rows: dict[int, Any]) -> Any:
+    """A copy of batched (nested) ``value`` whose env rows ``rows`` are replaced by the given observations."""
+    if isinstance(value, Mapping):
+        return {k: _with_rows(v, {i: row[k] for i, row in rows.items()}) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return tuple(_with_rows(v, {i: row[j] for i, row in rows.items()}) for j, v in enumerate(value))
+    out = np.array(value)
+    for i, row in rows.items():
+        out[i] = row
+    return out
 
 
 def _top(adder: Any, flat: dict[str, np.ndarray]) -> dict[str, Any]:

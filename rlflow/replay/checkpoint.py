@@ -5,10 +5,12 @@ array. It holds every row and cursor of the store, and of each table its items, 
 free-slot order, selector structures and RNG states, and rate-limiter counters: a restored table samples
 exactly what the original would have sampled next.
 
-- Atomic: written to a temporary file beside the target, flushed to disk, then renamed over it; a crash
-  mid-save leaves the previous checkpoint as it was.
-- Safe: loaded with ``allow_pickle=False``; the manifest is JSON. Arrays are CRC-checked by the zip
-  reader.
+- Atomic: written to a temporary file beside the target (``.<name>.tmp-<pid>``), flushed to disk, then
+  renamed over it; a crash mid-save leaves the previous checkpoint as it was. A save removes the
+  temporary files of earlier saves of the same path whose process no longer runs.
+- Safe: nothing is unpickled (arrays of objects are refused); the manifest is JSON. Each member must be
+  an uncompressed, unencrypted ``.npy`` inside the file, its header is checked against its size before
+  its memory is allocated, and its bytes are CRC-checked by the zip reader.
 - Versioned: the manifest names the format and its version; another version is refused.
 - Checked: the store's and tables' configuration (capacity, lanes, fields, selectors, limiters, sizes)
   must match the objects loaded into; every array is read and checked before anything is changed, so a
@@ -25,7 +27,9 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import os
+import struct
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -33,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from rlflow._tempfiles import remove_leftovers, temporary_path
 from rlflow.replay.storage import StepStore
 from rlflow.replay.table import Table
 
@@ -41,6 +46,8 @@ __all__ = ["FORMAT", "VERSION", "CheckpointError", "load", "save"]
 FORMAT = "rlflow.replay.checkpoint"
 VERSION = 1
 _MANIFEST = "__manifest__"
+_ENCRYPTED = 0x41  # zip flag bits 0 (encrypted) and 6 (strong encryption)
+_CHUNK = 1 << 24  # bytes read at a time into an array
 
 
 class CheckpointError(RuntimeError):
@@ -85,7 +92,8 @@ def save(path: str | os.PathLike[str], store: StepStore, tables: Sequence[Table]
             manifest["tables"].append(entry)
         arrays[_MANIFEST] = np.frombuffer(json.dumps(manifest).encode(), np.uint8)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        remove_leftovers(path)
+        tmp = temporary_path(path)
         try:
             with open(tmp, "wb") as f:
                 np.savez(f, **arrays)
@@ -108,24 +116,76 @@ def _read(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         with open(path, "rb") as f:
             if f.read(4) != b"PK\x03\x04":
                 raise CheckpointError(f"{path}: not an rlflow checkpoint (not a zip of arrays)")
-        with np.load(path, allow_pickle=False) as npz:
-            if _MANIFEST not in npz.files:
-                raise CheckpointError(f"{path}: not an rlflow checkpoint (no manifest)")
-            manifest = json.loads(npz[_MANIFEST].tobytes().decode())
-            if not isinstance(manifest, dict):
-                raise CheckpointError(f"{path}: corrupt checkpoint: the manifest is not a JSON object")
-            if manifest.get("format") != FORMAT:
-                raise CheckpointError(f"{path}: expected format {FORMAT!r}, got {manifest.get('format')!r}")
-            if manifest.get("version") != VERSION:
-                raise CheckpointError(
-                    f"{path}: checkpoint version {manifest.get('version')!r}, this rlflow reads version {VERSION}"
-                )
-            arrays = {k: npz[k] for k in npz.files if k != _MANIFEST}
+            file_size = os.fstat(f.fileno()).st_size
+        arrays = _read_arrays(path, file_size)
+        if _MANIFEST not in arrays:
+            raise CheckpointError(f"{path}: not an rlflow checkpoint (no manifest)")
+        manifest = json.loads(arrays.pop(_MANIFEST).tobytes().decode())
+        if not isinstance(manifest, dict):
+            raise CheckpointError(f"{path}: corrupt checkpoint: the manifest is not a JSON object")
+        if manifest.get("format") != FORMAT:
+            raise CheckpointError(f"{path}: expected format {FORMAT!r}, got {manifest.get('format')!r}")
+        if manifest.get("version") != VERSION:
+            raise CheckpointError(
+                f"{path}: checkpoint version {manifest.get('version')!r}, this rlflow reads version {VERSION}"
+            )
     except (CheckpointError, FileNotFoundError):
         raise
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, UnicodeDecodeError) as e:
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, RuntimeError, struct.error,
+            OverflowError) as e:
+        # What the zip, npy and JSON readers raise on bytes that are not what save wrote (RuntimeError and its
+        # NotImplementedError: a member marked encrypted, a zip version or method not supported;
+        # RecursionError: JSON nested too deep).
         raise CheckpointError(f"{path}: corrupt or unreadable checkpoint ({type(e).__name__}: {e})") from e
     return manifest, arrays
+
+
+def _read_arrays(path: Path, file_size: int) -> dict[str, np.ndarray]:
+    """Every member of the zip at ``path`` as an array, each checked against what :func:`save` writes
+    (stored uncompressed and unencrypted, a ``.npy`` of numbers within the file) and CRC-checked."""
+    arrays: dict[str, np.ndarray] = {}
+    with zipfile.ZipFile(path) as zf:
+        for info in zf.infolist():
+            name = info.filename.removesuffix(".npy")
+            if (info.compress_type != zipfile.ZIP_STORED or info.flag_bits & _ENCRYPTED
+                    or info.compress_size != info.file_size or info.header_offset + info.file_size > file_size
+                    or name == info.filename or name in arrays):
+                raise CheckpointError(
+                    f"{path}: corrupt checkpoint: member {info.filename!r} is not an array as rlflow writes them "
+                    f"(compression {info.compress_type}, flags {info.flag_bits:#x}, {info.compress_size} bytes "
+                    f"stored for {info.file_size} at offset {info.header_offset} of {file_size}); expected "
+                    "uncompressed, unencrypted, distinct .npy members inside the file")
+            arrays[name] = _read_array(zf, info)
+    return arrays
+
+
+def _read_array(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> np.ndarray:
+    """The ``.npy`` member ``info``; its header is checked against the member's size before anything is
+    allocated, and the zip reader checks the CRC as the last byte is read."""
+    with zf.open(info) as f:
+        version = np.lib.format.read_magic(f)
+        if version == (1, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+        elif version == (2, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+        else:
+            raise ValueError(f"member {info.filename!r}: .npy version {version}, expected 1.0 or 2.0")
+        if dtype.hasobject:
+            raise ValueError(f"member {info.filename!r}: an array of objects ({dtype}), expected numbers")
+        nbytes = math.prod(shape) * dtype.itemsize
+        if nbytes > info.file_size:
+            raise ValueError(f"member {info.filename!r}: an array of {dtype}{shape} does not fit its "
+                             f"{info.file_size} bytes")
+        raw = np.empty(nbytes, np.uint8)
+        done = 0
+        while done < nbytes:
+            got = f.readinto(raw[done: done + _CHUNK])
+            if not got:
+                raise EOFError(f"member {info.filename!r}: {nbytes - done} bytes of array data missing")
+            done += got
+        if f.read(1):
+            raise ValueError(f"member {info.filename!r}: bytes after the array data")
+    return raw.view(dtype).reshape(shape, order="F" if fortran else "C")
 
 
 def _expect(what: str, expected: Any, got: Any) -> None:

@@ -66,6 +66,17 @@ def _real(name: str, value: Any) -> float:
     return float(value)
 
 
+def _bound(value: float) -> str:
+    """A diff bound as messages print it: ``no bound`` for +-float_max and +-inf (Reverb's unbounded sides)."""
+    return "no bound" if abs(value) >= sys.float_info.max else repr(value)
+
+
+def _shown(key: str, value: Any) -> str:
+    """A configuration value of ``key`` as messages print it (diff bounds through :func:`_bound`)."""
+    is_bound = key in ("min_diff", "max_diff") and isinstance(value, numbers.Real) and not isinstance(value, bool)
+    return _bound(float(value)) if is_bound else repr(value)
+
+
 def _spi(value: Any) -> float:
     spi = _real("samples_per_insert", value)
     if not (math.isfinite(spi) and spi > 0):
@@ -92,7 +103,7 @@ class RateLimiter:
         if self._min_diff == math.inf:
             raise ValueError("min_diff: expected a number < +inf (no sample could ever pass), got inf")
         if self._max_diff == -math.inf or self._max_diff < self._min_diff:
-            raise ValueError(f"max_diff: expected a number > -inf and >= min_diff={self._min_diff!r}, "
+            raise ValueError(f"max_diff: expected a number > -inf and >= min_diff={_bound(self._min_diff)}, "
                              f"got {max_diff!r}")
         self._inserts = self._samples = self._deletes = 0
 
@@ -240,7 +251,8 @@ class RateLimiter:
         mine = self.state_dict()
         for key in _CONFIG:
             if state[key] != mine[key]:
-                raise ValueError(f"state[{key!r}]: expected {mine[key]!r} (this limiter), got {state[key]!r}")
+                raise ValueError(f"state[{key!r}]: expected {_shown(key, mine[key])} (this limiter), got "
+                                 f"{_shown(key, state[key])}")
         inserts, samples, deletes = (_int(f"state[{k!r}]", state[k], 0) for k in _COUNTERS)
         if deletes > inserts:
             raise ValueError(f"state['deletes']: expected at most inserts={inserts}, got {deletes}")
@@ -248,7 +260,7 @@ class RateLimiter:
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(samples_per_insert={self._spi!r}, min_size_to_sample={self._m}, "
-                f"min_diff={self._min_diff!r}, max_diff={self._max_diff!r}, inserts={self._inserts}, "
+                f"min_diff={_bound(self._min_diff)}, max_diff={_bound(self._max_diff)}, inserts={self._inserts}, "
                 f"samples={self._samples}, deletes={self._deletes})")
 
 
@@ -281,7 +293,7 @@ class SampleToInsertRatio(RateLimiter):
         if not max_diff - min_diff >= 2 * max(1.0, spi):
             raise ValueError(f"error_buffer: expected a window max_diff - min_diff >= 2 * max(1, "
                              f"samples_per_insert) = {2 * max(1.0, spi)!r} (a narrower one can block inserts "
-                             f"or samples for good), got {error_buffer!r}: [{min_diff!r}, {max_diff!r}]")
+                             f"or samples for good), got {error_buffer!r}: [{_bound(min_diff)}, {_bound(max_diff)}]")
         if min_diff > offset:
             raise ValueError(f"error_buffer: expected min_diff <= samples_per_insert * min_size_to_sample = "
                              f"{offset!r} (else samples deadlock once min_size_to_sample items are in), "

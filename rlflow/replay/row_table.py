@@ -18,7 +18,7 @@ Semantics (the :class:`Table` ones, less the selectors):
 - Items leave when the store overwrites their first row (which every later row of the window outlives),
   on ``delete``, and after ``max_times_sampled`` samples. There is no ``max_size`` below one item per row.
 - ``sample(B)`` makes ``B`` draws with replacement, each uniform over the live items
-  (``probabilities`` ``1 / size``, ``weights`` 1). A draw picks one of the stored rows (lanes weighted
+  (``probabilities`` ``1 / size`` at that draw, ``weights`` 1). A draw picks one of the stored rows (lanes weighted
   by the rows they hold) and is redrawn until an item starts there; while fewer than a quarter of the
   stored rows start an item and the table holds fewer than 8 items per draw, draws pick from a list of
   the live slots instead (a scan of every slot's record). With ``max_times_sampled``,

@@ -29,8 +29,9 @@ class Sample:
 
     Attributes:
         keys: ``[B]`` int64 item keys (pass them to ``update_priorities``).
-        probabilities: ``[B]`` float64, the probability with which each item was drawn (1.0 for
-            deterministic selectors).
+        probabilities: ``[B]`` float64, the probability with which each item was drawn, over the items
+            in the table at its draw (an item that reached ``max_times_sampled`` earlier in the batch
+            is out); 1.0 for deterministic selectors.
         weights: ``[B]`` float32 importance weights (1.0 unless the sampler is prioritized).
         times_sampled: ``[B]`` int64, how many times each item has been sampled, this draw included.
         lanes, starts, lengths: ``[B]`` int64, each item's window of rows.

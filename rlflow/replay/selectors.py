@@ -13,10 +13,12 @@ would have.
 float64 sum tree, optionally stratified (draw ``j`` of ``B`` falls in the ``j``-th of ``B`` equal slices
 of the total mass), and gives importance weights ``w_i = (N P(i))^-beta / max_j (N P(j))^-beta
 = (P_min / P(i))^beta``, normalised by the largest weight of any item in the table (``P_min`` from a min
-tree over items with positive priority). Items with priority 0 are never sampled. The trees are
-compiled with numba: a Python loop per item (or a tree rebuilt per update) costs 10x more than
-the data gather itself, and numba is the compiled path other RL libraries already depend on, installs
-from a wheel on every platform, and needs no build step of ours.
+tree over items with positive priority). Items with priority 0 are never sampled. Draws that retire
+items (``max_times_sampled``) report, for each later draw, ``P`` and the weight over the items left
+(:meth:`Selector.sequential_weights`). The trees are compiled with numba: a Python loop per item (or a
+tree rebuilt per update) costs 10x more than the data gather itself, and numba is the compiled path
+other RL libraries already depend on, installs from a wheel on every platform, and needs no build step
+of ours.
 """
 
 from __future__ import annotations
@@ -96,6 +98,19 @@ class Selector(ABC):
         slots, probabilities = self.sample(n)
         return slots, probabilities, np.ones(slots.size, np.float32)
 
+    def sequential_weights(self, slots: np.ndarray, retires: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(probabilities, weights)`` of draws ``slots`` made one after another from the items held now,
+        where a draw with ``retires`` set takes its item out of the draws after it (``max_times_sampled``):
+        each draw's are those of a draw over the items still in. A deterministic selector's draws are
+        certain: probability 1, weight 1."""
+        return np.ones(slots.size), np.ones(slots.size, np.float32)
+
+    def draws_reachable(self, times: np.ndarray, limit: int, n: int) -> int:
+        """How many of ``n`` draws the items this selector's draws can reach supply before ``limit``
+        (``max_times_sampled``) retires them, given each slot's ``times`` sampled; the count may stop at
+        ``n``. Draws reach every item here (the table counts their draws left): ``n``."""
+        return n
+
     def draw_rows(self, n: int, meta: np.ndarray, times_col: int) -> tuple[np.ndarray, ...]:
         """:meth:`sample_with_weights` of ``n`` draws and a copy of each draw's row of the items' ``meta``,
         whose ``times_col`` counts the draw: ``(slots, rows, probabilities, weights)``."""
@@ -157,6 +172,12 @@ class Uniform(Selector):
         else:
             slots = self._items[self._below(self.size, n)]
         return slots, np.full(n, 1.0 / self.size)
+
+    def sequential_weights(self, slots: np.ndarray, retires: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Draw ``j`` is uniform over the items left: ``1 / (size - items retired by the draws before it)``."""
+        retires = np.asarray(retires, np.int64)
+        left = self.size - (np.cumsum(retires) - retires)
+        return 1.0 / left, np.ones(slots.size, np.float32)
 
     def draw_rows(self, n: int, meta: np.ndarray, times_col: int) -> tuple[np.ndarray, ...]:
         """The base class's, with the same draws and random numbers, in one compiled call."""
@@ -226,6 +247,16 @@ class Prioritized(Selector):
         if not self.tree.total > 0.0:
             raise ValueError("cannot sample: every item in the table has priority 0")
         return self.tree.sample(self.rng.random(n), stratified=self.stratified, beta=self.beta)
+
+    def sequential_weights(self, slots: np.ndarray, retires: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Draw ``j`` of an item of mass ``m``: ``P = m / (mass of the items left)`` and weight
+        ``(m_min / m)^beta`` with ``m_min`` the smallest positive mass of the items left."""
+        return self.tree.sequential(slots, retires, beta=self.beta)
+
+    def draws_reachable(self, times: np.ndarray, limit: int, n: int) -> int:
+        """The draws the items of positive priority have left (items of priority 0 are never drawn),
+        counted until they reach ``n``."""
+        return self.tree.draws_left(times, limit, n)
 
     def choose_for_removal(self, n: int, live: Callable[[], np.ndarray]) -> np.ndarray:
         """``n`` distinct items to evict: drawn one after another in proportion to ``p^alpha`` among the

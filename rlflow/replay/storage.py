@@ -7,9 +7,9 @@ n-th row ever written to a lane has index ``n``, stored at position ``n % capaci
 while ``count[lane] - capacity <= index < count[lane]``.
 
 Every row records its episode (``episode_id``, counted per lane) and its position in that episode
-(``episode_step``); a row starts a new episode when written with ``first=True`` (the first row of a lane
-always does). Windows gathered with :meth:`StepStore.gather_windows` stop at the episode boundary unless
-asked to cross it.
+(``episode_step``); a row starts a new episode when written with ``first=True``, which a lane's first row
+must be (:meth:`StepStore.append` and :meth:`StepStore.extend` refuse it otherwise). Windows gathered
+with :meth:`StepStore.gather_windows` stop at the episode boundary unless asked to cross it.
 
 Tables reference rows by ``(lane, start, length)``. Before a write overwrites a row, the store tells every
 subscribed table (:meth:`subscribe`), which removes each item whose window starts at that row: the oldest
@@ -222,8 +222,26 @@ class StepStore:
             n = lanes_arr.size
             cols, _ = self._columns_of(data, n, checked, partial)
             if n == 1:
-                return self._write_lane(int(lanes_arr[0]), cols, 1, self._check_first(first, 1, allow_none=True))
-            return self._put_rows(lanes_arr, cols, self._check_first(first, n))
+                first_arr = self._check_first(first, 1, allow_none=True)
+                if checked:
+                    self._require_starts(lanes_arr, first_arr)
+                return self._write_lane(int(lanes_arr[0]), cols, 1, first_arr)
+            first_arr = self._check_first(first, n)
+            if checked:
+                self._require_starts(lanes_arr, first_arr)
+            return self._put_rows(lanes_arr, cols, first_arr)
+
+    def _require_starts(self, lanes_arr: np.ndarray, first_arr: np.ndarray) -> None:
+        """Raise unless every lane of ``lanes_arr`` that holds no row yet gets a row that starts an episode
+        (``first_arr``: one flag per lane, or empty for none)."""
+        new = self.count[lanes_arr] == 0
+        if not new.any():
+            return
+        bad = lanes_arr[new & ~first_arr] if first_arr.size else lanes_arr[new]
+        if bad.size:
+            raise ValueError(f"first: lanes {bad.tolist()} hold no rows yet, so their next row starts an episode: "
+                             f"pass first=True for them (e.g. first=np.ones({lanes_arr.size}, bool) for a reset); "
+                             "nothing was written")
 
     def _put_rows(self, lanes_arr: np.ndarray, cols: dict[str, np.ndarray], first_arr: np.ndarray) -> np.ndarray:
         """Write one validated row to each of ``lanes_arr`` (distinct); the caller holds the lock."""
@@ -279,7 +297,10 @@ class StepStore:
             cols, t = self._columns_of(data, None, checked)
             if t > self.capacity:
                 raise ValueError(f"extend: {t} rows exceed the lane capacity {self.capacity}; write fewer")
-            return self._write_lane(lane, cols, t, self._check_first(first, t, allow_none=True))
+            first_arr = self._check_first(first, t, allow_none=True)
+            if checked and t:
+                self._require_starts(np.array([lane]), first_arr[:1])
+            return self._write_lane(lane, cols, t, first_arr)
 
     def _write_lane(self, lane: int, cols: dict[str, np.ndarray], t: int, first: np.ndarray) -> np.ndarray:
         """Write ``t`` validated rows to one lane: notify overwrites, copy, mark episodes; return the rows.

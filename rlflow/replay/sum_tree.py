@@ -156,6 +156,47 @@ def _sample(sums: np.ndarray, mins: np.ndarray, offsets: np.ndarray, uniforms: n
     return leaves, probabilities, weights
 
 
+@njit(**_OPTS)
+def _sequential(sums: np.ndarray, mins: np.ndarray, offsets: np.ndarray, leaves: np.ndarray, retires: np.ndarray,
+                beta: float) -> tuple[np.ndarray, np.ndarray]:
+    """Probabilities and importance weights of draws ``leaves`` made one after another, where a draw with
+    ``retires`` set takes its leaf out of the draws after it: draw ``j`` of a leaf of mass ``m`` has
+    probability ``m / total`` and weight ``(min_mass / m) ** beta`` over the leaves still in. Each retiring
+    leaf is set to 0 in turn (a leaf retires at most once), and every one is put back at the end: the
+    tree is a pure function of its leaves, so it is left bit for bit as it was."""
+    n = leaves.shape[0]
+    leaf0 = offsets[offsets.shape[0] - 2]
+    masses = np.empty(n)
+    for j in range(n):
+        masses[j] = sums[leaf0 + leaves[j]]
+    probabilities = np.empty(n)
+    weights = np.empty(n, np.float32)
+    one = np.empty(1, np.int64)
+    zero = np.zeros(1)
+    for j in range(n):
+        m = masses[j]
+        probabilities[j] = m / sums[0]
+        weights[j] = (mins[0] / m) ** beta
+        if retires[j]:
+            one[0] = leaves[j]
+            _update(sums, mins, offsets, one, zero, 1.0)
+    _update(sums, mins, offsets, leaves[retires], masses[retires], 1.0)
+    return probabilities, weights
+
+
+@njit(**_OPTS)
+def _draws_left(leaves: np.ndarray, times: np.ndarray, limit: int, enough: int) -> int:
+    """The draws the leaves of positive mass have left before ``limit`` (``limit - times[i]`` each),
+    counted until they reach ``enough``."""
+    total = 0
+    for i in range(leaves.shape[0]):
+        if leaves[i] > 0.0:
+            total += limit - times[i]
+            if total >= enough:
+                break
+    return total
+
+
 def _cache_aligned(n: int, fill: float) -> np.ndarray:
     """``n`` float64 set to ``fill``, starting on a 64-byte boundary."""
     buf = np.full(n + 8, fill, np.float64)
@@ -206,6 +247,18 @@ class SumTree:
                beta: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Leaves drawn by mass from uniforms in ``[0, 1)``, with probabilities and importance weights."""
         return _sample(self.sums, self.mins, self.offsets, uniforms, stratified, float(beta))
+
+    def sequential(self, leaves: np.ndarray, retires: np.ndarray, *,
+                   beta: float) -> tuple[np.ndarray, np.ndarray]:
+        """Probabilities and importance weights of draws ``leaves`` made in order, each over the leaves
+        that the earlier draws with ``retires`` set have not taken out (the tree is left as it was)."""
+        return _sequential(self.sums, self.mins, self.offsets, np.asarray(leaves, np.int64),
+                           np.asarray(retires, np.bool_), float(beta))
+
+    def draws_left(self, times: np.ndarray, limit: int, enough: int) -> int:
+        """``sum(limit - times[i])`` over the leaves ``i`` of positive mass, counted until it reaches
+        ``enough`` (a scan that stops there)."""
+        return int(_draws_left(self.leaves, times, int(limit), int(enough)))
 
     def find(self, targets: np.ndarray) -> np.ndarray:
         """For each target mass in ``[0, total)``: the leaf where the running sum passes it."""

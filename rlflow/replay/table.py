@@ -12,9 +12,11 @@ Semantics (Reverb's):
 - ``sample(B)`` draws ``B`` items one after another: random samplers draw with replacement,
   deterministic ones return their first item (again and again unless ``max_times_sampled`` retires it).
   An item sampled ``max_times_sampled`` times is removed at once; a draw that lands on an item already
-  retired within the same batch is drawn again (exactly the sequential draws, vectorised).
+  retired within the same batch is drawn again (exactly the sequential draws, vectorised). Each draw
+  reports the probability and importance weight of a draw over the items still in at that point.
   Sampling blocks until the rate limiter allows ``B`` samples and, with ``max_times_sampled``, the
-  items left can supply ``B`` draws.
+  items left can supply ``B`` draws; when the items the sampler can draw (a prioritized sampler never
+  draws priority 0) cannot, it raises before any draw, changing nothing.
 - ``update_priorities(keys, priorities)`` skips keys that no longer exist; a key repeated in one call
   takes its last priority; negative, NaN or infinite priorities raise and change nothing.
 
@@ -415,6 +417,8 @@ class Table:
             slots, meta, probs, weights = self.sampler.draw_rows(n, items.meta, TIMES)
             items.times_total += n
             return slots, meta, probs, weights, meta[:, TIMES]
+        if limit is not None:
+            self._check_reachable(n)
         parts: list[tuple[np.ndarray, ...]] = []
         got = 0
         while got < n:
@@ -431,9 +435,11 @@ class Table:
                 weights = np.ones(slots.size, np.float32)
             else:
                 slots, probs, weights = self.sampler.sample_with_weights(need)
-                if limit is not None:
-                    keep = _occurrence(slots) < limit - items.times[slots]
-                    slots, probs, weights = slots[keep], probs[keep], weights[keep]
+                if limit is not None:  # a draw past its item's limit is made again in the next round
+                    left, seen = limit - items.times[slots], _occurrence(slots)
+                    keep = seen < left
+                    slots = slots[keep]
+                    probs, weights = self.sampler.sequential_weights(slots, seen[keep] == left[keep] - 1)
             meta = K.draw_rows(items.meta, slots, TIMES)
             items.times_total += slots.size
             parts.append((slots, meta, probs, weights, meta[:, TIMES]))
@@ -444,6 +450,19 @@ class Table:
             return parts[0]
         slots, meta, probs, weights, times = (np.concatenate(col) for col in zip(*parts, strict=True))
         return slots, meta, probs, weights, times
+
+    def _check_reachable(self, n: int) -> None:
+        """Raise before any draw when the items the sampler can draw (a :class:`Prioritized` sampler never
+        draws items of priority 0) cannot supply ``n`` draws before ``max_times_sampled`` retires them."""
+        limit = self.max_times_sampled
+        assert limit is not None
+        supplied = self.sampler.draws_reachable(self._items.times, limit, n)
+        if supplied < n:
+            raise ValueError(
+                f"table {self.name!r}: cannot sample {n} item(s): the items of positive priority have "
+                f"{supplied} draw(s) left before max_times_sampled={limit} retires them, and items of "
+                f"priority 0 are never sampled; {f'sample at most {supplied} item(s) or ' if supplied else ''}"
+                "give items positive priorities (the table is unchanged)")
 
     def _retire(self, slots: np.ndarray) -> None:
         """Remove the live items among ``slots`` that reached ``max_times_sampled``."""

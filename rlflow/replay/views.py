@@ -11,6 +11,12 @@ from then on ``Table.sample`` shapes the batch by that kind:
   ``[B, L]``, ``L`` fixed by the adder.
 - :class:`EpisodeView`: whole episodes, padded to ``[B, max_length, ...]`` with a mask, or ragged (a
   list of ``B`` episodes, each ``[T_i, ...]``).
+
+A view also holds the adder's settings that decide which items are written and what their fields hold
+(n-step ``n`` and ``discount``; sequence ``length``, ``period`` and ``end_behavior``; episode
+``max_length``): its :meth:`~ItemView.config` is part of the table's configuration, so a checkpoint of
+the table loads only into a table fed by an adder with the same settings, and a table takes items of one
+such adder only.
 """
 
 from __future__ import annotations
@@ -60,6 +66,7 @@ class ItemView:
     kind = "window"
 
     def config(self) -> dict[str, Any]:
+        """The item kind and every setting that shapes its items (plain values, for checkpoints)."""
         return {"kind": self.kind}
 
     def gather(self, store: Any, meta: np.ndarray, fields: dict[str, np.ndarray]) -> tuple[Any, Any]:
@@ -69,9 +76,15 @@ class ItemView:
 
 @dataclass(frozen=True)
 class TransitionView(ItemView):
-    """Windows ``(t, k + 1 rows)`` as transitions ``(s_t, a_t, R, discount, s_{t+k})``."""
+    """Windows ``(t, k + 1 rows)`` as transitions ``(s_t, a_t, R, discount, s_{t+k})``, of an n-step adder
+    with ``n`` and ``discount`` (the item fields hold the return and discount)."""
 
+    n: int
+    discount: float
     kind = "transition"
+
+    def config(self) -> dict[str, Any]:
+        return {"kind": self.kind, "n": self.n, "discount": self.discount}
 
     def gather(self, store: Any, meta: np.ndarray, fields: dict[str, np.ndarray]) -> tuple[Transition, None]:
         plan = _transition_plan(store)
@@ -129,13 +142,16 @@ def _transition_plan(store: Any) -> _TransitionPlan:
 
 @dataclass(frozen=True)
 class SequenceView(ItemView):
-    """Windows of up to ``length`` rows as ``[B, length, ...]`` plus a mask ``[B, length]``."""
+    """Windows of up to ``length`` rows as ``[B, length, ...]`` plus a mask ``[B, length]``, written every
+    ``period`` rows with ends handled by ``end_behavior`` (:class:`rlflow.adders.EndBehavior`'s value)."""
 
     length: int
+    period: int
+    end_behavior: str
     kind = "sequence"
 
     def config(self) -> dict[str, Any]:
-        return {"kind": self.kind, "length": self.length}
+        return {"kind": self.kind, "length": self.length, "period": self.period, "end_behavior": self.end_behavior}
 
     def gather(self, store: Any, meta: np.ndarray, fields: dict[str, np.ndarray]) -> tuple[Any, np.ndarray]:
         return _padded(store, meta, self.length)
