@@ -130,14 +130,15 @@ class BestLearner:
     """An observer of ``rlflow.run`` that writes the learner's state to ``path`` (``learner_best.pt``, in
     ``learner.pt``'s format plus ``"evaluation": {"env_steps", "return"}``) after each evaluation whose mean
     return beats every one before it in the run (the first of equals is kept). With ``resume`` the best
-    so far is the one already in ``path``, if there is one."""
+    so far is the one already in ``path``, if there is one and the run resumes from a checkpoint (a run
+    that starts afresh replaces it)."""
 
     def __init__(self, path: Path, args: Any, learner: Any, resume: bool) -> None:
-        from rlflow.run_checkpoint import load_state
+        from rlflow.run_checkpoint import latest, load_state
 
         self.path, self.args, self.learner = path, args, learner
         self.env_steps, self.mean_return = 0, -np.inf
-        if resume and path.exists():
+        if resume and path.exists() and latest(path.parent / "checkpoints") is not None:
             saved = load_state(path)["evaluation"]
             self.env_steps, self.mean_return = int(saved["env_steps"]), float(saved["return"])
 
@@ -173,8 +174,10 @@ def train(name: str, args: Any, env: Any, eval_env: Any, policy: Any, learner: A
     eval_env.close()
     save_state(logdir / "learner.pt", {"args": asdict(args), "learner": learner.state_dict()})
     plot = rlflow.plot_run(result, logdir / "learning_curve.png", title=f"{name} on {args.env_id}")
-    print(f"final evaluation: mean return {result.final_evaluation:.1f} over {args.eval_episodes} episodes "
-          f"({result.env_steps} env steps, {result.learner_steps} learner steps); plot: {plot}")
+    final = "none (stopped before it)" if result.final_evaluation is None else (
+        f"mean return {result.final_evaluation:.1f} over {args.eval_episodes} episodes")
+    print(f"final evaluation: {final} ({result.env_steps} env steps, {result.learner_steps} learner steps); "
+          f"plot: {plot}")
     if best.mean_return > -np.inf:
         print(f"best evaluation: mean return {best.mean_return:.1f} at {best.env_steps} env steps; its learner: "
               f"{best.path}")

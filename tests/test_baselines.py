@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from baselines import BestLearner, dqn
-from rlflow import envs
+from rlflow import envs, run_checkpoint
 from rlflow.actors import evaluate
 from rlflow.loggers import read_csv
 from rlflow.replay import Transition
@@ -166,7 +166,7 @@ def test_a_run_saves_the_learner_of_its_best_evaluation(tmp_path, capsys):
     assert result.final_evaluation == pytest.approx(returns[index])
 
 
-def test_best_learner_keeps_the_first_best_and_resumes_from_the_saved_one(tmp_path):
+def test_best_learner_keeps_the_first_best_and_resumes_from_the_saved_one(tmp_path, monkeypatch):
     learner = types.SimpleNamespace(state={"w": torch.zeros(1)})
     learner.state_dict = lambda: {"w": learner.state["w"].clone()}
     path = tmp_path / "learner_best.pt"
@@ -177,6 +177,9 @@ def test_best_learner_keeps_the_first_best_and_resumes_from_the_saved_one(tmp_pa
         best("train", step, {"return": 100.0, "length": 1})  # training episodes are not evaluations
     saved = load_state(path)
     assert saved["evaluation"] == {"env_steps": 300, "return": 7.0} and saved["learner"]["w"].item() == 3.0
+    nothing_to_resume = BestLearner(path, dqn.Args(), learner, resume=True)  # no run checkpoint: a new run
+    assert (nothing_to_resume.env_steps, nothing_to_resume.mean_return) == (0, -np.inf)
+    monkeypatch.setattr(run_checkpoint, "latest", lambda d: d / "step-000000000300")  # a run checkpoint to resume
     resumed = BestLearner(path, dqn.Args(), learner, resume=True)
     assert (resumed.env_steps, resumed.mean_return) == (300, 7.0)
     resumed("eval", 500, {"return": 6.0, "return_std": 0.0})
