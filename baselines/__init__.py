@@ -126,23 +126,59 @@ def rollout_queue(step_spec: Any, num_envs: int, n_steps: int) -> tuple[Any, Any
     return store, table, adder
 
 
+class BestLearner:
+    """An observer of ``rlflow.run`` that writes the learner's state to ``path`` (``learner_best.pt``, in
+    ``learner.pt``'s format plus ``"evaluation": {"env_steps", "return"}``) after each evaluation whose mean
+    return beats every one before it in the run (the first of equals is kept). With ``resume`` the best
+    so far is the one already in ``path``, if there is one and the run resumes from a checkpoint (a run
+    that starts afresh replaces it)."""
+
+    def __init__(self, path: Path, args: Any, learner: Any, resume: bool) -> None:
+        from rlflow.run_checkpoint import latest, load_state
+
+        self.path, self.args, self.learner = path, args, learner
+        self.env_steps, self.mean_return = 0, -np.inf
+        if resume and path.exists() and latest(path.parent / "checkpoints") is not None:
+            saved = load_state(path)["evaluation"]
+            self.env_steps, self.mean_return = int(saved["env_steps"]), float(saved["return"])
+
+    def __call__(self, stream: str, env_steps: int, metrics: Any) -> None:
+        from rlflow.run_checkpoint import save_state
+
+        if stream != "eval" or not metrics["return"] > self.mean_return:
+            return
+        self.env_steps, self.mean_return = env_steps, float(metrics["return"])
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        save_state(self.path, {"args": asdict(self.args), "learner": self.learner.state_dict(),
+                               "evaluation": {"env_steps": env_steps, "return": self.mean_return}})
+
+
 def train(name: str, args: Any, env: Any, eval_env: Any, policy: Any, learner: Any, adder: Any,
           table: Any) -> rlflow.RunResult:
     """Run ``rlflow.run`` with the baseline's common flags, then save the learner, plot and report; with
-    ``args.evaluate``, evaluate that saved learner instead (:func:`evaluate_saved`)."""
+    ``args.evaluate``, evaluate that saved learner instead (:func:`evaluate_saved`). The learner of the best
+    evaluation is saved beside the final one as it happens (:class:`BestLearner`), and both results are
+    printed at the end."""
     from rlflow.run_checkpoint import save_state
 
     if args.evaluate:
         env.close()
         return evaluate_saved(args, eval_env, policy, learner)
+    logdir = Path(args.logdir)
+    best = BestLearner(logdir / "learner_best.pt", args, learner, resume=args.resume)
     result = rlflow.run(env, policy, learner, adder, table, steps=args.total_steps, batch_size=args.batch_size,
                         eval_env=eval_env, eval_every=args.eval_every, eval_episodes=args.eval_episodes,
-                        logdir=args.logdir, progress=args.progress, seed=args.seed,
+                        logdir=args.logdir, progress=args.progress, seed=args.seed, observers=[best],
                         checkpoint_every=args.checkpoint_every, resume=args.resume)
     env.close()
     eval_env.close()
-    save_state(Path(args.logdir) / "learner.pt", {"args": asdict(args), "learner": learner.state_dict()})
-    plot = rlflow.plot_run(result, Path(args.logdir) / "learning_curve.png", title=f"{name} on {args.env_id}")
-    print(f"final evaluation: mean return {result.final_evaluation:.1f} over {args.eval_episodes} episodes "
-          f"({result.env_steps} env steps, {result.learner_steps} learner steps); plot: {plot}")
+    save_state(logdir / "learner.pt", {"args": asdict(args), "learner": learner.state_dict()})
+    plot = rlflow.plot_run(result, logdir / "learning_curve.png", title=f"{name} on {args.env_id}")
+    final = "none (stopped before it)" if result.final_evaluation is None else (
+        f"mean return {result.final_evaluation:.1f} over {args.eval_episodes} episodes")
+    print(f"final evaluation: {final} ({result.env_steps} env steps, {result.learner_steps} learner steps); "
+          f"plot: {plot}")
+    if best.mean_return > -np.inf:
+        print(f"best evaluation: mean return {best.mean_return:.1f} at {best.env_steps} env steps; its learner: "
+              f"{best.path}")
     return result

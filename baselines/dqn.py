@@ -1,13 +1,19 @@
-"""DQN on rlflow, with double Q, dueling heads, prioritized replay and n-step returns as options.
+"""DQN on rlflow: double Q, n-step returns, a Polyak-averaged target and a decaying learning rate by
+default; dueling heads and prioritized replay as options.
 
     python -m baselines.dqn                                  # CartPole-v1, 50k env steps
-    python -m baselines.dqn --env-id Acrobot-v1 --total-steps 100000 --double-q --dueling --n-step 3
+    python -m baselines.dqn --env-id Acrobot-v1 --total-steps 100000
 
 rlflow does the data: the env wrapper, an n-step transition adder writing each step once, a uniform or
 prioritized table under a SampleToInsertRatio rate limiter (how many samples each env step buys), and
 the loop. This file is the algorithm: the Q-network, the epsilon-greedy policy and the TD loss.
-Hyperparameters default to RL Baselines3 Zoo's CartPole-v1 DQN (128 gradient steps of 64 every 256 env
-steps there, i.e. 32 samples per inserted transition here, spread evenly instead of in bursts).
+The defaults start from RL Baselines3 Zoo's CartPole-v1 DQN (learning rate 2.3e-3, batch 64, epsilon
+falling to 0.04 over the first 16% of the run; to 0.1 on Acrobot-v1, the one setting that depends on the
+env, in ``FINAL_EPSILON``) and add what keeps the greedy policy stable to the end:
+double Q, 3-step returns, a target moving 0.02 of the way to the online network after every learner
+step (CleanRL's and SB3's ``tau``), the learning rate falling linearly to 0, and the gradient norm
+clipped at 10; one learner step of 64 every 4 env steps on 128-128 networks (16 samples per inserted
+transition, spread evenly). baselines/README.md has their runs on CartPole-v1 and Acrobot-v1.
 """
 
 from __future__ import annotations
@@ -26,6 +32,10 @@ from rlflow import adders, envs
 from rlflow.replay import Fifo, Prioritized, SampleToInsertRatio, StepStore, Table, Uniform
 from rlflow.replay.sample import map_structure
 
+# The final epsilon where an env needs its own (RL Baselines3 Zoo's Acrobot-v1 value: with 0.04 some greedy
+# Acrobot episodes stall at -500); every other env gets 0.04. --exploration-final-eps overrides both.
+FINAL_EPSILON: dict[str, float] = {"Acrobot-v1": 0.1}
+
 
 @dataclass
 class Args(RunArgs):
@@ -36,18 +46,20 @@ class Args(RunArgs):
     buffer_size: int = 100_000
     batch_size: int = 64
     gamma: float = 0.99
-    n_step: int = 1
-    double_q: bool = False
+    n_step: int = 3
+    double_q: bool = True  # the target's action chosen by the online network (--no-double-q: by the target's)
     dueling: bool = False
     prioritized: bool = False
     alpha: float = 0.6  # prioritized replay exponents
     beta: float = 0.4
     learning_starts: int = 1_000  # transitions stored before the first learner step
-    samples_per_insert: float = 32.0  # sampled transitions per stored one (batch_size / env steps per update)
-    target_update_period: int = 128  # learner steps between target-network copies
+    samples_per_insert: float = 16.0  # sampled transitions per stored one (batch_size / env steps per update)
+    target_update_period: int = 1  # learner steps between target-network updates
+    tau: float = 0.02  # each update moves the target this share of the way to the online network (1: a copy)
+    anneal_lr: bool = True  # the learning rate falls linearly to 0 over the run's learner steps
     exploration_fraction: float = 0.16  # share of total_steps over which epsilon falls to its final value
-    exploration_final_eps: float = 0.04
-    hidden: tuple[int, ...] = (256, 256)
+    exploration_final_eps: float | None = None  # None: the env's own in FINAL_EPSILON, else 0.04
+    hidden: tuple[int, ...] = (128, 128)
     max_grad_norm: float = 10.0
     eval_every: int = 10_000
     logdir: str = "runs/dqn"
@@ -76,13 +88,20 @@ class QNetwork(nn.Module):
         return self.value(x) + adv - adv.mean(dim=1, keepdim=True)
 
 
+def final_epsilon(args: Args) -> float:
+    """``--exploration-final-eps`` if given, else the env's own in :data:`FINAL_EPSILON`, else 0.04."""
+    if args.exploration_final_eps is not None:
+        return args.exploration_final_eps
+    return FINAL_EPSILON.get(args.env_id, 0.04)
+
+
 class EpsilonGreedy(rlflow.Policy):
     """Greedy in the Q-network's values with probability ``1 - epsilon``, epsilon falling linearly."""
 
     def __init__(self, q: QNetwork, n_actions: int, args: Args) -> None:
         self.q, self.n_actions = q, n_actions
         self.decay_steps = max(1, int(args.exploration_fraction * args.total_steps))
-        self.final_eps = args.exploration_final_eps
+        self.final_eps = final_epsilon(args)
         self.steps = 0
         self.rng = np.random.default_rng(args.seed)
 
@@ -135,27 +154,48 @@ def td_loss(q: QNetwork, target: QNetwork, batch: rlflow.replay.Transition, weig
     return (weights * F.smooth_l1_loss(q_sa, y, reduction="none")).mean(), td.detach()
 
 
+def expected_learner_steps(args: Args) -> int:
+    """The learner steps a run of ``args`` makes: ``samples_per_insert`` samples per transition stored after
+    the first ``learning_starts``, ``batch_size`` per step (what the learning rate anneals over)."""
+    return max(1, round((args.total_steps - args.learning_starts) * args.samples_per_insert / args.batch_size))
+
+
 class DQNLearner(rlflow.Learner):
-    """Adam on :func:`td_loss`; copies the online network into the target every ``target_update_period``."""
+    """Adam on :func:`td_loss` with the gradient norm clipped to ``max_grad_norm`` and, with ``anneal_lr``, a
+    learning rate falling linearly from ``learning_rate`` to 0 over :func:`expected_learner_steps`; every
+    ``target_update_period`` learner steps the target moves ``tau`` of the way to the online network
+    (Polyak averaging; ``tau=1`` copies it)."""
 
     def __init__(self, q: QNetwork, args: Args) -> None:
         self.q, self.args = q, args
         self.target = QNetwork(q.body[0].in_features, q.head.out_features, args.hidden, args.dueling)
         self.target.load_state_dict(q.state_dict())
+        self.target.requires_grad_(False)
         self.optimizer = torch.optim.Adam(q.parameters(), lr=args.learning_rate, fused=True)
+        self.total_steps = expected_learner_steps(args)
         self.steps = 0
+
+    def learning_rate(self) -> float:
+        """The learning rate of the next step."""
+        if not self.args.anneal_lr:
+            return self.args.learning_rate
+        return self.args.learning_rate * max(0.0, 1.0 - self.steps / self.total_steps)
 
     def step(self, sample):
         batch = map_structure(torch.from_numpy, sample.data)  # a Transition of tensors (no copies)
         weights = torch.from_numpy(sample.weights)
         loss, td = td_loss(self.q, self.target, batch, weights, self.args.double_q)
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.learning_rate()
         self.optimizer.zero_grad()
         loss.backward()
         nn.utils.clip_grad_norm_(self.q.parameters(), self.args.max_grad_norm)
         self.optimizer.step()
         self.steps += 1
         if self.steps % self.args.target_update_period == 0:
-            self.target.load_state_dict(self.q.state_dict())
+            with torch.no_grad():
+                for p_target, p in zip(self.target.parameters(), self.q.parameters(), strict=True):
+                    p_target.lerp_(p, self.args.tau)
         priorities = td.abs().numpy() + 1e-6 if self.args.prioritized else None
         return rlflow.LearnerUpdate({"loss": loss.item(), "td_error": float(td.abs().mean())}, priorities)
 

@@ -1,9 +1,10 @@
 """Learning benchmark: rlflow's baselines against Stable-Baselines3 with the same hyperparameters.
 
 For each (algorithm, env) and seed, trains rlflow's baseline and SB3's implementation of the same
-algorithm for the same env steps (RL Baselines3 Zoo's hyperparameters), one after the other in this
-process, and records the final evaluation (mean return of 10 greedy episodes; for rlflow also the best
-of its evaluations every fifth of the run) and the wall-clock time. Before the first timed run the process
+algorithm for the same env steps and hyperparameters (RL Baselines3 Zoo's; for DQN on CartPole, rlflow's
+defaults), one after the other in this process, and records the final evaluation (mean return of 10
+greedy episodes; for rlflow also the best of its evaluations every fifth of the run) and the wall-clock
+time. Before the first timed run the process
 pays its one-time costs (importing matplotlib, TensorBoard's writer and what torch loads on the first
 optimizer step), so neither library's time includes them, whichever runs first.
 Writes a markdown table (median and range over seeds, and rlflow's time / SB3's) and a plot of
@@ -47,27 +48,31 @@ class Config:
     sb3: dict[str, Any] = field(default_factory=dict)
 
 
-# RL Baselines3 Zoo's DQN hyperparameters. SB3 trains in bursts (gradient_steps every train_freq env
-# steps); rlflow spreads the same number of samples evenly (samples_per_insert = batch * gradient_steps
-# / train_freq). SB3 counts target_update_interval in env steps (during a burst the target does not
-# move); rlflow's target_update_period counts learner steps. Acrobot and LunarLander share one setting
-# (LunarLander needs box2d, which the bench extra installs with gymnasium[box2d]).
+# DQN. SB3 trains in bursts (gradient_steps every train_freq env steps); rlflow spreads the same number of
+# samples evenly (samples_per_insert = batch * gradient_steps / train_freq). SB3 counts
+# target_update_interval in env steps (during a burst the target does not move); rlflow's
+# target_update_period counts learner steps.
+# CartPole: rlflow's defaults (n-step 3, double Q, a Polyak target moving 0.02 of the way every learner
+# step, the learning rate falling linearly to 0); SB3 the same, one gradient step every 4 env steps and a
+# target update with each, except double Q, which SB3's DQN does not have, and its learning rate falls
+# over the env steps from the first instead of over the learner steps.
+DQN_CARTPOLE_SB3 = {"learning_rate": ("linear", 2.3e-3), "batch_size": 64, "buffer_size": 100_000,
+                    "learning_starts": 1_000, "gamma": 0.99, "n_steps": 3, "train_freq": 4, "gradient_steps": 1,
+                    "target_update_interval": 4, "tau": 0.02, "exploration_fraction": 0.16,
+                    "exploration_final_eps": 0.04, "policy_kwargs": {"net_arch": [128, 128]}}
+# Acrobot and LunarLander: RL Baselines3 Zoo's setting, one-step targets without double Q and target copies
+# every 250 learner steps, a constant learning rate (LunarLander needs box2d, which the bench extra installs
+# with gymnasium[box2d]).
 DQN_ZOO_RLFLOW = {"learning_rate": 6.3e-4, "batch_size": 128, "buffer_size": 50_000, "learning_starts": 128,
-                  "samples_per_insert": 128.0, "target_update_period": 250, "exploration_fraction": 0.12,
+                  "samples_per_insert": 128.0, "target_update_period": 250, "tau": 1.0, "n_step": 1,
+                  "double_q": False, "anneal_lr": False, "exploration_fraction": 0.12,
                   "exploration_final_eps": 0.1, "hidden": (256, 256)}
 DQN_ZOO_SB3 = {"learning_rate": 6.3e-4, "batch_size": 128, "buffer_size": 50_000, "learning_starts": 0, "gamma": 0.99,
                "target_update_interval": 250, "train_freq": 4, "gradient_steps": -1, "exploration_fraction": 0.12,
                "exploration_final_eps": 0.1, "policy_kwargs": {"net_arch": [256, 256]}}
 
 CONFIGS = {
-    "dqn-cartpole": Config(
-        "dqn", "CartPole-v1", 50_000, 475.0,
-        rlflow={"learning_rate": 2.3e-3, "batch_size": 64, "buffer_size": 100_000, "learning_starts": 1_000,
-                "samples_per_insert": 32.0, "target_update_period": 128, "exploration_fraction": 0.16,
-                "exploration_final_eps": 0.04, "hidden": (256, 256)},
-        sb3={"learning_rate": 2.3e-3, "batch_size": 64, "buffer_size": 100_000, "learning_starts": 1_000,
-             "gamma": 0.99, "target_update_interval": 10, "train_freq": 256, "gradient_steps": 128,
-             "exploration_fraction": 0.16, "exploration_final_eps": 0.04, "policy_kwargs": {"net_arch": [256, 256]}}),
+    "dqn-cartpole": Config("dqn", "CartPole-v1", 50_000, 475.0, rlflow={}, sb3=DQN_CARTPOLE_SB3),
     "dqn-acrobot": Config("dqn", "Acrobot-v1", 100_000, -100.0, rlflow=DQN_ZOO_RLFLOW, sb3=DQN_ZOO_SB3),
     "dqn-lunarlander": Config("dqn", "LunarLander-v3", 100_000, 150.0, rlflow=DQN_ZOO_RLFLOW, sb3=DQN_ZOO_SB3),
     # Zoo's TD3 on Pendulum: one gradient step of 256 per env step after 10,000 steps; Gaussian noise of

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import types
 
 import numpy as np
 import pytest
 import torch
 
-from baselines import dqn
-from rlflow import envs
+from baselines import BestLearner, dqn
+from rlflow import envs, run_checkpoint
 from rlflow.actors import evaluate
 from rlflow.loggers import read_csv
 from rlflow.replay import Transition
@@ -88,6 +89,104 @@ def test_a_saved_learner_is_evaluated_without_training(tmp_path, capsys):
     assert f"mean return {np.mean(by_hand):.2f} +- " in capsys.readouterr().out
     with pytest.raises(ValueError, match=r"flags saved vs given: \{'hidden': \(\(16,\), \(8,\)\)\}"):
         dqn.main(dataclasses.replace(again, hidden=(8,)))
+
+
+def test_dqn_target_moves_tau_of_the_way_every_period():
+    # tau .25 every 2 learner steps: step 1 leaves the target; step 2 moves it to .75 target + .25 online
+    args = dqn.Args(hidden=(4,), tau=0.25, target_update_period=2, total_steps=2_000, learning_starts=0)
+    learner = dqn.DQNLearner(dqn.QNetwork(3, 2, (4,), False), args)
+    sample = types.SimpleNamespace(data=Transition(
+        observation=np.ones((2, 3), np.float32), action=np.array([0, 1]), reward=np.float32([1, 0]),
+        discount=np.float32([0.9, 0]), next_observation=np.zeros((2, 3), np.float32)), weights=np.ones(2, np.float32))
+    before = [p.clone() for p in learner.target.parameters()]
+    learner.step(sample)
+    for p, b in zip(learner.target.parameters(), before, strict=True):
+        torch.testing.assert_close(p, b, rtol=0, atol=0)
+    learner.step(sample)
+    for p, b, q in zip(learner.target.parameters(), before, learner.q.parameters(), strict=True):
+        torch.testing.assert_close(p, 0.75 * b + 0.25 * q)
+    copy = dqn.DQNLearner(dqn.QNetwork(3, 2, (4,), False), dataclasses.replace(args, tau=1.0, target_update_period=1))
+    copy.step(sample)
+    for p, q in zip(copy.target.parameters(), copy.q.parameters(), strict=True):
+        assert torch.equal(p, q)  # tau 1: an exact copy
+
+
+def test_dqn_learning_rate_falls_linearly_to_zero_over_the_run():
+    # (10,000 - 1,000) stored transitions, 16 samples each, 64 per step: 2,250 learner steps
+    args = dqn.Args(total_steps=10_000, learning_starts=1_000, samples_per_insert=16.0, batch_size=64,
+                    learning_rate=1e-3, hidden=(4,))
+    assert dqn.expected_learner_steps(args) == 2_250
+    learner = dqn.DQNLearner(dqn.QNetwork(3, 2, (4,), False), args)
+    rates = []
+    for steps in (0, 1_125, 2_250, 3_000):
+        learner.steps = steps
+        rates.append(learner.learning_rate())
+    assert rates == pytest.approx([1e-3, 5e-4, 0.0, 0.0])
+    learner.args = dataclasses.replace(args, anneal_lr=False)
+    assert learner.learning_rate() == 1e-3
+
+
+@pytest.mark.parametrize(("env_id", "given", "expected"), [
+    ("CartPole-v1", None, 0.04), ("Acrobot-v1", None, 0.1), ("Acrobot-v1", 0.2, 0.2), ("CartPole-v1", 0.0, 0.0)])
+def test_dqn_epsilon_falls_to_the_envs_own_final_value_unless_given(env_id, given, expected):
+    args = dqn.Args(env_id=env_id, exploration_final_eps=given, total_steps=1_000, exploration_fraction=0.5)
+    policy = dqn.EpsilonGreedy(dqn.QNetwork(4, 2, (4,), False), 2, args)
+    assert dqn.final_epsilon(args) == expected
+    policy.steps = 250  # half-way through the 500 steps of decay
+    assert policy.epsilon == pytest.approx(1.0 + 0.5 * (expected - 1.0))
+    policy.steps = 900
+    assert policy.epsilon == pytest.approx(expected)
+
+
+def test_a_run_saves_the_learner_of_its_best_evaluation(tmp_path, capsys):
+    args = dqn.Args(total_steps=2_000, learning_starts=100, samples_per_insert=8.0, batch_size=16, hidden=(16,),
+                    eval_every=400, eval_episodes=2, logdir=str(tmp_path / "run"), progress=False, seed=1)
+    final = dqn.main(args)
+    evals = [(int(r["step"]), float(r["return"])) for r in read_csv(tmp_path / "run" / "eval.csv")]
+    returns = [r for _, r in evals]
+    index = returns.index(max(returns))  # the first of the best
+    assert index < len(evals) - 1 and len(set(returns)) > 1  # this run's best is not its final learner
+    best_path = tmp_path / "run" / "learner_best.pt"
+    saved = load_state(best_path)
+    assert saved["evaluation"] == {"env_steps": evals[index][0], "return": returns[index]}
+    assert saved["args"] == dataclasses.asdict(args)
+    assert 0 < saved["learner"]["steps"] < final.learner_steps
+    # its network plays the best evaluation's episodes (the run seeds evaluation k with seed + 10,000 + k)
+    learner = dqn.DQNLearner(dqn.QNetwork(4, 2, (16,), False), args)
+    learner.load_state_dict(saved["learner"])
+    replay = evaluate(envs.make("CartPole-v1", num_envs=None), dqn.EpsilonGreedy(learner.q, 2, args), 2,
+                      seed=args.seed + 10_000 + index)
+    assert np.mean(replay) == pytest.approx(returns[index])
+    out = capsys.readouterr().out
+    assert f"final evaluation: mean return {returns[-1]:.1f}" in out
+    assert f"best evaluation: mean return {returns[index]:.1f} at {evals[index][0]} env steps" in out
+    # it loads with --evaluate like learner.pt
+    result = dqn.main(dataclasses.replace(args, evaluate=str(best_path), seed=args.seed + 10_000 + index,
+                                          logdir=str(tmp_path / "eval")))
+    assert result.final_evaluation == pytest.approx(returns[index])
+
+
+def test_best_learner_keeps_the_first_best_and_resumes_from_the_saved_one(tmp_path, monkeypatch):
+    learner = types.SimpleNamespace(state={"w": torch.zeros(1)})
+    learner.state_dict = lambda: {"w": learner.state["w"].clone()}
+    path = tmp_path / "learner_best.pt"
+    best = BestLearner(path, dqn.Args(), learner, resume=False)
+    for step, ret, w in ((100, 5.0, 1.0), (200, 3.0, 2.0), (300, 7.0, 3.0), (400, 7.0, 4.0)):
+        learner.state["w"] = torch.tensor([w])
+        best("eval", step, {"return": ret, "return_std": 0.0})
+        best("train", step, {"return": 100.0, "length": 1})  # training episodes are not evaluations
+    saved = load_state(path)
+    assert saved["evaluation"] == {"env_steps": 300, "return": 7.0} and saved["learner"]["w"].item() == 3.0
+    nothing_to_resume = BestLearner(path, dqn.Args(), learner, resume=True)  # no run checkpoint: a new run
+    assert (nothing_to_resume.env_steps, nothing_to_resume.mean_return) == (0, -np.inf)
+    monkeypatch.setattr(run_checkpoint, "latest", lambda d: d / "step-000000000300")  # a run checkpoint to resume
+    resumed = BestLearner(path, dqn.Args(), learner, resume=True)
+    assert (resumed.env_steps, resumed.mean_return) == (300, 7.0)
+    resumed("eval", 500, {"return": 6.0, "return_std": 0.0})
+    assert load_state(path)["evaluation"]["env_steps"] == 300
+    fresh = BestLearner(path, dqn.Args(), learner, resume=False)  # a new run in the same logdir starts over
+    fresh("eval", 100, {"return": 1.0, "return_std": 0.0})
+    assert load_state(path)["evaluation"] == {"env_steps": 100, "return": 1.0}
 
 
 # --------------------------------------------------------------------------- TD3
