@@ -15,7 +15,7 @@ def python_blocks(path: Path) -> list[str]:
 
 def test_readme_first_look_runs():
     text = (ROOT / "README.md").read_text()
-    section = text[text.index("## A first look"):text.index("## Benchmarks")]
+    section = text[text.index("## A first look"):text.index("## Speed")]
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     scope: dict = {}
     exec(compile(code, "README.md", "exec"), scope)
