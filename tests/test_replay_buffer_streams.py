@@ -104,8 +104,10 @@ def test_a_dict_observation_episode_end_inside_the_staged_block_is_kept():
 
     buf.add(o(0), 0, 1.0, o(1), True, False)
     buf.add(o(5), 1, 1.0, o(6), False, False)
-    assert len(buf) == 2 and len(buf) == 2
-    assert sorted(buf.sample(20).data.observation["pos"][:, 0].tolist())[::19] == [0.0, 5.0]
+    assert len(buf) == 2
+    data = buf.sample(20).data
+    assert sorted(data.observation["pos"][:, 0].tolist())[::19] == [0.0, 5.0]
+    np.testing.assert_array_equal(data.next_observation["pos"], data.observation["pos"] + 1)  # each its own
 
 
 @pytest.mark.parametrize("name", ["dict", "tuple", "nested_dict"])

@@ -284,6 +284,8 @@ def test_the_suggested_error_buffer_passes_and_one_less_fails(spi, m, e, lanes, 
         # rounding of the limiter's diffs may move the least whole number that passes by one)
         exact = max((batch + items * spi) / 2, (items - 1) * spi, max(1.0, spi))
         assert abs(suggested - math.ceil(exact)) <= 1
+    else:  # it passed: e is above the next whole number below the least that passes
+        assert e > least_error_buffer(spi, m, batch, items) - 1
 
 
 def test_least_error_buffer_by_hand():
