@@ -13,6 +13,7 @@ import numpy as np
 from rlflow import specs as _specs
 from rlflow._step_kernels import count_step as _count_step
 from rlflow.core import Learner, Policy
+from rlflow.replay.sample import map_structure
 from rlflow.specs import SpecError
 from rlflow.types import ONE_LANE_NO
 
@@ -213,32 +214,23 @@ class Actor:
 
 def _numpy_leaves(value: Any, policy: Policy, what: str) -> Any:
     """``value`` (a policy's actions or extras) with every torch tensor leaf, on any device, as a numpy array
-    (detached and copied to the CPU), nested as it came; ``value`` itself when it holds no tensor. Raises
-    TypeError naming the policy for a tensor that has no values to copy (e.g. on the ``meta`` device)."""
+    (detached and copied to the CPU), nested as it came. Raises TypeError naming the policy for a tensor
+    that has no values to copy (e.g. on the ``meta`` device)."""
     torch = sys.modules.get("torch")
     if torch is None:  # no tensor exists before torch is imported
         return value
-    tensor = torch.Tensor
 
     def convert(leaf: Any) -> Any:
-        if type(leaf) is np.ndarray:
+        if not isinstance(leaf, torch.Tensor):
             return leaf
-        if isinstance(leaf, tensor):
-            try:
-                return leaf.detach().cpu().numpy()
-            except (RuntimeError, NotImplementedError, TypeError) as exc:
-                raise TypeError(f"{type(policy).__name__}.act returned {what} as a torch tensor on device "
-                                f"{leaf.device} whose values cannot be copied to numpy ({exc}); return numpy arrays "
-                                "or tensors on the CPU or a GPU") from None
-        if isinstance(leaf, dict):
-            return {k: convert(v) for k, v in leaf.items()}
-        if isinstance(leaf, tuple) and hasattr(leaf, "_fields"):  # a NamedTuple
-            return type(leaf)(*(convert(v) for v in leaf))
-        if isinstance(leaf, tuple | list):
-            return type(leaf)(convert(v) for v in leaf)
-        return leaf
+        try:
+            return leaf.detach().cpu().numpy()
+        except (RuntimeError, NotImplementedError, TypeError) as exc:
+            raise TypeError(f"{type(policy).__name__}.act returned {what} as a torch tensor on device "
+                            f"{leaf.device} whose values cannot be copied to numpy ({exc}); return numpy arrays "
+                            "or tensors on the CPU or a GPU") from None
 
-    return convert(value)
+    return map_structure(convert, value)
 
 
 def _one_value_check(field: Any, num_lanes: int) -> tuple[Any, ...] | None:

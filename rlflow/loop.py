@@ -235,7 +235,7 @@ def run(env: Any, policy: Policy, learner: Learner | None, adder: Any, table: An
     per_step = adder.max_items_per_step
     left = -(-max(int(steps) - (0 if restored is None else int(restored["env_steps"])), 0) // lanes) * lanes
     unsampled = unsampled_tables(adder, table, learner)
-    check_unsampled(unsampled, left * per_step, left, per_step, table if learner is not None else None)
+    check_unsampled(unsampled, left, per_step, table if learner is not None else None)
     bounded = [t for t in unsampled if t.rate_limiter.max_diff < sys.float_info.max]  # those that may refuse
     logger: MultiLogger = make_logger(logdir, tensorboard=tensorboard,
                                       resume_at=None if restored is None else int(restored["env_steps"]))
@@ -315,11 +315,9 @@ def run(env: Any, policy: Policy, learner: Learner | None, adder: Any, table: An
                dynamic_ncols=True)
     try:
         with _Stop() as stop:
-            if client is not None and restored is not None:
-                client.resume(restored.get("variable_client"), result.env_steps,
-                              policy_restored=bool(restored["policy"]))
-            elif client is not None:
-                client.update(result.env_steps, force=True)
+            if client is not None:  # a fresh run pulls at once; a resumed one keeps its pull schedule
+                client.resume(None if restored is None else restored.get("variable_client"), result.env_steps,
+                              policy_restored=restored is not None and bool(restored["policy"]))
             ts = restart_envs() if resumed_ts is None else resumed_ts
             next_event = due()
             while result.env_steps < steps:

@@ -50,7 +50,6 @@ VERSION = 2
 CheckpointError = replay_checkpoint.CheckpointError
 _STEP = re.compile(r"step-\d{12,}")  # a checkpoint directory
 _DOS_DIRECTORY = 0x10  # zip external attribute bit that torch's reader takes for a directory (read as empty)
-_ENCRYPTED = 0x41  # zip flag bits 0 and 6
 _STEP_TMP = re.compile(r"\.step-\d{12,}\.tmp")  # one being written (or left by a save that was killed)
 
 
@@ -127,7 +126,8 @@ def _load_torch(path: Path, what: str) -> Any:
     try:
         with zipfile.ZipFile(path) as zf:
             for info in zf.infolist():  # torch writes files, stored, unencrypted
-                if info.is_dir() or info.external_attr & _DOS_DIRECTORY or info.flag_bits & _ENCRYPTED:
+                encrypted = info.flag_bits & replay_checkpoint.ENCRYPTED_FLAGS
+                if info.is_dir() or info.external_attr & _DOS_DIRECTORY or encrypted:
                     raise CheckpointError(f"{path}: corrupt {what}: member {info.filename!r} is marked as a "
                                           f"directory or encrypted (attributes {info.external_attr:#x}, flags "
                                           f"{info.flag_bits:#x}); torch writes plain files")

@@ -147,10 +147,11 @@ def _admitted(table: Any, most: int) -> int:
     return lo
 
 
-def check_unsampled(tables: list[Any], items: int, steps: int, per_step: int, learner_table: Any) -> None:
+def check_unsampled(tables: list[Any], steps: int, per_step: int, learner_table: Any) -> None:
     """Raise ValueError when one of ``tables`` (nothing samples them during the run) may refuse one of the
-    run's up to ``items`` items (``steps`` env steps of up to ``per_step`` items each): its inserts would
-    wait for samples that never come."""
+    run's up to ``steps * per_step`` items (``steps`` env steps of up to ``per_step`` items each): its
+    inserts would wait for samples that never come."""
+    items = steps * per_step
     for t in tables:
         got = _admitted(t, items)
         if got >= items:

@@ -46,7 +46,7 @@ __all__ = ["FORMAT", "VERSION", "CheckpointError", "load", "save"]
 FORMAT = "rlflow.replay.checkpoint"
 VERSION = 1
 _MANIFEST = "__manifest__"
-_ENCRYPTED = 0x41  # zip flag bits 0 (encrypted) and 6 (strong encryption)
+ENCRYPTED_FLAGS = 0x41  # zip flag bits 0 (encrypted) and 6 (strong encryption)
 _CHUNK = 1 << 24  # bytes read at a time into an array
 
 
@@ -147,7 +147,7 @@ def _read_arrays(path: Path, file_size: int) -> dict[str, np.ndarray]:
     with zipfile.ZipFile(path) as zf:
         for info in zf.infolist():
             name = info.filename.removesuffix(".npy")
-            if (info.compress_type != zipfile.ZIP_STORED or info.flag_bits & _ENCRYPTED
+            if (info.compress_type != zipfile.ZIP_STORED or info.flag_bits & ENCRYPTED_FLAGS
                     or info.compress_size != info.file_size or info.header_offset + info.file_size > file_size
                     or name == info.filename or name in arrays):
                 raise CheckpointError(
