@@ -331,8 +331,7 @@ def run(env: Any, policy: Policy, learner: Learner | None, adder: Any, table: An
                     raise RuntimeError(f"table {table.name!r}: the rate limiter admits neither a sample of "
                                        f"{batch_size} nor an env step's items ({table.rate_limiter!r}, "
                                        f"size {table.size})")
-                if bounded and not _wait_for_room(bounded, (steps - result.env_steps + lanes - 1) // lanes * lanes
-                                                  * per_step, stop, start, max_seconds):
+                if bounded and not _wait_for_room(bounded, lanes * per_step, stop, start, max_seconds):
                     result.stopped = stop.reason or "max_seconds"
                     break
                 if fast is not None:  # steps that continue an episode, until the next event or one that does not
@@ -433,14 +432,14 @@ def _restore(state: dict[str, Any], adder: Any, learner: Learner | None, policy:
 
 
 def _wait_for_room(tables: list[Any], items: int, stop: _Stop, start: float, max_seconds: float | None) -> bool:
-    """Wait until each of ``tables`` (nothing samples them in this run) admits ``items`` more items, in slices
-    of :data:`_WAIT_SLICE` seconds that end on a stop request or ``max_seconds``; whether they do. They admit
-    them unless another writer filled them (the run's own items were counted before it started): then only a
-    sampler in another thread can make room."""
+    """Wait until each of ``tables`` (nothing samples them in this run) admits ``items`` more items (one env
+    step's), in slices of :data:`_WAIT_SLICE` seconds that end on a stop request or ``max_seconds``; whether
+    they do. They admit them unless another writer filled them (the run's own items were counted before it
+    started): then only a sampler in another thread can make room."""
     if all(t.can_insert(items) for t in tables):
         return True
-    warnings.warn(f"rlflow.run: table(s) {[t.name for t in tables]} admit fewer than the run's {items} remaining "
-                  "items without a sample (another writer filled them); waiting for a sampler in another thread, "
+    warnings.warn(f"rlflow.run: table(s) {[t.name for t in tables]} admit fewer than an env step's {items} items "
+                  "without a sample (another writer filled them); waiting for a sampler in another thread, "
                   "until one makes room or the run is stopped", RuntimeWarning, stacklevel=3)
     while not all(t.can_insert(items) for t in tables):
         if stop.reason or (max_seconds is not None and time.monotonic() - start > max_seconds):
