@@ -46,14 +46,16 @@ class KeyLearner(rlflow.Learner):
 
 
 def assert_same(got: Any, want: Any, where: str = "") -> None:
-    """Nested dicts, lists and tuples of arrays and values are equal, item for item."""
+    """Nested dicts, lists and tuples of arrays, tensors and values are equal, item for item, of the same
+    types (arrays and tensors: of the same dtypes and shapes); ``where`` prefixes the path in a failure."""
+    assert type(got) is type(want), f"{where}: {type(got).__name__} != {type(want).__name__}"
     if isinstance(want, dict):
         assert got.keys() == want.keys(), where
         for k, v in want.items():
             assert_same(got[k], v, f"{where}{k}/")
     elif isinstance(want, list | tuple):
-        assert type(got) is type(want) and len(got) == len(want), where
+        assert len(got) == len(want), where
         for i, (g, w) in enumerate(zip(got, want, strict=True)):
             assert_same(g, w, f"{where}{i}/")
     else:
-        np.testing.assert_array_equal(got, want, err_msg=where)
+        np.testing.assert_array_equal(got, want, err_msg=where, strict=True)

@@ -29,14 +29,3 @@ def check_sample_data(sample):
     expect = sample.lanes[:, None] * BIG + sample.starts[:, None] + np.arange(ids.shape[1])[None, :]
     assert np.all(np.where(sample.mask, ids == expect, ids == 0))
 
-
-def assert_same(a, b):
-    """Two snapshots (dicts of arrays, nested dicts and plain values) are equal, key by key."""
-    assert a.keys() == b.keys()
-    for k in a:
-        if isinstance(a[k], np.ndarray):
-            np.testing.assert_array_equal(a[k], b[k], err_msg=k)
-        elif isinstance(a[k], dict):
-            assert_same(a[k], b[k])
-        else:
-            assert a[k] == b[k], k

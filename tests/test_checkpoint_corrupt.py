@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from checkpointed_parts import assert_same
 from damaged_file import DamagedFile
 from zip_layout import CENTRAL_FIELDS, END_FIELDS, LOCAL_FIELDS, zip_headers
 
@@ -42,16 +43,6 @@ def state(store, tables):
         out[f"{t.name}/limiter"] = repr(st["rate_limiter"])
         out[f"{t.name}/next_seq"] = st["next_seq"]
     return out
-
-
-def assert_state(got, expected, what):
-    assert got.keys() == expected.keys(), what
-    for k, v in expected.items():
-        if isinstance(v, np.ndarray):
-            same = got[k].dtype == v.dtype and got[k].shape == v.shape and np.array_equal(got[k], v)
-            assert same, f"{what}: {k}: {got[k]!r} != {v!r}"
-        else:
-            assert got[k] == v, f"{what}: {k}"
 
 
 def npy_headers(raw):
@@ -87,10 +78,10 @@ class Loader(DamagedFile):
             load(self.path, *self.objects)
         except CheckpointError:
             self.refused += 1
-            assert_state(state(*self.objects), self.before, what)
+            assert_same(state(*self.objects), self.before, f"{what}: ")
             return
         self.loaded += 1
-        assert_state(state(*self.objects), self.saved, what)
+        assert_same(state(*self.objects), self.saved, f"{what}: ")
         store, tables = self.objects
         store.load_state_dict(self.restore[0])
         for t, st in zip(tables, self.restore[1], strict=True):
@@ -170,4 +161,4 @@ def test_a_forged_npy_header_is_refused_before_its_memory_is_allocated(tmp_path,
                     np.lib.format.write_array(f, arr)
     with pytest.raises(CheckpointError, match=match):
         load(loader.path, *loader.objects)
-    assert_state(state(*loader.objects), loader.before, "forged header")
+    assert_same(state(*loader.objects), loader.before, "forged header")

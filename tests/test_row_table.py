@@ -2,9 +2,10 @@
 
 import numpy as np
 import pytest
+from checkpointed_parts import assert_same
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from id_rows import ITEM, SPEC, assert_same, check_sample_data, write
+from id_rows import ITEM, SPEC, check_sample_data, write
 
 from rlflow import adders, specs
 from rlflow.replay import (

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from checkpointed_parts import assert_same
 from damaged_file import DamagedFile
 from zip_layout import CENTRAL_FIELDS, zip_headers
 
@@ -40,13 +41,6 @@ def snapshot(table):
     out["sampler"] = repr(st["sampler"])
     out["torch_rng"] = torch.get_rng_state().numpy().copy()
     return out
-
-
-def assert_same(got, expected, what=""):
-    assert got.keys() == expected.keys()
-    for k, v in expected.items():
-        same = np.array_equal(got[k], v) and got[k].dtype == v.dtype if isinstance(v, np.ndarray) else got[k] == v
-        assert same, f"{what}: {k} changed"
 
 
 def same_state(a, b):

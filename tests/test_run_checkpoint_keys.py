@@ -8,7 +8,7 @@ import shutil
 import numpy as np
 import pytest
 import torch
-from checkpointed_parts import SeededPolicy
+from checkpointed_parts import SeededPolicy, assert_same
 
 import rlflow
 from rlflow import adders, envs, run_checkpoint
@@ -109,19 +109,3 @@ def test_the_unedited_checkpoint_resumes(saved, tmp_path):
     parts = run_parts(2)
     assert run(parts, tmp_path, resume=True).env_steps == 60 and parts[3].steps > 0
 
-
-def assert_same(a, b):
-    if isinstance(a, torch.Tensor):
-        assert torch.equal(a, b)
-    elif isinstance(a, np.ndarray):
-        np.testing.assert_array_equal(a, b)
-    elif isinstance(a, dict):
-        assert a.keys() == b.keys()
-        for k in a:
-            assert_same(a[k], b[k])
-    elif isinstance(a, list | tuple):
-        assert len(a) == len(b)
-        for x, y in zip(a, b, strict=True):
-            assert_same(x, y)
-    else:
-        assert a == b

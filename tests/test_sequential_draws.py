@@ -9,6 +9,7 @@ by one (hypothesis), and for the law of the draws themselves (chi-square).
 
 import numpy as np
 import pytest
+from checkpointed_parts import assert_same
 from hypothesis import given
 from hypothesis import strategies as st
 from scipy import stats
@@ -144,20 +145,6 @@ def test_reported_probabilities_and_weights_are_those_of_the_sequential_draws(
         np.testing.assert_allclose(s.probabilities, probabilities, rtol=1e-9)
         np.testing.assert_allclose(s.weights, weights, rtol=1e-5)
         assert s.weights.dtype == np.float32 and s.probabilities.dtype == np.float64
-
-
-def assert_same(state, before):
-    """Two ``state_dict`` outputs hold the same values (items, times sampled, counters, selector and
-    limiter states, RNGs)."""
-    assert type(state) is type(before)
-    if isinstance(state, dict):
-        assert state.keys() == before.keys()
-        for k in state:
-            assert_same(state[k], before[k])
-    elif isinstance(state, np.ndarray):
-        np.testing.assert_array_equal(state, before)
-    else:
-        assert state == before
 
 
 def test_positive_priority_items_retired_mid_batch_fail_the_sample_up_front():

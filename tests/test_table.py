@@ -2,9 +2,10 @@ import dataclasses
 
 import numpy as np
 import pytest
+from checkpointed_parts import assert_same
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from id_rows import ITEM, SPEC, assert_same, check_sample_data, write
+from id_rows import ITEM, SPEC, check_sample_data, write
 
 from rlflow.replay import (
     Fifo,
