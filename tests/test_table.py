@@ -441,3 +441,20 @@ def test_the_one_call_insert_checks_the_span_of_an_nstep_writes_windows(lane, st
     np.testing.assert_array_equal(keys, general.insert(lanes, st, ln, fields={"return": returns[:, 0],
                                                                               "discount": discounts}))
     assert_same(snapshot(table), snapshot(general))
+
+
+def test_a_table_configured_for_items_of_one_setting_names_the_setting_another_view_differs_in():
+    from rlflow.replay.views import SequenceView, TransitionView
+
+    store = StepStore({"x": Field((), np.float32)}, capacity=16, lanes=1)
+    table = Table(store, rate_limiter=MinSize(1))
+    assert table.check_items(TransitionView(3, 0.9), None) is False  # not configured yet: nothing to refuse
+    table.configure_items(TransitionView(3, 0.9), None)
+    assert table.check_items(TransitionView(3, 0.9), None) is True
+    with pytest.raises(ValueError, match=r"holds transition items of n=3; this adder's have n=1"):
+        table.configure_items(TransitionView(1, 0.9), None)
+    with pytest.raises(ValueError, match=r"discount=0\.9; this adder's have discount=0\.5"):
+        table.check_items(TransitionView(3, 0.5), None)
+    with pytest.raises(ValueError, match=r"already holds transition items .* an adder of sequence items"):
+        table.configure_items(SequenceView(4, 2, "zero_pad"), None)
+    assert table.view == TransitionView(3, 0.9)  # every refusal left the table as it was

@@ -29,7 +29,7 @@ from rlflow.replay import _item_kernels as KI
 from rlflow.replay._item_kernels import LANE, LENGTH, START, VALID
 from rlflow.replay.storage import StepStore
 from rlflow.replay.table import Table, _check_priorities
-from rlflow.replay.views import ItemView
+from rlflow.replay.views import ItemView, other_setting
 from rlflow.specs import SpecError
 from rlflow.types import TimeStep
 
@@ -118,15 +118,6 @@ def _fast_leaves(leaves: list[tuple[str, Any, Any]] | None, value: Any, n: int, 
     return True
 
 
-def _other_setting(mine: Mapping[str, Any], theirs: Mapping[str, Any]) -> tuple[str, Any, Any] | None:
-    """The first item setting (``kind`` first) whose value differs between two views' configs, as
-    ``(name, mine, theirs)`` (None where absent); None when they agree."""
-    for key in sorted(set(mine) | set(theirs), key=lambda k: (k != "kind", k)):
-        if mine.get(key) != theirs.get(key):
-            return key, mine.get(key), theirs.get(key)
-    return None
-
-
 def _row_bytes(value: np.ndarray, n: int) -> np.ndarray:
     """``value`` (leading axis ``n``) as ``(n, row bytes)`` uint8, for the compiled kernels."""
     if not (value.flags.c_contiguous and value.flags.writeable):  # one numba type for every input
@@ -177,12 +168,7 @@ class Adder:
         if unknown:
             raise ValueError(f"priority_fns names tables {unknown}; the adder's tables are {names}")
         for table in tables:  # every table checked before any is configured
-            setting = _other_setting(view.config(), table.view.config()) if table.view is not None else None
-            if setting is not None and setting[0] != "kind":  # another kind: configure_items names it
-                key, mine, theirs = setting
-                raise ValueError(f"table {table.name!r} holds {view.kind} items of {key}={theirs!r}; this adder's "
-                                 f"have {key}={mine!r}: a table takes the items of one setting, give this adder a "
-                                 "table of its own")
+            table.check_items(view, item_spec)
         for table in tables:
             table.configure_items(view, item_spec)
         self.store = store
@@ -648,7 +634,7 @@ class Adder:
         if not isinstance(saved, Mapping):
             raise CheckpointError(f"adder state: expected the settings of its items under 'items', got {saved!r}")
         mine = self.view.config()
-        setting = _other_setting(mine, saved)
+        setting = other_setting(mine, saved)
         if setting is not None:
             key, value, theirs = setting
             raise CheckpointError(

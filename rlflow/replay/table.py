@@ -41,7 +41,7 @@ from rlflow.replay.rate_limiters import MinSize, RateLimiter
 from rlflow.replay.sample import Sample
 from rlflow.replay.selectors import Fifo, Selector, Uniform
 from rlflow.replay.storage import StepStore
-from rlflow.replay.views import ItemView
+from rlflow.replay.views import ItemView, other_setting
 from rlflow.specs import Spec
 
 __all__ = ["RateLimitTimeout", "Table"]
@@ -162,23 +162,38 @@ class Table:
         self._waiting = 0  # threads blocked in insert or sample
         self.view: ItemView | None = None
 
+    def check_items(self, view: ItemView, item_spec: Spec | None) -> bool:
+        """Raise ValueError if :meth:`configure_items` would refuse ``view`` and ``item_spec`` (changes
+        nothing); whether the table holds these items already."""
+        fields = _specs.flatten_spec(item_spec) if item_spec is not None else {}
+        if self.view is None and self.item_spec is None:
+            if self._items.next_seq:
+                raise ValueError(f"table {self.name!r} already held items; configure its item kind before inserting")
+            return False
+        if self.view == view and fields == self.item_fields:
+            return True
+        setting = other_setting(view.config(), self.view.config()) if self.view is not None else None
+        if setting is not None and setting[0] != "kind":
+            key, mine, theirs = setting
+            raise ValueError(f"table {self.name!r} holds {view.kind} items of {key}={theirs!r}; this adder's "
+                             f"have {key}={mine!r}: a table takes the items of one setting, give this adder a "
+                             "table of its own")
+        raise ValueError(
+            f"table {self.name!r} already holds {self.view.kind if self.view else 'window'} items with "
+            f"fields {list(self.item_fields)}; an adder of {view.kind} items with fields {list(fields)} "
+            "needs a table of its own")
+
     def configure_items(self, view: ItemView, item_spec: Spec | None) -> None:
         """Declare the kind of items this table holds: samples are then shaped by ``view``.
 
         Adders call this when they are built. A table holds one kind of item: configuring it again
-        with another view or item spec raises, as does configuring a table that already held items.
+        with another view (the error names the first setting that differs) or item spec raises, as does
+        configuring a table that already held items (:meth:`check_items` runs these checks alone).
         """
         with self.lock:
+            if self.check_items(view, item_spec):
+                return
             fields = _specs.flatten_spec(item_spec) if item_spec is not None else {}
-            if self.view is not None or self.item_spec is not None:
-                if self.view == view and fields == self.item_fields:
-                    return
-                raise ValueError(
-                    f"table {self.name!r} already holds {self.view.kind if self.view else 'window'} items with "
-                    f"fields {list(self.item_fields)}; an adder of {view.kind} items with fields {list(fields)} "
-                    "needs a table of its own")
-            if self._items.next_seq:
-                raise ValueError(f"table {self.name!r} already held items; configure its item kind before inserting")
             self.view = view
             self.item_spec = item_spec
             self.item_fields = fields

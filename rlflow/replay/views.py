@@ -22,6 +22,7 @@ such adder only.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -58,6 +59,15 @@ def _nest(store: Any, flat: dict[str, np.ndarray], prefix: str) -> Any:
     """The columns under ``prefix`` in the spec's nesting of that part of the row (None if absent)."""
     part = store.spec.get(prefix) if isinstance(store.spec, dict) else None
     return None if part is None else _specs.unflatten(part, flat, prefix)
+
+
+def other_setting(mine: Mapping[str, Any], theirs: Mapping[str, Any]) -> tuple[str, Any, Any] | None:
+    """The first item setting (``kind`` first) whose value differs between two views' configs, as
+    ``(name, mine, theirs)`` (None where absent); None when they agree."""
+    for key in sorted(set(mine) | set(theirs), key=lambda k: (k != "kind", k)):
+        if mine.get(key) != theirs.get(key):
+            return key, mine.get(key), theirs.get(key)
+    return None
 
 
 class ItemView:
