@@ -11,9 +11,37 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
-__all__ = ["remove_leftovers", "temporary_path"]
+__all__ = ["atomic_write", "fsync_dir", "remove_leftovers", "temporary_path"]
+
+
+def atomic_write(target: Path, write: Callable[[BinaryIO], None]) -> None:
+    """Write ``target`` through ``write(file)`` atomically: the leftovers of killed saves removed, then a
+    temporary file written, flushed to disk and renamed over ``target``, and the directory flushed. A
+    ``write`` that raises leaves ``target`` as it was and no temporary file."""
+    remove_leftovers(target)
+    tmp = temporary_path(target)
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    fsync_dir(target.parent)
+
+
+def fsync_dir(path: Path) -> None:
+    """Flush directory ``path`` to disk (a rename in it survives a crash)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def temporary_path(target: Path) -> Path:

@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from rlflow._tempfiles import fsync_dir
 from rlflow.replay import checkpoint as replay_checkpoint
 
 __all__ = ["FORMAT", "VERSION", "CheckpointError", "check_run_state", "latest", "load_run", "load_state", "save_run",
@@ -101,21 +102,13 @@ def save_run(checkpoint_dir: str | Path, env_steps: int, store: Any, table: Any,
         f.write(name + "\n")
         f.flush()
         os.fsync(f.fileno())
-    _fsync_dir(root)  # the new directory's rename first: latest never names a directory a crash could lose
+    fsync_dir(root)  # the new directory's rename first: latest never names a directory a crash could lose
     os.replace(pointer, root / "latest")
-    _fsync_dir(root)
+    fsync_dir(root)
     for old in root.iterdir():
         if _STEP.fullmatch(old.name) and old.name != name:
             shutil.rmtree(old, ignore_errors=True)
     return final
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _load_torch(path: Path, what: str) -> Any:
@@ -267,7 +260,7 @@ def save_state(path: str | Path, state: dict[str, Any]) -> None:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 def load_state(path: str | Path) -> dict[str, Any]:

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from rlflow import returns as _returns
-from rlflow._tempfiles import remove_leftovers, temporary_path
+from rlflow._tempfiles import atomic_write
 from rlflow.replay.sum_tree import SumTree
 
 __all__ = ["FlexiBatch", "FlexibleBuffer"]
@@ -511,16 +511,7 @@ class FlexibleBuffer:
         folder = os.path.dirname(fb.path + fb.name) or "."
         os.makedirs(folder, exist_ok=True)
         target = fb.path + fb.name + ".npz"
-        remove_leftovers(Path(target))  # of saves killed before their rename
-        tmp = temporary_path(Path(target))
-        try:
-            with open(tmp, "wb") as f:
-                np.savez(f, **fb._state())
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, target)
-        finally:
-            tmp.unlink(missing_ok=True)
+        atomic_write(Path(target), lambda f: np.savez(f, **fb._state()))
         return target
 
     @staticmethod

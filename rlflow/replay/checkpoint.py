@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from rlflow._tempfiles import remove_leftovers, temporary_path
+from rlflow._tempfiles import atomic_write
 from rlflow.replay.storage import StepStore
 from rlflow.replay.table import Table
 
@@ -92,22 +92,7 @@ def save(path: str | os.PathLike[str], store: StepStore, tables: Sequence[Table]
             manifest["tables"].append(entry)
         arrays[_MANIFEST] = np.frombuffer(json.dumps(manifest).encode(), np.uint8)
         path.parent.mkdir(parents=True, exist_ok=True)
-        remove_leftovers(path)
-        tmp = temporary_path(path)
-        try:
-            with open(tmp, "wb") as f:
-                np.savez(f, **arrays)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        finally:
-            if tmp.exists():
-                tmp.unlink()
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+        atomic_write(path, lambda f: np.savez(f, **arrays))
     return path
 
 
