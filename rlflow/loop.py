@@ -23,6 +23,7 @@ shows the run, and Ctrl-C or SIGTERM stops it cleanly after the current step.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import signal
 import sys
@@ -401,12 +402,9 @@ def _env_state(env: Any) -> dict[str, Any] | str:
         return str(exc)
 
 
-_TIMESTEP_FIELDS = ("observation", "reward", "terminated", "truncated", "first", "last", "final_observation")
-
-
 def _timestep_state(ts: Any) -> dict[str, Any]:
     """The timestep the loop acts on next, without its ``info`` (which may hold any object)."""
-    return {name: getattr(ts, name) for name in _TIMESTEP_FIELDS}
+    return {f.name: getattr(ts, f.name) for f in dataclasses.fields(ts) if f.name != "info"}
 
 
 def _restore(state: dict[str, Any], adder: Any, learner: Learner | None, policy: Policy, actor: Actor,
