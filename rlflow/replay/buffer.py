@@ -193,17 +193,20 @@ class ReplayBuffer:
     def _ends_again(self, obs_flat: dict[str, np.ndarray], candidates: np.ndarray) -> np.ndarray:
         """Per env: a candidate whose ``obs`` (checked columns ``[E, ...]``) is, bit for bit, the final
         observation its episode ended on (its lane's last row): a NEXT_STEP reset step."""
-        out = candidates.copy()
-        for lane in np.flatnonzero(candidates):
-            out[lane] = self._is_final_row(int(lane), {name: v[lane] for name, v in obs_flat.items()})
+        out = np.zeros_like(candidates)
+        lanes = np.flatnonzero(candidates)
+        if lanes.size:
+            out[lanes] = self._final_rows_equal(lanes, {name: v[lanes] for name, v in obs_flat.items()})
         return out
 
-    def _is_final_row(self, lane: int, obs: dict[str, np.ndarray]) -> bool:
-        """Whether ``obs`` (checked columns of one observation) is, bit for bit, the last row of ``lane``."""
-        pos = (int(self.store.count[lane]) - 1) % self.store.capacity
-        columns = self.store.columns
-        return all(np.ascontiguousarray(v).tobytes() == np.ascontiguousarray(columns[name][lane, pos]).tobytes()
-                   for name, v in obs.items())
+    def _final_rows_equal(self, lanes: np.ndarray, obs: dict[str, np.ndarray]) -> np.ndarray:
+        """Per lane of ``lanes``: whether ``obs`` (checked columns, leading axis ``lanes``) is, bit for bit, the
+        lane's last row."""
+        pos = (self.store.count[lanes] - 1) % self.store.capacity
+        equal = np.ones(lanes.size, bool)
+        for name, value in obs.items():
+            equal &= ~_rows_differ(value, self.store.columns[name][lanes, pos])
+        return equal
 
     def _add_with_infos(self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any, truncated: Any,
                         extras: Any, infos: Any) -> None:
@@ -287,7 +290,7 @@ class ReplayBuffer:
             return False
         s = int(self._block_rows[0])
         if not s:
-            return self._is_final_row(0, got)
+            return bool(self._final_rows_equal(np.zeros(1, np.int64), {k: v[None] for k, v in got.items()})[0])
         return all(value.tobytes() == self._block[name][s - 1].tobytes() for name, value in got.items())
 
     def _staged_one(self, next_obs: Any, terminated: bool, truncated: bool, rows: int) -> None:
