@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from rlflow._tempfiles import fsync_dir
+from rlflow._tempfiles import atomic_write, fsync_dir
 from rlflow.replay import checkpoint as replay_checkpoint
 
 __all__ = ["FORMAT", "VERSION", "CheckpointError", "check_run_state", "latest", "load_run", "load_state", "save_run",
@@ -244,23 +244,13 @@ def check_run_state(state: dict[str, Any], where: str, lanes: int) -> None:
 def save_state(path: str | Path, state: dict[str, Any]) -> None:
     """Write ``state`` (e.g. ``{"args": ..., "learner": learner.state_dict()}``) to ``path`` for
     :func:`load_state`: tensors, numbers, strings and containers as they are, numpy values encoded as in
-    a run checkpoint. Written to ``.<name>.tmp`` beside ``path``, flushed to disk and renamed, so ``path``
-    is never half-written (the next save replaces a temporary file a killed save left); a value that
-    cannot be stored raises before anything is written."""
+    a run checkpoint. Written atomically (:func:`rlflow._tempfiles.atomic_write`: a temporary file beside
+    ``path``, flushed to disk and renamed, so ``path`` is never half-written, and the temporary files of
+    killed saves removed); a value that cannot be stored raises before anything is written."""
     import torch
 
     state = _walk(state, _encode_numpy, "state")
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        with tmp.open("wb") as f:
-            torch.save(state, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    fsync_dir(path.parent)
+    atomic_write(Path(path), lambda f: torch.save(state, f))
 
 
 def load_state(path: str | Path) -> dict[str, Any]:

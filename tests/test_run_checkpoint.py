@@ -257,7 +257,7 @@ def test_a_failed_run_save_leaves_no_temporary_directory(tmp_path, monkeypatch):
 
 def test_a_state_save_replaces_a_killed_saves_temporary_file_and_a_failed_one_leaves_none(tmp_path, monkeypatch):
     path = tmp_path / "learner.pt"
-    (tmp_path / ".learner.pt.tmp").write_bytes(b"half a state")  # a save killed mid-write
+    (tmp_path / ".learner.pt.tmp-999999999").write_bytes(b"half a state")  # a save killed mid-write (no such pid)
     (tmp_path / ".other.pt.tmp").write_bytes(b"mine")
     run_checkpoint.save_state(path, STATE)
     assert sorted(p.name for p in tmp_path.iterdir()) == [".other.pt.tmp", "learner.pt"]
