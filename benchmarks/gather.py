@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from rlflow.replay import StepStore, storage
-from rlflow.replay import _item_kernels as KI
+from rlflow.kernels import items as KI
 from rlflow.specs import Field
 
 ROWS, POOL = 1_000_000, 2_000

@@ -38,7 +38,6 @@ from typing import Any
 import numpy as np
 
 from rlflow.actors import Actor, EpisodeStats, VariableClient, evaluate
-from rlflow.adders import _kernels as KA
 from rlflow.core import Learner, LearnerUpdate, Policy
 from rlflow.loggers import MultiLogger, make_logger
 from rlflow.run_checks import check_limiter, check_parts, check_unsampled, unsampled_tables
@@ -48,7 +47,7 @@ __all__ = ["RunResult", "run"]
 
 # Whether run() takes one plain gymnasium env's steps that continue an episode in one compiled call
 # (_OneEnvSteps); off, every step goes through the general body (the tests compare the two).
-_ONE_ENV_STEPS = True
+_ONE_ENV_STEPS = False
 
 # Seconds between the checks of a wait for room in a table (a stop request ends the wait within one).
 _WAIT_SLICE = 0.01

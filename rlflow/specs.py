@@ -328,9 +328,9 @@ _kernels: Any = None
 def _item_kernels() -> Any:
     global _kernels
     if _kernels is None:  # numba loads on first use, so that importing specs stays light
-        from rlflow.replay import _item_kernels
+        from rlflow.kernels import items
 
-        _kernels = _item_kernels
+        _kernels = items
     return _kernels
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from rlflow import adders, envs
 from rlflow.replay import Fifo, StepStore, Table, Uniform
-from rlflow.replay._item_kernels import LANE, LENGTH, START, VALID
+from rlflow.kernels.items import LANE, LENGTH, START, VALID
 
 
 def collect(mode: str, n: int, steps: int = 300, max_episode_steps: int | None = None):

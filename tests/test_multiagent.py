@@ -11,7 +11,7 @@ from ma_envs import DyingAgents, RandomAgents
 from rlflow import adders
 from rlflow.envs import ParallelEnvironment
 from rlflow.replay import Fifo, MinSize, StepStore, Table, Uniform
-from rlflow.replay._item_kernels import LANE, LENGTH, START, VALID
+from rlflow.kernels.items import LANE, LENGTH, START, VALID
 from rlflow.specs import SpecError
 
 

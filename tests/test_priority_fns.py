@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from rlflow import adders, specs
 from rlflow.replay import Fifo, Prioritized, StepStore, Table, Transition
-from rlflow.replay._item_kernels import LANE, LENGTH, START, VALID
+from rlflow.kernels.items import LANE, LENGTH, START, VALID
 from rlflow.types import ONE_LANE_NO, ONE_LANE_YES, TimeStep, step_spec
 
 G = 0.9
@@ -174,7 +174,7 @@ def run_nstep(cfg, staged):
             assert (i + 1) % s == 0
     if staged:  # the last, partial block
         checked_call(adder.flush, tables, recorders, check_transition_batch)
-        assert adder._staged == 0
+        assert adder.staged_steps == 0
     return store, tables, recorders, stream, adds_with_items
 
 
@@ -386,7 +386,7 @@ def test_bad_priorities_at_a_flush_raise_and_the_table_gets_none_of_the_block(ba
     assert len(rec.calls[-1][0].reward) == 6  # one call for the whole block: 3 steps x 2 lanes
     _assert_same_items(table.items(), before)
     np.testing.assert_array_equal(store.count, count + 3)
-    assert adder._staged == 0
+    assert adder.staged_steps == 0
     rec.bad = None
     adder.flush()  # nothing left to write
     _assert_same_items(table.items(), before)

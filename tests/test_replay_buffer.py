@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlflow.replay import ReplayBuffer
-from rlflow.replay._item_kernels import LANE, LENGTH, START, VALID
+from rlflow.kernels.items import LANE, LENGTH, START, VALID
 from rlflow.specs import SpecError
 
 OBS = spaces.Box(-10, 10, (3,), np.float32)
@@ -36,15 +36,12 @@ REWARD_FORMS = [float, np.float32, np.float64, lambda r: np.array(r, np.float32)
 @settings(max_examples=80, deadline=None)
 @given(st.integers(1, 4), st.lists(st.sampled_from(["mid", "mid", "mid", "term", "trunc", "jump", "equal", "equal64"]),
                                    max_size=30),
-       st.booleans(), st.lists(st.integers(0, 4), min_size=2, max_size=2), st.integers(3, 9))
-def test_matches_the_transitions_added(n, plan, close, forms, block):
-    """Transitions added one at a time (the compiled one-call path when the episode goes on from the last
-    next_obs object, the general path otherwise), with every block size, equal their plain list."""
+       st.booleans(), st.lists(st.integers(0, 4), min_size=2, max_size=2))
+def test_matches_the_transitions_added(n, plan, close, forms):
+    """Transitions added one at a time (going on from the last next_obs, as another array of it, or jumping
+    to an unrelated observation) equal their plain list."""
     rng = np.random.default_rng(len(plan))
     buf = ReplayBuffer(OBS, ACT, capacity=256, n_step=n, discount=G)
-    buf._block = {k: v[:block] for k, v in buf._block.items()}  # blocks fill and flush inside the episodes
-    if buf._fast is not None:
-        buf._fast = (*buf._fast[:7], buf._block["action"], buf._block["reward"], buf._block["observation"])
     added = []
     obs = rng.integers(-9, 9, 3).astype(np.float32)
     for what in plan:
@@ -279,14 +276,14 @@ def test_bad_input_on_the_compiled_path_changes_nothing(bad, match):
             obs = np.zeros(3, np.float32) if t % 13 == 0 else nxt
         last.append(obs)
     buf, ref = bufs
-    assert buf._fast is not None and int(buf._block_rows[0]) > 0
-    rows = int(buf._block_rows[0])
+    rows = buf.adder.staged_steps
+    assert rows > 0
     args = dict(obs=last[0], action=1, reward=1.0, next_obs=np.ones(3, np.float32), terminated=False,
                 truncated=False)
     args.update(bad)
     with pytest.raises(SpecError, match=match):
         buf.add(**args)
-    assert int(buf._block_rows[0]) == rows
+    assert buf.adder.staged_steps == rows
     for b in bufs:  # and both go on alike
         b.add(last[bufs.index(b)], 2, 0.5, np.full(3, 3.0, np.float32), True, False)
         b.flush()
@@ -300,7 +297,6 @@ def test_float16_observations_take_the_general_path():
     from rlflow import specs
 
     buf = ReplayBuffer(specs.Field((3,), np.float16), ACT, capacity=100)
-    assert buf._fast is None
     obs = np.zeros(3, np.float16)
     for t in range(5):
         nxt = np.full(3, t + 1, np.float16)

@@ -119,15 +119,15 @@ def test_a_flush_that_fails_leaves_the_staged_transitions_staged(name, monkeypat
     buf = ReplayBuffer(space, ACT, capacity=100, n_step=2, discount=G)
     for tr in stream:
         buf.add(*tr)
-    write = buf.adder.add_steps
+    write = buf.adder.write
 
     def fails(*args, **kwargs):
         raise RuntimeError("the store is not writable now")
 
-    monkeypatch.setattr(buf.adder, "add_steps", fails)
+    monkeypatch.setattr(buf.adder, "write", fails)
     with pytest.raises(RuntimeError, match="not writable"):
         len(buf)
-    monkeypatch.setattr(buf.adder, "add_steps", write)
+    monkeypatch.setattr(buf.adder, "write", write)
     assert held(buf, space) == reference(space, stream, 2, False)
 
 

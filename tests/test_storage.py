@@ -210,7 +210,7 @@ def test_store_matches_reference(writes, capacity, lo, length):
 @settings(max_examples=300, deadline=None)
 @given(x=st.one_of(st.integers(0, 2**62), st.integers(0, 10**7)), capacity=st.integers(1, 2**40))
 def test_wrap_equals_modulo(x, capacity):
-    from rlflow.replay._item_kernels import wrap
+    from rlflow.kernels.items import wrap
 
     for v in (x, x + capacity - 1, capacity * (x % 1000), capacity * (x % 1000) - 1 if x % 1000 else 0):
         assert wrap(v, capacity) == v % capacity
@@ -242,7 +242,7 @@ def test_take_windows_equals_a_plain_gather(shape, dtype, capacity, length, batc
     """StepStore.take_windows (what padded sequences and episodes are gathered with): each row where the
     ring holds it (wrapping at most once), zeros and a False mask from the item's valid length on, for any
     dtype, row shape, start and length."""
-    from rlflow.replay._item_kernels import LANE, LENGTH, START, VALID
+    from rlflow.kernels.items import LANE, LENGTH, START, VALID
 
     rng = np.random.default_rng(seed)
     length = min(length, capacity)
@@ -283,7 +283,7 @@ def test_large_window_gathers_of_many_columns_equal_a_plain_gather(backend, tmp_
     """Gathers of at least _PREFETCH_ROWS rows first request every row of every column in one compiled
     call (a hint that must never change a result): windows across the ring's wrap, over columns of every
     kind (large and small rows, scalars, a field of no values), give the stored rows."""
-    from rlflow.replay._item_kernels import LANE, LENGTH, START, VALID
+    from rlflow.kernels.items import LANE, LENGTH, START, VALID
     from rlflow.replay.storage import _PREFETCH_ROWS
 
     spec = {"obs": Field((3, 18), np.float32), "state": Field((54,), np.float32), "act": Field((3,), np.int64),

@@ -402,45 +402,6 @@ def test_ratio_window_narrower_than_a_batch_never_admits_it_single_threaded():
 NSTEP_ITEM = {"return": Field((), np.float32), "discount": Field((), np.float32)}
 
 
-@pytest.mark.parametrize(("lane", "starts", "lengths", "ok"), [
-    (1, [6, 7, 8], [2, 2, 3], True),  # inside the episode that starts at row 6 (rows 6..10)
-    (1, [3, 4], [2, 2], True),  # from the oldest stored row (11 - 8 = 3), inside the first episode
-    (0, [3, 9], [2, 2], True),  # lane 0: one episode
-    (0, [2, 3], [2, 2], False),  # row 2 is overwritten
-    (0, [9, 10], [2, 2], False),  # row 11 is not written yet (its ring cell holds row 3, same episode)
-    (1, [4, 5], [2, 2], False),  # rows 5 and 6 are in two episodes
-])
-def test_the_one_call_insert_checks_the_span_of_an_nstep_writes_windows(lane, starts, lengths, ok):
-    """``_direct.insert`` (an n-step write's items, in one compiled call) checks its windows' span once:
-    where it holds, the table ends as ``Table.insert`` leaves it; where it does not, nothing changes."""
-    from rlflow.replay import _direct
-
-    made = []
-    for _ in range(2):
-        store = StepStore(SPEC, capacity=8, lanes=2)
-        table = Table(store, item_spec=NSTEP_ITEM, sampler=Uniform(seed=0), remover=Fifo(seed=0))
-        for t in range(11):  # lane 1: episodes from rows 0 and 6; rows 0..2 overwritten
-            write(store, first=np.array([t == 0, t in (0, 6)]))
-        made.append((store, table))
-    (_, general), (store, table) = made
-    m = len(starts)
-    lanes, st, ln = np.full(m, lane), np.array(starts, np.int64), np.array(lengths, np.int64)
-    returns, discounts = np.arange(m, dtype=np.float32)[:, None], np.full(m, 0.5, np.float32)
-    slots, keys, clash = np.zeros(m, np.int64), np.zeros(m, np.int64), np.zeros(m, np.bool_)
-    arrays = _direct.Arrays(table, ("return", "discount"))
-    assert arrays.ready()
-    before = snapshot(table)
-    bad, clashes = _direct.insert(arrays.tab, arrays.kind, 1.0, arrays.state, store.count, store.episode_id,
-                                  store.capacity, False, lanes, st, ln, returns, discounts, slots, keys, clash)
-    if not ok:
-        assert (bad, clashes) == (0, 0)
-        assert_same(snapshot(table), before)
-        return
-    assert (bad, clashes) == (-1, 0)
-    _direct.settle(table, arrays.state, 0, 0, m)
-    np.testing.assert_array_equal(keys, general.insert(lanes, st, ln, fields={"return": returns[:, 0],
-                                                                              "discount": discounts}))
-    assert_same(snapshot(table), snapshot(general))
 
 
 def test_a_table_configured_for_items_of_one_setting_names_the_setting_another_view_differs_in():

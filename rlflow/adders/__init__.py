@@ -5,10 +5,11 @@ row of its lane; an episode's final observation is a row of its own; items are w
 """
 
 from rlflow.adders.base import Adder, StepEvents
+from rlflow.adders.block import StepBlock
 from rlflow.adders.episode import Episode
 from rlflow.adders.multiagent import MultiAgentTransition, flatten_agents, squeeze_agents
 from rlflow.adders.sequence import EndBehavior, Sequence
 from rlflow.adders.transition import NStepTransition
 
-__all__ = ["Adder", "EndBehavior", "Episode", "MultiAgentTransition", "NStepTransition", "Sequence", "StepEvents",
+__all__ = ["Adder", "EndBehavior", "Episode", "MultiAgentTransition", "NStepTransition", "Sequence", "StepBlock", "StepEvents",
            "flatten_agents", "squeeze_agents"]

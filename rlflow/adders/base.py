@@ -10,8 +10,12 @@ Every adder writes rows the same way (the boundary model of :mod:`rlflow.types`)
   next row, stored once;
 - every input is checked before anything is written: a bad call raises and changes nothing.
 
-Subclasses (:class:`~rlflow.adders.NStepTransition`, :class:`~rlflow.adders.Sequence`,
-:class:`~rlflow.adders.Episode`) decide which windows of rows become items, in :meth:`Adder._emit`.
+One path writes every step: a call's steps are put into a :class:`~rlflow.adders.StepBlock` (checked
+there), the block writer writes the block's rows lane by lane (the tables first drop the items of the
+rows it overwrites), and the subclass turns the written rows into items (:meth:`Adder._make_items`),
+which every table takes in one :meth:`~rlflow.replay.Table.insert_many`. Subclasses
+(:class:`~rlflow.adders.NStepTransition`, :class:`~rlflow.adders.Sequence`,
+:class:`~rlflow.adders.Episode`) decide which windows of rows become items.
 """
 
 from __future__ import annotations
@@ -23,12 +27,10 @@ from typing import Any
 import numpy as np
 
 from rlflow import specs as _specs
-from rlflow.adders import _kernels as KA
-from rlflow.replay import _direct
-from rlflow.replay import _item_kernels as KI
-from rlflow.replay._item_kernels import LANE, LENGTH, START, VALID
+from rlflow.adders.block import StepBlock, bool_lanes
+from rlflow.kernels import steps as KS
 from rlflow.replay.storage import StepStore
-from rlflow.replay.table import Table, _check_priorities
+from rlflow.replay.table import Table, check_priorities
 from rlflow.replay.views import ItemView, other_setting
 from rlflow.specs import SpecError
 from rlflow.types import TimeStep
@@ -36,26 +38,22 @@ from rlflow.types import TimeStep
 __all__ = ["Adder", "PriorityFn", "StepEvents"]
 
 PriorityFn = Callable[[Any], Any]
-# write_steps's arguments past ``n`` when it makes no items: discount powers, rewards, a table's arrays and
-# state, and the item outputs (unused; of the types the n-step adder passes).
-_NO_ITEMS = (np.ones(1), np.zeros((1, 1), np.float32), _direct.NO_ROWS, _direct.NO_STATE,
-             *np.zeros((3, 1), np.int64), np.zeros((1, 1), np.float32), np.zeros(1, np.float32), np.zeros(3, np.int64))
 _ROW_KEYS = ("observation", "action", "reward", "terminated", "truncated", "first", "last")
 
 
 @dataclass
 class StepEvents:
-    """What one :meth:`Adder.add` call wrote, per lane group (all arrays int64 or bool, one entry per lane).
+    """What one written step did, per lane group (all arrays int64 or bool, one entry per lane).
 
     Attributes:
-        ended: lanes whose episode ended in this call.
+        ended: lanes whose episode ended in this step.
         final_rows: the final-observation row of each ended lane.
         episode_starts: the first row of each ended episode.
         terminated: whether each ended episode terminated (else it was truncated).
         continued: lanes whose episode goes on with a new open row.
         continued_rows: that new row, per continued lane.
         continued_starts: the first row of each continued lane's episode.
-        started: lanes that started an episode in this call.
+        started: lanes that started an episode in this step.
         started_rows: the first row of each started lane's episode.
         final_was_open: the final rows were already stored as open rows (:meth:`Adder.truncate`), so
             windows ending on them that were complete before are not new.
@@ -77,61 +75,12 @@ def _under(name: str, prefix: str) -> bool:
     return name == prefix or name.startswith(prefix + "/")
 
 
-def _bool_lanes(name: str, value: Any, n: int, *, subset: bool = False) -> np.ndarray:
-    """``timestep.<name>``: one bool per lane of ``n`` (the store's lanes, or the ``lanes`` given: ``subset``)."""
-    arr = np.asarray(value)
-    if arr.shape == (n,) and arr.dtype == np.bool_:
-        return arr
-    if arr.ndim == 1:
-        if subset:
-            raise SpecError(f"timestep.{name}: the timestep has {arr.shape[0]} lanes, lanes= names {n}: expected "
-                            "the timestep of exactly the lanes given")
-        raise SpecError(f"timestep.{name}: the timestep has {arr.shape[0]} lanes, the adder's store {n}: expected "
-                        "one store lane per env lane (build the store with lanes=env.num_envs)")
-    raise SpecError(f"timestep.{name}: expected a bool array of shape ({n},), one flag per lane, got "
-                    f"{arr.dtype} {arr.shape}")
-
-
-def _leaves(spec: Any, key: str) -> list[tuple[str, Any, Any]] | None:
-    """(flat name, key in the value or None, Field) of a top-level part that is a Field or a flat dict of
-    Fields; None for deeper nesting (always validated the general way)."""
-    if isinstance(spec, _specs.Field):
-        return [(key, None, spec)]
-    if isinstance(spec, Mapping) and all(isinstance(f, _specs.Field) for f in spec.values()):
-        return [(f"{key}/{k}", k, f) for k, f in spec.items()]
-    return None
-
-
-def _fast_leaves(leaves: list[tuple[str, Any, Any]] | None, value: Any, n: int, out: dict[str, np.ndarray]) -> bool:
-    """Put ``value``'s leaves in ``out`` if each is an ndarray of exactly its field's dtype and shape, with
-    finite floats and in-bounds integers; False (out partly filled) otherwise."""
-    if leaves is None:
-        return False
-    if leaves[0][1] is not None:
-        if type(value) is not dict or len(value) != len(leaves):
-            return False
-    for name, key, field in leaves:
-        v = value if key is None else value.get(key)
-        if not _specs.fits(field, v, n):
-            return False
-        out[name] = v
-    return True
-
-
-def _row_bytes(value: np.ndarray, n: int) -> np.ndarray:
-    """``value`` (leading axis ``n``) as ``(n, row bytes)`` uint8, for the compiled kernels."""
-    if not (value.flags.c_contiguous and value.flags.writeable):  # one numba type for every input
-        value = np.array(value, order="C")
-    if value.ndim == 2:  # the common case: a vector per row
-        return value.view(np.uint8)
-    return value.reshape(n, -1).view(np.uint8) if value.size else np.zeros((n, 0), np.uint8)
-
-
 class Adder:
     """Writes a batched TimeStep stream into a store's lanes; subclasses turn rows into items.
 
     ``max_items_per_step``: the most items one :meth:`add` call writes per lane (what a loop must let
-    the tables admit before each env step).
+    the tables admit before each env step). ``stage_steps``: the most steps :meth:`stage` holds before
+    it writes them as one block (1: every step is written at once).
 
     Args:
         store: the step rows (its spec from :func:`rlflow.types.step_spec`); one lane per env stream.
@@ -142,13 +91,14 @@ class Adder:
             table) returning their priorities; tables without one give new items priority 1.
         min_capacity: rows per lane the store needs so that every item is still stored when it is written
             (its window, plus the rows one call writes after the window's first row).
+        stage_steps: the steps :meth:`stage` may hold (capped so that a block's rows never overwrite rows
+            of its own items).
     """
 
     max_items_per_step = 1
-    _staged = 0  # steps held by :meth:`stage` and not yet written (adders that stage)
 
     def __init__(self, store: StepStore, tables: Sequence[Table], *, view: ItemView, item_spec: Any,
-                 priority_fns: Mapping[str, PriorityFn] | None, min_capacity: int) -> None:
+                 priority_fns: Mapping[str, PriorityFn] | None, min_capacity: int, stage_steps: int = 1) -> None:
         if not isinstance(store.spec, Mapping) or any(k not in store.spec for k in _ROW_KEYS):
             raise SpecError(f"an adder needs a store whose spec has the keys {list(_ROW_KEYS)} "
                             f"(build it with rlflow.types.step_spec), got {list(store.fields)}")
@@ -176,87 +126,136 @@ class Adder:
         self.view = view
         self.priority_fns = dict(priority_fns or {})
         self.num_lanes = store.num_lanes
-        fields = store.fields
-        self._obs_fields = {n: f for n, f in fields.items() if _under(n, "observation")}
-        self._act_fields = {n: f for n, f in fields.items() if _under(n, "action")}
-        self._extra_fields = {n: f for n, f in fields.items() if _under(n, "extras")}
-        self._reward_fields = {"reward": fields["reward"]}
         self._open = np.full(self.num_lanes, -1, np.int64)  # the lane's open row (action pending), or -1
         self._episode_start = np.full(self.num_lanes, -1, np.int64)
+        self._state = KS.LaneState(self._open, self._episode_start)
         self._lanes = np.arange(self.num_lanes)
-        self._no_lanes = self._lanes[:0]
-        self._layout = {key: _leaves(store.spec[key], key) for key in ("observation", "action", "reward", "extras")
-                        if key in store.spec}
-        # The compiled path's column groups: what an action fills in (action, reward, extras), and observations.
-        self._act_names = [*self._act_fields, "reward", *self._extra_fields]
-        self._obs_names = list(self._obs_fields)
-        self._act_cols = tuple(store._row_bytes[k] for k in self._act_names)
-        self._obs_cols = tuple(store._row_bytes[k] for k in self._obs_names)
+        fields = store.fields
+        self._act_names = [n for n in fields if _under(n, "action") or n == "reward" or _under(n, "extras")]
+        self._obs_names = [n for n in fields if _under(n, "observation")]
+        self._columns = store.row_columns(self._act_names, self._obs_names)
+        # A block never overwrites rows of its own items: its rows (at most two a step) and the rows its
+        # items reach back (min_capacity) fit in a lane.
+        self.stage_steps = max(1, min(int(stage_steps), (store.capacity - min_capacity) // 2))
+        self._block = StepBlock(store.spec, self._lanes, self.stage_steps)
+        self._plan = _Plan(self.num_lanes, self.stage_steps)
+        self._multi_agent = self._block.multi_agent
         self._ones = np.ones(self.num_lanes, np.float64)  # priority 1 for new items (read only)
-        # The compiled add's outputs: each lane's step kind, the rows it overwrites (lanes, rows), and per lane
-        # the final row, the first row of its action's episode and the new open row (write_steps's rows).
-        # Multi-agent rows (rlflow.envs.ParallelEnvironment): an agent not active at a row takes no action there.
-        active, flags = fields.get("observation/active"), fields.get("observation/terminated")
-        multi_agent = (active is not None and flags is not None and active.dtype == np.bool_ and len(active.shape) == 1
-                       and flags.shape == active.shape and fields["reward"].shape == active.shape)
-        self._agent_active = store._flat["observation/active"] if multi_agent else None
-        n = self.num_lanes
-        self._scratch = (np.empty(n, np.int8), np.empty((2, 2 * n), np.int64), np.empty((1, 3, n), np.int64))
-        self._start_columns: tuple[Any, Any, Any] | None = None  # zero action columns for add_first
 
     # ------------------------------------------------------------------ the Acme-style interface
-    def stage(self, actions: Any, next_timestep: TimeStep, extras: Any = None) -> None:
-        """:meth:`add`, possibly held back: adders that stage (:class:`~rlflow.adders.NStepTransition`)
-        check the step now and write it, with the steps staged before it, at the next :meth:`flush`; here
-        it is written at once."""
-        self.add(actions, next_timestep, extras)
-
-    def flush(self) -> None:
-        """Write the steps :meth:`stage` holds (none here)."""
-
     def add_first(self, timestep: TimeStep, lanes: Any = None) -> None:
         """Start an episode on every lane, or on ``lanes`` (``timestep`` then leads with ``len(lanes)``).
 
         ``timestep`` comes from ``env.reset()``: every lane ``first``. The lanes must have no episode in
         progress (end it, or call :meth:`reset` or :meth:`truncate`).
         """
-        if self._staged:
-            self.flush()
-        if lanes is None and self._add_first_compiled(timestep):
-            return
         lanes_arr = self._lanes if lanes is None else self._lane_subset(lanes)
         n = lanes_arr.size
-        first = _bool_lanes("first", timestep.first, n, subset=lanes is not None)
+        first = bool_lanes("first", timestep.first, n)
         if not first.all():
             raise SpecError(f"add_first: expected first=True on all {n} lanes, got False at positions "
                             f"{np.flatnonzero(~first).tolist()}")
+        block = self._block
+        if block.steps and block.ended_last(lanes_arr).all():
+            # Every lane's episode ended at the last staged step: that step also starts the next one, as
+            # an env that resets in the same step.
+            block.restart(lanes_arr, timestep.observation)
+            return
+        self.flush()
         busy = lanes_arr[self._open[lanes_arr] >= 0]
         if busy.size:
             raise ValueError(f"add_first: lanes {busy.tolist()} have an episode in progress; call reset() first")
-        obs = self._check(self._obs_fields, {"observation": timestep.observation}, n, "timestep.observation")
-        with self.store.lock:
-            rows = self._open_rows(lanes_arr, obs, first)
-            empty = self._no_lanes
-            self._emit(StepEvents(ended=empty, final_rows=empty, episode_starts=empty, terminated=first[:0],
-                                  continued=empty, continued_rows=empty, continued_starts=empty, started=lanes_arr,
-                                  started_rows=rows))
-
-    def _add_first_compiled(self, timestep: TimeStep) -> bool:
-        """:meth:`add_first` on every lane as a compiled :meth:`add` whose lanes all start an episode (the
-        action columns of a starting lane are not read); False, having written nothing, when some lane
-        has an episode in progress or the input needs the general path's checks."""
-        n = self.num_lanes
-        first = timestep.first
-        if (self._open >= 0).any() or type(first) is not np.ndarray or first.shape != (n,) or not first.all():
-            return False
-        if self._start_columns is None:
-            zero = self._top(_specs.zeros({**self._act_fields, **self._reward_fields, **self._extra_fields}, (n,)))
-            self._start_columns = (zero["action"], zero["reward"], zero.get("extras"))
-        actions, rewards, extras = self._start_columns
         no = np.zeros(n, bool)
-        ts = TimeStep(timestep.observation, rewards, no, no, np.ones(n, bool), no)
-        return self._add_compiled(actions, ts, extras)
+        if lanes is not None:
+            block = StepBlock(self.store.spec, lanes_arr, 1)
+            block.start(no)
+        ts = TimeStep(timestep.observation, block.reward_zeros(), no, no, first, no)
+        if lanes is None:
+            self._put(block.act_zeros(), ts, block.extras_zeros())
+            self.flush()
+            return
+        block.put(block.act_zeros(), ts, block.extras_zeros())
+        self.write(block)
 
+    def add(self, actions: Any, next_timestep: TimeStep, extras: Any = None) -> None:
+        """Record the actions taken on every lane and what followed (see :mod:`rlflow.types`).
+
+        Lanes whose ``next_timestep`` only starts an episode (``first`` without ``last``) ignore their
+        action. Raises, writing nothing, on input that does not match the store's spec or on a lane
+        whose flags do not follow from its state (e.g. ``add`` before ``add_first``).
+        """
+        self._put(actions, next_timestep, extras)
+        self.flush()
+
+    def stage(self, actions: Any, next_timestep: TimeStep, extras: Any = None) -> None:
+        """:meth:`add`, possibly held back: the step is checked now and written with the steps staged before
+        it when ``stage_steps`` are held, or at the next :meth:`flush`.
+
+        Held steps are not in the store or its tables until then: call :meth:`flush` before anything
+        reads them (``rlflow.run`` does, and every other method of the adder flushes first). Bad input
+        raises, and the steps staged before it stay staged.
+        """
+        self._put(actions, next_timestep, extras)
+        if self._block.steps == self.stage_steps:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the steps :meth:`stage` holds, and their items, as one block."""
+        if self._block.steps:
+            self.write(self._block)
+
+    @property
+    def staged_steps(self) -> int:
+        """The steps :meth:`stage` holds, not yet written."""
+        return self._block.steps
+
+    def _put(self, actions: Any, timestep: TimeStep, extras: Any) -> None:
+        """Check one step of every lane and put it into the adder's block."""
+        block = self._block
+        if not block.steps:
+            block.start(self._open >= 0, self._active_at_open_rows())
+        self._precheck(block, timestep)
+        block.put(actions, timestep, extras)
+
+    def _active_at_open_rows(self) -> np.ndarray | None:
+        """Multi-agent rows: the agents active at each lane's open row (``[E, A]``); else None."""
+        if not self._multi_agent:
+            return None
+        rows = self._lanes * self.store.capacity + np.maximum(self._open, 0) % self.store.capacity
+        return self.store.take_column("observation/active", rows)
+
+    # ------------------------------------------------------------------ the one write path
+    def write(self, block: StepBlock) -> None:
+        """Write ``block``'s steps: the tables drop the items of the rows it overwrites, its rows are
+        written lane by lane, and its items go to every table (:meth:`_make_items`). The block is empty
+        afterwards (its arrays still hold what was written until the next step is put)."""
+        store = self.store
+        steps = block.steps
+        plan = self._plan.fit(block.num_lanes, steps)
+        with store.lock:
+            bad = KS.plan_block(steps, block.data, self._state, store.count, plan.codes, plan.new_rows)
+            if bad >= 0:  # the block checked each step against the one before: a broken invariant
+                raise RuntimeError(f"write: step {bad} of {block!r} does not follow from its lanes' state")
+            store.before_write(block.lanes, plan.new_rows)
+            KS.write_block(steps, block.data, plan.codes, self._state, store.rings(), self._columns, plan.rows)
+            block.steps = 0
+            self._make_items(steps, plan.codes, plan.rows, block.terminated, block.lanes)
+
+    def _make_items(self, steps: int, codes: np.ndarray, rows: np.ndarray, terminated: np.ndarray,
+                    lanes: np.ndarray) -> None:
+        """Turn ``steps`` written steps (codes and rows of :func:`rlflow.kernels.steps.write_block`, block
+        lanes ``lanes``) into items: here each step as :class:`StepEvents` for :meth:`_emit`."""
+        for s in range(steps):
+            code, final, episode, new = codes[s], rows[s, 0], rows[s, 1], rows[s, 2]
+            ended = np.flatnonzero((code == KS.END) | (code == KS.END_START))
+            continued = np.flatnonzero(code == KS.CONTINUE)
+            started = np.flatnonzero((code == KS.START) | (code == KS.END_START))
+            self._emit(StepEvents(ended=lanes[ended], final_rows=final[ended], episode_starts=episode[ended],
+                                  terminated=terminated[s, ended], continued=lanes[continued],
+                                  continued_rows=new[continued], continued_starts=episode[continued],
+                                  started=lanes[started], started_rows=new[started]))
+
+    # ------------------------------------------------------------------ ending episodes
     def truncate(self, lanes: Any = None) -> None:
         """End the episodes in progress (on ``lanes``, default all) as truncated at their open row.
 
@@ -267,8 +266,7 @@ class Adder:
         those of an env that truncates at this step. For a run that stops collecting, this keeps the last
         transitions that :meth:`reset` would drop.
         """
-        if self._staged:
-            self.flush()
+        self.flush()
         lanes_arr = self._lanes if lanes is None else self._lane_subset(lanes)
         with self.store.lock:
             lanes_arr = lanes_arr[self._open[lanes_arr] >= 0]
@@ -282,7 +280,7 @@ class Adder:
                 self.store.write(lanes_arr[acted], rows[acted] - 1, {"truncated": np.ones(int(acted.sum()), bool)},
                                  checked=False)
             self._open[lanes_arr] = -1
-            empty = self._no_lanes
+            empty = lanes_arr[:0]
             ended = lanes_arr[acted]
             self._emit(StepEvents(ended=ended, final_rows=rows[acted], episode_starts=starts[acted],
                                   terminated=np.zeros(ended.size, bool), continued=empty, continued_rows=empty,
@@ -290,15 +288,26 @@ class Adder:
             if (~acted).any():
                 self._abandon(lanes_arr[~acted])
 
+    def reset(self) -> None:
+        """Abandon the episodes in progress: their open rows become final rows; no further items come from them."""
+        self.flush()
+        with self.store.lock:
+            lanes = np.flatnonzero(self._open >= 0)
+            if lanes.size:
+                self._end_open_rows(lanes, self._open[lanes])
+                self._open[lanes] = -1
+                self._abandon(lanes)
+
     def _end_open_rows(self, lanes: np.ndarray, rows: np.ndarray) -> None:
         """Make the open ``rows`` of ``lanes`` final rows (:meth:`truncate`, :meth:`reset`): zero action,
         reward and extras, ``last=True``. On a multi-agent store (:class:`rlflow.envs.ParallelEnvironment`'s
         rows) the agents active at such a row are cut there as an env's time limit leaves them on its final
         observation: ``truncated`` set, ``active`` cleared, no legal action in ``action_mask``."""
         k = lanes.size
-        cols = _specs.zeros({**self._act_fields, **self._reward_fields, **self._extra_fields}, (k,))
-        if self._agent_active is not None and "observation/truncated" in self._obs_fields:
-            obs = {n: v for n, v in self.store.gather(lanes, rows, checked=False).items() if n in self._obs_fields}
+        fields = self.store.fields
+        cols: dict[str, np.ndarray] = _specs.zeros({n: fields[n] for n in self._act_names}, (k,))
+        if self._multi_agent and "observation/truncated" in fields:
+            obs = {n: v for n, v in self.store.gather(lanes, rows, checked=False).items() if n in self._obs_names}
             cut = obs["observation/active"]
             obs["observation/truncated"] = obs["observation/truncated"] | cut
             mask = obs.get("observation/action_mask")
@@ -306,7 +315,7 @@ class Adder:
                 mask[cut] = 0
             obs["observation/active"] = np.zeros_like(cut)
             cols.update(obs)
-        self.store.write(lanes, rows, {**self._top(cols), "terminated": np.zeros(k, bool),
+        self.store.write(lanes, rows, {**self.top(cols), "terminated": np.zeros(k, bool),
                                        "truncated": np.zeros(k, bool), "last": np.ones(k, bool)}, checked=False)
 
     def _lane_subset(self, lanes: Any) -> np.ndarray:
@@ -318,261 +327,28 @@ class Adder:
             raise ValueError(f"lanes: expected distinct integers in [0, {self.num_lanes}), got {arr.tolist()}")
         return arr
 
-    def add(self, actions: Any, next_timestep: TimeStep, extras: Any = None) -> None:
-        """Record the actions taken on every lane and what followed (see :mod:`rlflow.types`).
-
-        Lanes whose ``next_timestep`` only starts an episode (``first`` without ``last``) ignore their
-        action. Raises, writing nothing, on input that does not match the store's spec or on a lane
-        whose flags do not follow from its state (e.g. ``add`` before ``add_first``).
-        """
-        if self._staged:
-            self.flush()
-        ts = next_timestep
-        n = self.num_lanes
-        if self._agent_active is not None:
-            actions = self._zero_inactive(actions)
-        if self._add_compiled(actions, ts, extras):
-            return
-        first = _bool_lanes("first", ts.first, n)
-        last = _bool_lanes("last", ts.last, n)
-        terminated = _bool_lanes("terminated", ts.terminated, n)
-        truncated = _bool_lanes("truncated", ts.truncated, n)
-        if not np.array_equal(last, terminated | truncated):
-            raise SpecError("timestep: expected last == terminated | truncated on every lane")
-        is_open = self._open >= 0
-        self._check_flow(is_open, first, last)
-        self._precheck(is_open, first, last)
-        acted = np.flatnonzero(is_open)
-        row = {"action": actions, "reward": ts.reward, "terminated": terminated, "truncated": truncated}
-        fields = {**self._act_fields, **self._reward_fields}
-        if self._extra_fields:
-            if extras is None:
-                raise SpecError(f"add: the store has extras {list(self._extra_fields)}; pass extras=")
-            row["extras"] = extras
-            fields.update(self._extra_fields)
-        elif extras is not None:
-            raise SpecError("add: extras given, but the store's spec has no 'extras'")
-        checked = self._check(fields, row, n, "add")
-        checked["terminated"], checked["truncated"] = terminated, truncated
-        opening = first | ~last
-        obs = self._check(self._obs_fields, {"observation": ts.observation}, n, "timestep.observation") \
-            if opening.any() else None
-        ended = np.flatnonzero(last)
-        final = None
-        if ended.size:
-            if ts.final_observation is None:
-                raise SpecError(f"timestep: lanes {ended.tolist()} are last but final_observation is None")
-            final = self._check(self._obs_fields, {"observation": ts.final_observation}, n,
-                                "timestep.final_observation", rows=ended)
-        # ---- every input is valid: write.
-        store = self.store
-        with store.lock:
-            if acted.size:
-                cols = checked if acted.size == n else {k: v[acted] for k, v in checked.items()}
-                store.write(acted, self._open[acted], {**self._top(cols), "terminated": cols["terminated"],
-                                                       "truncated": cols["truncated"]}, checked=False)
-            events_end = self._close(ended, final, terminated[ended])
-            continuing = np.flatnonzero(opening & ~first)
-            started = np.flatnonzero(first)
-            new_rows = self._open_rows(np.flatnonzero(opening), obs, first, select=True)
-            starting = first[opening]
-            self._emit(StepEvents(
-                ended=ended, final_rows=events_end[0], episode_starts=events_end[1], terminated=terminated[ended],
-                continued=continuing, continued_rows=new_rows[~starting],
-                continued_starts=self._episode_start[continuing], started=started, started_rows=new_rows[starting]))
-
-    def _zero_inactive(self, actions: Any, active: np.ndarray | None = None) -> Any:
-        """``actions`` with zeros for the agents not active (``active`` ``[B, A]``; default: at each lane's
-        open row), for multi-agent rows."""
-        if active is None:
-            rows = self._lanes * self.store.capacity + np.maximum(self._open, 0) % self.store.capacity
-            active = self._agent_active[rows]  # [E, A]
-        if active.all():
-            return actions
-
-        def zero(leaf: Any) -> Any:
-            arr = np.asarray(leaf)
-            if arr.shape[:2] != active.shape:
-                return leaf  # the shape is wrong: the checks that follow name it
-            return np.where(active.reshape(active.shape + (1,) * (arr.ndim - 2)), arr, np.zeros((), arr.dtype))
-
-        return self._zero_inactive_leaf(zero, actions)
-
-    @staticmethod
-    def _zero_inactive_leaf(zero: Callable[[Any], Any], value: Any) -> Any:
-        if isinstance(value, Mapping):
-            return {k: Adder._zero_inactive_leaf(zero, v) for k, v in value.items()}
-        if isinstance(value, tuple):
-            return tuple(Adder._zero_inactive_leaf(zero, v) for v in value)
-        return zero(value)
-
-    def reset(self) -> None:
-        """Abandon the episodes in progress: their open rows become final rows; no further items come from them."""
-        if self._staged:
-            self.flush()
-        with self.store.lock:
-            lanes = np.flatnonzero(self._open >= 0)
-            if lanes.size:
-                self._end_open_rows(lanes, self._open[lanes])
-                self._open[lanes] = -1
-                self._abandon(lanes)
-
-    def _add_compiled(self, actions: Any, ts: TimeStep, extras: Any) -> bool:
-        """The whole call in the compiled kernels, for inputs of exactly the stored dtypes and shapes.
-
-        Returns False (having written nothing) whenever anything is unusual (a cast needed, a value out of
-        bounds, flags that do not follow from the lanes' state); :meth:`add` then takes the general path,
-        which also raises the precise errors.
-        """
-        n = self.num_lanes
-        step = self._fast_step(actions, ts, extras)
-        if step is None:
-            return False
-        cols, obs, final = step
-        if not ts.last.any():
-            final = obs  # no final row: the kernel reads no final observation
-        elif final is None:
-            return False
-        store = self.store
-        with store.lock:
-            code, (old_lanes, old_rows), rows = self._scratch  # per-call outputs, read before the next call
-            m = KA.plan_step(self._open, ts.first, ts.last, ts.terminated, ts.truncated, store.count, store.capacity,
-                             code, old_lanes, old_rows)
-            if m < 0:
-                return False
-            if type(self)._precheck is not Adder._precheck:
-                self._precheck(self._open >= 0, ts.first, ts.last)
-            if m and store._listeners:
-                store._announce(old_lanes[:m], old_rows[:m])
-            flat = store._flat
-            obs_bytes = tuple(_row_bytes(obs[k], n)[None] for k in self._obs_names)
-            final_bytes = obs_bytes if final is obs else tuple(_row_bytes(final[k], n)[None] for k in self._obs_names)
-            KA.write_steps(code[None], ts.terminated[None], ts.truncated[None], self._open, self._episode_start,
-                           store.count, store.episode_id, store.episode_step, store._next_episode, store._next_step,
-                           store.capacity, self._act_cols, tuple(_row_bytes(cols[k], n)[None] for k in self._act_names),
-                           self._obs_cols, obs_bytes, final_bytes, flat["terminated"], flat["truncated"], flat["first"],
-                           flat["last"], rows, KA.NO_ITEMS, 1, *_NO_ITEMS)
-            self._emit_lanes(code, rows[0, 0], rows[0, 1], rows[0, 2], ts.terminated)
-        return True
-
-    def _fast_step(self, actions: Any, ts: TimeStep, extras: Any) -> tuple[dict, dict, dict | None] | None:
-        """A step's action columns, observations and final observations (None when not given) when every
-        input is an array of exactly its stored dtype and shape, in bounds (flags: ``[E]`` bool); None
-        otherwise (the general path then converts, or raises the precise error)."""
-        n = self.num_lanes
-        for flags in (ts.first, ts.last, ts.terminated, ts.truncated):
-            if type(flags) is not np.ndarray or flags.dtype != np.bool_ or flags.shape != (n,):
-                return None
-        cols = self._fast_action_columns(actions, ts.reward, extras, n)
-        obs: dict[str, np.ndarray] = {}
-        if cols is None or not _fast_leaves(self._layout["observation"], ts.observation, n, obs):
-            return None
-        if ts.final_observation is None:
-            return cols, obs, None
-        final: dict[str, np.ndarray] = {}
-        if not _fast_leaves(self._layout["observation"], ts.final_observation, n, final):
-            return None
-        return cols, obs, final
-
-    def _fast_action_columns(self, actions: Any, rewards: Any, extras: Any, n: int) -> dict[str, np.ndarray] | None:
-        """The action columns (action, reward, extras) of ``n`` rows when each is an array of exactly its
-        stored dtype and shape, in bounds (:func:`rlflow.specs.fits`), with extras given iff the store has
-        them; None otherwise (the caller then checks them the general way, which raises the precise error)."""
-        layout = self._layout
-        cols: dict[str, np.ndarray] = {}
-        if ("extras" in layout) != (extras is not None):
-            return None
-        if not (_fast_leaves(layout["action"], actions, n, cols) and _fast_leaves(layout["reward"], rewards, n, cols)
-                and (extras is None or _fast_leaves(layout["extras"], extras, n, cols))):
-            return None
-        return cols
-
-    def _emit_lanes(self, code: np.ndarray, final_rows: np.ndarray, ended_starts: np.ndarray, new_rows: np.ndarray,
-                    terminated: np.ndarray) -> None:
-        """What :func:`~rlflow.adders._kernels.write_steps` did, per lane, as :class:`StepEvents` for :meth:`_emit`."""
-        ended = np.flatnonzero((code == KA.END) | (code == KA.END_START))
-        continued = np.flatnonzero(code == KA.CONTINUE)
-        started = np.flatnonzero((code == KA.START) | (code == KA.END_START))
-        self._emit(StepEvents(ended=ended, final_rows=final_rows[ended], episode_starts=ended_starts[ended],
-                              terminated=terminated[ended], continued=continued, continued_rows=new_rows[continued],
-                              continued_starts=self._episode_start[continued], started=started,
-                              started_rows=new_rows[started]))
-
     # ------------------------------------------------------------------ subclass hooks
     def _emit(self, events: StepEvents) -> None:
         raise NotImplementedError
 
-    def _precheck(self, is_open: np.ndarray, first: np.ndarray, last: np.ndarray) -> None:
-        """Raise, before anything is written, if this call's rows would break the subclass's limits."""
+    def _precheck(self, block: StepBlock, timestep: TimeStep) -> None:
+        """Raise, before the step is put, if its rows would break the subclass's limits."""
 
     def _abandon(self, lanes: np.ndarray) -> None:
         """Episodes of ``lanes`` were abandoned by :meth:`reset` (their pending items are dropped)."""
 
     # ------------------------------------------------------------------ helpers
-    def _check_flow(self, is_open: np.ndarray, first: np.ndarray, last: np.ndarray) -> None:
-        bad = np.flatnonzero(~is_open & ~first)
-        if bad.size:
-            raise ValueError(f"add: lanes {bad.tolist()} have no episode in progress and the timestep does not start "
-                             "one (call add_first with the reset timestep first)")
-        bad = np.flatnonzero(is_open & first & ~last)
-        if bad.size:
-            raise ValueError(f"add: lanes {bad.tolist()} start a new episode while one is in progress and did not "
-                             "end (last=False); call reset() to abandon an episode")
+    def top_observation(self, flat: dict[str, np.ndarray]) -> Any:
+        """Flat observation columns back into the spec's nesting of an observation."""
+        return self.top(flat)["observation"]
 
-    def _check(self, fields: dict[str, Any], data: dict[str, Any], n: int, what: str,
-               rows: np.ndarray | None = None) -> dict[str, np.ndarray]:
-        """Validate ``data`` (top-level keys of the row) against ``fields``; flat columns out."""
-        sub = {k: self.store.spec[k] for k in data}
-        flat = _specs.flatten_data(sub, data)
-        if rows is not None:  # only these lanes' rows matter (e.g. final observations)
-            for name, value in flat.items():
-                arr = np.asarray(value)
-                if arr.shape[:1] != (n,):
-                    raise SpecError(f"{what}: field {name!r}: expected a leading axis of {n} lanes, got {arr.shape}")
-                flat[name] = arr[rows]
-            n = rows.size
-        try:
-            return _specs.validate(fields, flat, (n,))
-        except SpecError as exc:
-            raise SpecError(f"{what}: {exc}") from None
-
-    def _top(self, flat: dict[str, np.ndarray]) -> dict[str, Any]:
+    def top(self, flat: dict[str, np.ndarray]) -> dict[str, Any]:
         """Flat columns back into top-level keys of the row (nested parts unflattened)."""
         out: dict[str, Any] = {}
         for key in ("observation", "action", "reward", "extras"):
             if key in self.store.spec and any(_under(n, key) for n in flat):
                 out[key] = _specs.unflatten(self.store.spec[key], flat, key)
         return out
-
-    def _open_rows(self, lanes: np.ndarray, obs: dict[str, np.ndarray] | None, first: np.ndarray, *,
-                   select: bool = False) -> np.ndarray:
-        """Append each lane's observation as a new open row; ``first`` marks new episodes."""
-        if not lanes.size:
-            return lanes
-        if select and lanes.size < self.num_lanes:
-            obs = {k: v[lanes] for k, v in obs.items()}  # type: ignore[union-attr]
-            first = first[lanes]
-        elif select:
-            first = first.copy()
-        data = {**self._top(obs), "first": first, "last": np.zeros(lanes.size, bool)}  # type: ignore[arg-type]
-        rows = self.store.append(data, lanes=lanes, first=first, checked=False, partial=True)
-        self._open[lanes] = rows
-        self._episode_start[lanes[first]] = rows[first]
-        return rows
-
-    def _close(self, lanes: np.ndarray, final: dict[str, np.ndarray] | None,
-               terminated: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Write the final-observation rows of ``lanes``; return them and their episodes' first rows."""
-        if not lanes.size:
-            return lanes, lanes
-        zero = _specs.zeros({**self._act_fields, **self._reward_fields, **self._extra_fields}, (lanes.size,))
-        k = lanes.size
-        data = {**self._top({**final, **zero}), "terminated": np.zeros(k, bool),  # type: ignore[dict-item]
-                "truncated": np.zeros(k, bool), "first": np.zeros(k, bool), "last": np.ones(k, bool)}
-        rows = self.store.append(data, lanes=lanes, first=np.zeros(k, bool), checked=False)
-        starts = self._episode_start[lanes].copy()
-        self._open[lanes] = -1
-        return rows, starts
 
     def _insert(self, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
                 fields: dict[str, np.ndarray] | None) -> None:
@@ -590,24 +366,18 @@ class Adder:
                 fn = self.priority_fns.get(table.name)
                 if fn is not None:
                     try:
-                        prios[i] = _check_priorities(fn(batch), lanes.size)
+                        prios[i] = check_priorities(fn(batch), lanes.size)
                     except ValueError as e:
                         raise ValueError(f"the priority function of table {table.name!r}: {e}; no table took "
                                          f"these {lanes.size} items") from e
         for table, p in zip(self.tables, prios, strict=True):
             # The adder built the windows and fields itself, and the priorities are checked: no conversion.
-            table._insert_checked(lanes, starts, lengths, p, fields or {}, None)
+            table.insert_many(lanes, starts, lengths, p, fields or {})
 
     def _batch_of(self, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
                   fields: dict[str, np.ndarray] | None) -> Any:
         """New items shaped as a sample of the tables would shape them (for priority functions)."""
-        meta = np.zeros((lanes.size, 6), np.int64)
-        meta[:, LANE], meta[:, START], meta[:, LENGTH] = lanes, starts, lengths
-        valid = np.empty(lanes.size, np.int64)
-        KI.check_windows(self.store.count, self.store.episode_id, self.store.capacity, lanes, starts, lengths,
-                         self.tables[0].cross_episodes, valid)
-        meta[:, VALID] = valid
-        return self.view.gather(self.store, meta, fields or {})[0]
+        return self.tables[0].preview(lanes, starts, lengths, fields or {})
 
     # ------------------------------------------------------------------ checkpoint state
     def _lane_state(self) -> dict[str, np.ndarray]:
@@ -620,7 +390,7 @@ class Adder:
         (not written: taking the state changes nothing), and under ``"items"`` the settings that shape
         items (the view's :meth:`~rlflow.replay.views.ItemView.config`). Restore with
         :meth:`load_state_dict` into an adder built with the same settings on the restored store."""
-        staged = self._staged_state() if self._staged else None
+        staged = self._staged_state() if self._block.steps else None
         return {**{k: v.copy() for k, v in self._lane_state().items()}, "staged": staged,
                 "items": self.view.config()}
 
@@ -646,21 +416,45 @@ class Adder:
             if arr.shape != (self.num_lanes,) or arr.dtype.kind not in "iu":
                 raise CheckpointError(f"adder state {key!r}: expected {self.num_lanes} integers (one per lane), "
                                       f"got {arr.dtype} {arr.shape}")
+        staged = state.get("staged")
+        if staged is not None:
+            try:
+                self._block.check_state(staged)
+            except (ValueError, TypeError, KeyError) as exc:
+                raise CheckpointError(f"adder state: {exc}; build the adder as the checkpointed run did") from None
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict`'s output (the store and tables as they were when it was taken; checked
         first by :meth:`check_state`: a refusal changes nothing); steps staged now are dropped in favour of
         the saved ones."""
         self.check_state(state)
-        self._load_staged(state.get("staged"))
         for key, arr in self._lane_state().items():
             arr[...] = np.asarray(state[key], np.int64)
+        self._load_staged(state.get("staged"))
 
     def _staged_state(self) -> dict[str, Any]:
-        """The steps :meth:`stage` holds, as plain arrays (adders that stage)."""
-        raise NotImplementedError
+        """The steps :meth:`stage` holds, as plain arrays."""
+        return self._block.state_dict()
 
     def _load_staged(self, state: Mapping[str, Any] | None) -> None:
         """Hold the steps of :meth:`_staged_state`'s output (None: none) as :meth:`stage` held them."""
-        if state is not None:
-            raise ValueError(f"adder state: {type(self).__name__} stages no steps, got {state.get('steps')} staged")
+        if state is None:
+            self._block.start(self._open >= 0, self._active_at_open_rows())
+            return
+        self._block.load_state_dict(state)
+
+
+class _Plan:
+    """The block writer's outputs for up to ``E`` lanes x ``T`` steps: each step's kind per lane, the rows
+    each lane writes, and per step and lane the final, episode-start and new rows."""
+
+    def __init__(self, lanes: int, steps: int) -> None:
+        self.codes = np.zeros((steps, lanes), np.int8)
+        self.new_rows = np.zeros(lanes, np.int64)
+        self.rows = np.zeros((steps, 3, lanes), np.int64)
+
+    def fit(self, lanes: int, steps: int) -> _Plan:
+        """These outputs when they fit a block of ``lanes`` x ``steps``, else new ones of that size."""
+        if self.codes.shape[1] == lanes and self.codes.shape[0] >= steps:
+            return self
+        return _Plan(lanes, steps)

@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from rlflow.replay._item_kernels import KEY, TIMES, check_windows, item_key, set_meta, wrap
-from rlflow.replay._prefetch import AHEAD, prefetch, prefetch_write
+from rlflow.kernels.items import KEY, TIMES, check_windows, item_key, set_meta, wrap
+from rlflow.kernels.prefetch import AHEAD, prefetch, prefetch_write
 
 _OPTS = {"cache": True, "nogil": True}
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from rlflow.replay import _item_kernels as KI
-from rlflow.replay._item_kernels import KEY, LANE, START, TIMES
+from rlflow.kernels import items as KI
+from rlflow.kernels.items import KEY, LANE, START, TIMES
 from rlflow.specs import Field
 
 __all__ = ["Items"]

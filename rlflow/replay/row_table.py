@@ -36,11 +36,11 @@ from typing import Any
 import numpy as np
 
 from rlflow.replay import _row_kernels as KR
-from rlflow.replay._item_kernels import KEY, LANE, LENGTH, START, TIMES, VALID
+from rlflow.kernels.items import KEY, LANE, LENGTH, START, TIMES, VALID
 from rlflow.replay.items import META_WIDTH, Items
 from rlflow.replay.rate_limiters import RateLimiter
 from rlflow.replay.storage import StepStore
-from rlflow.replay.table import Table, _check_priorities, _int_array
+from rlflow.replay.table import Table, check_priorities, _int_array
 from rlflow.specs import Field, Spec
 
 __all__ = ["RowTable"]
@@ -178,8 +178,8 @@ class RowTable(Table):
         self._evicted(int(slots.size), times)
 
     # ------------------------------------------------------------------ insert
-    def _insert_checked(self, lanes_arr: np.ndarray, starts_arr: np.ndarray, lengths_arr: np.ndarray,
-                        prios: np.ndarray, cols: dict[str, np.ndarray], timeout: float | None) -> np.ndarray:
+    def insert_many(self, lanes_arr: np.ndarray, starts_arr: np.ndarray, lengths_arr: np.ndarray,
+                    prios: np.ndarray, cols: dict[str, np.ndarray], timeout: float | None = None) -> np.ndarray:
         with self._cond:
             n = starts_arr.size
             if self.rate_limiter.can_insert(n):
@@ -194,7 +194,7 @@ class RowTable(Table):
                 again[first] = False
                 bad = int(np.flatnonzero(taken | again)[0])
                 self._start_taken(lanes_arr, starts_arr, bad, KR.TAKEN if taken[bad] else KR.TWICE)
-            return super()._insert_checked(lanes_arr, starts_arr, lengths_arr, prios, cols, timeout)
+            return super().insert_many(lanes_arr, starts_arr, lengths_arr, prios, cols, timeout)
 
     def _start_taken(self, lanes: np.ndarray, starts: np.ndarray, bad: int, why: int) -> None:
         lane, start = int(lanes[bad]), int(starts[bad])
@@ -271,7 +271,7 @@ class RowTable(Table):
     def update_priorities(self, keys: Any, priorities: Any) -> int:
         """Check ``priorities`` and count the entries naming a live item; the draws stay uniform."""
         keys_arr = _int_array("keys", keys)
-        _check_priorities(priorities, keys_arr.size)
+        check_priorities(priorities, keys_arr.size)
         with self.lock:
             return int(self._items.slots_of(keys_arr)[1].sum())
 

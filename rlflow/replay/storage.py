@@ -33,8 +33,9 @@ from typing import Any, Protocol
 import numpy as np
 
 from rlflow import specs as _specs
-from rlflow.replay import _item_kernels as KI
-from rlflow.replay._item_kernels import LANE, LENGTH, START, VALID
+from rlflow.kernels import items as KI
+from rlflow.kernels.steps import Rings, RowColumns
+from rlflow.kernels.items import LANE, LENGTH, START, VALID
 from rlflow.specs import Field, Spec, SpecError
 
 # bytes: rows up to this size are gathered by the compiled, prefetching kernel; np.take copies larger rows
@@ -118,6 +119,8 @@ class StepStore:
         self._next_episode = np.zeros(self.num_lanes, np.int64)
         self._next_step = np.zeros(self.num_lanes, np.int64)
         self._all_lanes = np.arange(self.num_lanes)
+        self._rings = Rings(self.count, self.episode_id, self.episode_step, self._next_episode, self._next_step,
+                            self.capacity)
 
     def _open_disk_columns(self, shape2: tuple[int, int]) -> dict[str, np.ndarray]:
         if self.directory is None:
@@ -155,6 +158,33 @@ class StepStore:
         if self._listeners and hi > lo:
             for listener in self._listeners:
                 listener.on_overwrite_range(lane, lo, hi)
+
+    # ------------------------------------------------------------------ the block writer's view
+    def rings(self) -> Rings:
+        """The ring cursors the block writer (:func:`rlflow.kernels.steps.write_block`) reads and advances."""
+        return self._rings
+
+    def row_columns(self, act: list[str], obs: list[str]) -> RowColumns:
+        """Columns ``act`` (what an action fills in) and ``obs`` (observations), and the flag columns, as the
+        block writer takes them (raw-byte views of the live data)."""
+        flat = self._flat
+        return RowColumns(tuple(self._row_bytes[k] for k in act), tuple(self._row_bytes[k] for k in obs),
+                          flat["terminated"], flat["truncated"], flat["first"], flat["last"])
+
+    def column_rows(self, name: str) -> np.ndarray:
+        """Column ``name`` as ``(lanes * capacity, values per row)`` (a view of the live data)."""
+        return self._flat[name].reshape(self.num_lanes * self.capacity, -1)
+
+    def before_write(self, lanes: np.ndarray, rows: np.ndarray) -> None:
+        """Tell every listener about the rows that writing ``rows[i]`` new rows to each of ``lanes`` overwrites."""
+        if not self._listeners:
+            return
+        count = self.count[lanes]
+        lo = np.maximum(count - self.capacity, 0)
+        hi = count + rows - self.capacity
+        for i in np.flatnonzero(hi > lo).tolist():
+            for listener in self._listeners:
+                listener.on_overwrite_range(int(lanes[i]), int(lo[i]), int(hi[i]))
 
     # ------------------------------------------------------------------ writes
     def _check_lanes(self, lanes: Any) -> np.ndarray:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from rlflow.replay._prefetch import prefetch
+from rlflow.kernels.prefetch import prefetch
 
 __all__ = ["BRANCH", "SumTree"]
 

@@ -33,10 +33,10 @@ from typing import Any
 import numpy as np
 
 from rlflow import specs as _specs
-from rlflow.replay import _item_kernels as KI
+from rlflow.kernels import items as KI
 from rlflow.replay import _kernels as K
-from rlflow.replay._item_kernels import KEY, LANE, LENGTH, START, TIMES, VALID
-from rlflow.replay.items import Items
+from rlflow.kernels.items import KEY, LANE, LENGTH, START, TIMES, VALID
+from rlflow.replay.items import META_WIDTH, Items
 from rlflow.replay.rate_limiters import MinSize, RateLimiter
 from rlflow.replay.sample import Sample
 from rlflow.replay.selectors import Fifo, Selector, Uniform
@@ -69,7 +69,7 @@ def _int_array(name: str, value: Any, n: int | None = None) -> np.ndarray:
     return arr
 
 
-def _check_priorities(value: Any, n: int) -> np.ndarray:
+def check_priorities(value: Any, n: int) -> np.ndarray:
     if type(value) is float or type(value) is int:
         if not (math.isfinite(value) and value >= 0):
             raise ValueError(f"priorities: expected finite values >= 0, got {value}")
@@ -256,14 +256,15 @@ class Table:
             n = starts_arr.size
             lanes_arr = _int_array("lanes", lanes, n)
             lengths_arr = _int_array("lengths", lengths, n)
-            prios = _check_priorities(priorities, n)
+            prios = check_priorities(priorities, n)
             cols = self._check_fields(fields, n)
-            return self._insert_checked(lanes_arr, starts_arr, lengths_arr, prios, cols, timeout)
+            return self.insert_many(lanes_arr, starts_arr, lengths_arr, prios, cols, timeout)
 
-    def _insert_checked(self, lanes_arr: np.ndarray, starts_arr: np.ndarray, lengths_arr: np.ndarray,
-                        prios: np.ndarray, cols: dict[str, np.ndarray], timeout: float | None) -> np.ndarray:
-        """:meth:`insert` of arguments already converted and checked (int64 arrays of one length, float64
-        finite non-negative priorities, item fields of the item spec); windows are still checked."""
+    def insert_many(self, lanes_arr: np.ndarray, starts_arr: np.ndarray, lengths_arr: np.ndarray,
+                    prios: np.ndarray, cols: dict[str, np.ndarray], timeout: float | None = None) -> np.ndarray:
+        """Insert items an adder made, asking the rate limiter once when all fit (:meth:`insert` of arguments
+        already converted and checked: int64 arrays of one length, float64 finite non-negative priorities,
+        item fields of the item spec; windows are still checked). Returns their keys."""
         with self._cond:
             n = starts_arr.size
             if n <= self._items.num_free and self.rate_limiter.can_insert(n):
@@ -296,6 +297,14 @@ class Table:
                                                     {name: c[sl][ok] for name, c in cols.items()})
                 done += k
             return keys
+
+    def preview(self, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray, fields: dict[str, np.ndarray]) -> Any:
+        """Items not inserted yet (stored windows, item fields), shaped as a sample of this table shapes them
+        (what a priority function of new items is given)."""
+        meta = np.zeros((lanes.size, META_WIDTH), np.int64)
+        meta[:, LANE], meta[:, START], meta[:, LENGTH] = lanes, starts, lengths
+        meta[:, VALID] = self._check_windows(lanes, starts, lengths, strict=False)
+        return self.view.gather(self.store, meta, fields)[0]
 
     def _check_fields(self, fields: Any, n: int) -> dict[str, np.ndarray]:
         if not self.item_fields:
@@ -493,7 +502,7 @@ class Table:
         counted each time).
         """
         keys_arr = _int_array("keys", keys)
-        prios = _check_priorities(priorities, keys_arr.size)
+        prios = check_priorities(priorities, keys_arr.size)
         with self.lock:
             slots = np.empty(keys_arr.size, np.int64)
             values = np.empty(keys_arr.size, np.float64)

@@ -29,8 +29,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from rlflow import specs as _specs
-from rlflow.replay import _item_kernels as KI
-from rlflow.replay._item_kernels import LANE, LENGTH, START, VALID
+from rlflow.kernels import items as KI
+from rlflow.kernels.items import LANE, LENGTH, START, VALID
 
 __all__ = ["EpisodeView", "ItemView", "SequenceView", "Transition", "TransitionView"]
 

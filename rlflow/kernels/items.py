@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from rlflow.replay._prefetch import AHEAD, prefetch, prefetch_write
+from rlflow.kernels.prefetch import AHEAD, prefetch, prefetch_write
 
 _OPTS = {"cache": True, "nogil": True}
 

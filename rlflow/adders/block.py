@@ -1,0 +1,452 @@
+"""StepBlock: ``E`` lanes x ``T`` steps of what an env loop hands an adder, checked, in the store's dtypes.
+
+Every way a step enters rlflow ends in a block: :meth:`~rlflow.adders.Adder.add` puts one step into
+the adder's block and writes it, :meth:`~rlflow.adders.Adder.stage` puts it and writes the block when
+it is full (or at :meth:`~rlflow.adders.Adder.flush`), ``add_steps`` fills a one-lane block with ``T``
+steps at once. A block is numpy only and picklable: it is also what a remote actor ships.
+
+Step ``s`` of block lane ``e`` (store lane ``lanes[e]``) is one :meth:`~rlflow.adders.Adder.add` of
+that lane, with the flags of :class:`rlflow.types.TimeStep`:
+
+==============================  ==================================================================
+flags of step ``s``             what it writes on lane ``e``
+==============================  ==================================================================
+neither ``first`` nor ``last``  the action taken from the open row, its reward, flags and extras;
+                                ``observation[s, e]`` becomes the new open row
+``last`` (terminated and/or     the action as above; ``final[s, e]`` becomes the episode's final
+truncated)                      row (``last=True``, zero action)
+``last`` and ``first``          as ``last``, then ``observation[s, e]`` starts the next episode
+``first`` only                  a lane with no episode in progress starts one at
+                                ``observation[s, e]`` (the action is not read)
+==============================  ==================================================================
+
+Each step is checked when it is put: its values against the store's spec (a value is cast only where
+numpy's ``same_kind`` casting allows it; floats must be finite, integers within bounds) and its flags
+against the lane's state after the steps before it. A bad step raises and leaves the block as it was.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from rlflow import specs as _specs
+from rlflow.kernels.steps import BlockData
+from rlflow.specs import Field, SpecError
+
+__all__ = ["StepBlock"]
+
+_PARTS = ("action", "reward", "extras")  # the parts an action fills in (in this order)
+
+
+def _under(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + "/")
+
+
+def bool_lanes(name: str, value: Any, n: int) -> np.ndarray:
+    """``timestep.<name>`` as one bool per lane of ``n``; SpecError saying what came otherwise."""
+    arr = value if type(value) is np.ndarray else np.asarray(value)
+    if arr.shape == (n,) and arr.dtype == np.bool_:
+        return arr
+    if arr.ndim == 1 and arr.dtype == np.bool_:
+        raise SpecError(f"timestep.{name}: the timestep has {arr.shape[0]} lanes, the block {n}: expected one "
+                        "flag per lane (build the store with lanes=env.num_envs, or pass lanes= for a subset)")
+    raise SpecError(f"timestep.{name}: expected a bool array of shape ({n},), one flag per lane, got "
+                    f"{arr.dtype} {arr.shape}")
+
+
+class _Part:
+    """One top-level part of a step row (``observation``, ``action``, ``reward`` or ``extras``): its spec and
+    flat fields, and how a value of ``n`` rows of it is checked into flat columns."""
+
+    def __init__(self, key: str, spec: Any, fields: dict[str, Field]) -> None:
+        self.key = key
+        self.spec = spec
+        self.fields = {name: f for name, f in fields.items() if _under(name, key)}
+        self.single = isinstance(spec, Field)
+
+    def columns(self, value: Any, n: int, what: str) -> dict[str, np.ndarray]:
+        """``value`` (``n`` rows of the part) as checked flat columns; SpecError naming ``what``."""
+        if self.single:
+            field = self.fields[self.key]
+            if _specs.fits(field, value, n):
+                return {self.key: value}
+            flat = {self.key: value}
+        else:
+            try:
+                flat = _specs.flatten_data(self.spec, value, self.key)
+            except SpecError as exc:
+                raise SpecError(f"{what}: {exc}") from None
+            if all(_specs.fits(self.fields[name], v, n) for name, v in flat.items()):
+                return flat
+        try:
+            return _specs.validate(self.fields, flat, (n,))
+        except SpecError as exc:
+            raise SpecError(f"{what}: {exc}") from None
+
+    def rows(self, value: Any, n: int, rows: np.ndarray, what: str) -> dict[str, np.ndarray]:
+        """Rows ``rows`` of ``value`` (``n`` rows of the part) as checked flat columns (other rows unread)."""
+        flat = {self.key: value} if self.single else _specs.flatten_data(self.spec, value, self.key)
+        picked = {}
+        for name, v in flat.items():
+            arr = np.asarray(v)
+            if arr.shape[:1] != (n,):
+                raise SpecError(f"{what}: field {name!r}: expected a leading axis of {n} lanes, got {arr.shape}")
+            picked[name] = arr[rows]
+        try:
+            return _specs.validate(self.fields, picked, (rows.size,))
+        except SpecError as exc:
+            raise SpecError(f"{what}: {exc}") from None
+
+
+class StepBlock:
+    """``E`` lanes x up to ``T`` steps of rows with their episode marks (see the module docstring).
+
+    Args:
+        spec: the store's step spec (:func:`rlflow.types.step_spec`).
+        lanes: the store lane of each block lane (distinct).
+        steps: the most steps the block holds.
+
+    Attributes:
+        lanes: ``[E]`` int64.
+        steps: the steps put so far.
+        act, observation, final: flat columns ``[T, E, *shape]``: what an action fills in (action,
+            reward, extras), the observations (the next open row), the final observations (ended lanes).
+        first, terminated, truncated: ``[T, E]`` bool.
+    """
+
+    def __init__(self, spec: Mapping[str, Any], lanes: Any, steps: int) -> None:
+        self.lanes = np.asarray(lanes, np.int64).reshape(-1)
+        if int(steps) < 1:
+            raise ValueError(f"a StepBlock holds at least one step, got steps={steps}")
+        self.max_steps = int(steps)
+        self.steps = 0
+        self.spec = spec
+        fields = _specs.flatten_spec(spec)
+        self._parts = {key: _Part(key, spec[key], fields) for key in ("observation", *_PARTS) if key in spec}
+        t, e = self.max_steps, self.lanes.size
+
+        def columns(part_keys: tuple[str, ...]) -> dict[str, np.ndarray]:
+            return {name: np.zeros((t, e, *f.shape), f.dtype) for key in part_keys if key in self._parts
+                    for name, f in self._parts[key].fields.items()}
+
+        self.act = columns(_PARTS)
+        self.observation = columns(("observation",))
+        self.final = columns(("observation",))
+        self.first, self.terminated, self.truncated = np.zeros((3, t, e), np.bool_)
+        self.data = BlockData(_bytes(self.act, t, e), _bytes(self.observation, t, e), _bytes(self.final, t, e),
+                              self.first, self.terminated, self.truncated, self.lanes)
+        self._open = np.zeros(e, np.bool_)  # each lane's state after the steps put: an episode in progress
+        # Multi-agent rows (rlflow.envs.ParallelEnvironment): an agent not active at its open row takes no
+        # action there; its action is zero-filled before it is checked.
+        active, flags = fields.get("observation/active"), fields.get("observation/terminated")
+        self._agents = (active is not None and flags is not None and active.dtype == np.bool_
+                        and len(active.shape) == 1 and flags.shape == active.shape)
+        self._active = np.ones((e, *(active.shape if self._agents else ())), np.bool_)
+
+    def part(self, a: int, z: int) -> StepBlock:
+        """Steps ``a .. z - 1`` as a block of their own (views of this block's arrays)."""
+        if not 0 <= a < z <= self.steps:
+            raise ValueError(f"part: expected 0 <= a < z <= {self.steps}, got {a}, {z}")
+        if a == 0 and z == self.steps:
+            return self
+        out = object.__new__(StepBlock)
+        out.__dict__.update(self.__dict__)
+        out.act, out.observation, out.final = ({k: v[a:z] for k, v in cols.items()}
+                                               for cols in (self.act, self.observation, self.final))
+        out.first, out.terminated, out.truncated = self.first[a:z], self.terminated[a:z], self.truncated[a:z]
+        out.data = BlockData(*(tuple(c[a:z] for c in cols) for cols in self.data[:3]), out.first, out.terminated,
+                             out.truncated, self.lanes)
+        out.max_steps = out.steps = z - a
+        return out
+
+    def columns(self, key: str, value: Any, n: int, what: str) -> dict[str, np.ndarray]:
+        """``n`` rows of part ``key`` of a step (``observation``, ``action``, ``reward``, ``extras``) as checked
+        flat columns (cast where allowed); SpecError naming ``what``."""
+        return self._parts[key].columns(value, n, what)
+
+    def leading_rows(self, observations: Any, what: str) -> int:
+        """How many observations ``observations`` holds (the leading axis of its first leaf); SpecError naming
+        ``what`` when its structure is not the spec's or it has no leading axis."""
+        return _leading(observations, self._parts["observation"], what)
+
+    def act_zeros(self) -> Any:
+        """A zero action for every lane (nested as the spec's ``action``), for steps that only start episodes."""
+        return self._zeros("action")
+
+    def reward_zeros(self) -> np.ndarray:
+        """A zero reward for every lane."""
+        return self._zeros("reward")
+
+    def extras_zeros(self) -> Any:
+        """Zero extras for every lane (None when the store has no extras)."""
+        return self._zeros("extras") if "extras" in self._parts else None
+
+    def _zeros(self, key: str) -> Any:
+        part = self._parts[key]
+        flat = {name: np.zeros(self.act[name].shape[1:], self.act[name].dtype) for name in part.fields}
+        return flat[key] if part.single else _specs.unflatten(part.spec, flat, key)
+
+    @property
+    def num_lanes(self) -> int:
+        return int(self.lanes.size)
+
+    @property
+    def multi_agent(self) -> bool:
+        """Whether the rows are multi-agent (an ``observation/active`` mask per agent)."""
+        return self._agents
+
+    def start(self, is_open: np.ndarray, active: np.ndarray | None = None) -> None:
+        """Empty the block; the next step is checked against lanes whose episode is in progress where
+        ``is_open`` (``[E]`` bool), whose agents active at the open row are ``active`` (``[E, A]``;
+        multi-agent rows only)."""
+        self.steps = 0
+        self._open[:] = is_open
+        if active is not None:
+            self._active[:] = active
+
+    # ------------------------------------------------------------------ filling
+    def put(self, actions: Any, timestep: Any, extras: Any = None) -> None:
+        """Check one step of every lane (an :meth:`~rlflow.adders.Adder.add` call's arguments) and add it."""
+        s = self.steps
+        if s >= self.max_steps:
+            raise ValueError(f"the block is full ({self.max_steps} steps): write it before putting more")
+        (first, terminated, truncated, last), cols, obs, final, ended = self._checked(actions, timestep, extras)
+        for name, value in cols.items():
+            self.act[name][s] = value
+        for name, value in obs.items():
+            self.observation[name][s] = value
+        for name, value in final.items():
+            self.final[name][s, ended] = value
+        self.first[s], self.terminated[s], self.truncated[s] = first, terminated, truncated
+        self._open[:] = (self._open & ~last) | first
+        if self._agents:
+            opened = first | ~last
+            self._active[opened] = self.observation["observation/active"][s, opened]
+        self.steps = s + 1
+
+    def check(self, actions: Any, timestep: Any, extras: Any = None) -> None:
+        """Raise as :meth:`put` would, adding nothing."""
+        self._checked(actions, timestep, extras)
+
+    def _checked(self, actions: Any, ts: Any, extras: Any) -> tuple[tuple[np.ndarray, ...], dict[str, np.ndarray],
+                                                                     dict[str, np.ndarray], dict[str, np.ndarray],
+                                                                     np.ndarray]:
+        """A step's flags (first, terminated, truncated, last), action columns, observations and the final
+        observations of its ended lanes (those lanes), checked."""
+        n = self.lanes.size
+        first = bool_lanes("first", ts.first, n)
+        last = bool_lanes("last", ts.last, n)
+        terminated = bool_lanes("terminated", ts.terminated, n)
+        truncated = bool_lanes("truncated", ts.truncated, n)
+        if not np.array_equal(last, terminated | truncated):
+            raise SpecError("timestep: expected last == terminated | truncated on every lane")
+        self.check_flow(first, last)
+        if self._agents:
+            actions = _zero_inactive(actions, self._active)
+        cols = self._action_columns(actions, ts.reward, extras, n, "add")
+        opening = first | ~last
+        obs = self._parts["observation"].columns(ts.observation, n, "timestep.observation") if opening.any() else {}
+        final: dict[str, np.ndarray] = {}
+        ended = np.flatnonzero(last)
+        if ended.size:
+            if ts.final_observation is None:
+                raise SpecError(f"timestep: lanes {ended.tolist()} are last but final_observation is None")
+            final = self._parts["observation"].rows(ts.final_observation, n, ended, "timestep.final_observation")
+        return (first, terminated, truncated, last), cols, obs, final, ended
+
+    def check_flow(self, first: np.ndarray, last: np.ndarray) -> None:
+        """Raise unless a step with these flags follows from each lane's state."""
+        is_open = self._open
+        bad = ~is_open & ~first
+        if bad.any():
+            raise ValueError(f"add: lanes {self.lanes[bad].tolist()} have no episode in progress and the timestep "
+                             "does not start one (call add_first with the reset timestep first)")
+        bad = is_open & first & ~last
+        if bad.any():
+            raise ValueError(f"add: lanes {self.lanes[bad].tolist()} start a new episode while one is in progress "
+                             "and did not end (last=False); call reset() to abandon an episode")
+        bad = ~is_open & last
+        if bad.any():
+            raise ValueError(f"add: lanes {self.lanes[bad].tolist()} have no episode in progress, so it cannot end")
+
+    def put_steps(self, actions: Any, rewards: Any, next_observations: Any, ends: np.ndarray, terminated: np.ndarray,
+                  first_observations: Any, extras: Any = None) -> None:
+        """Check ``T`` consecutive steps of a one-lane block and add them (the block must be empty).
+
+        Step ``i`` takes ``actions[i]`` and gets ``rewards[i]`` and ``next_observations[i]``; where
+        ``ends[i]`` its episode ends there (``terminated[i]``, else truncated) with ``next_observations[i]``
+        as its final observation, and where an episode follows it (the ``j``-th such end), it starts at
+        ``first_observations[j]`` (``[K, ...]``, one per end that is followed).
+        """
+        if self.lanes.size != 1 or self.steps:
+            raise ValueError("put_steps fills an empty one-lane block")
+        t = int(ends.shape[0])
+        if t > self.max_steps:
+            raise ValueError(f"put_steps: {t} steps exceed the block's {self.max_steps}")
+        if not self._open[0]:
+            raise ValueError(f"add_steps: lane {int(self.lanes[0])} has no episode in progress")
+        cols = self._action_columns(actions, rewards, extras, t, "add_steps")
+        nxt = self._parts["observation"].columns(next_observations, t, "add_steps: next_observations")
+        restarts = np.flatnonzero(ends)[:0]
+        firsts: dict[str, np.ndarray] = {}
+        if first_observations is not None:
+            k = _leading(first_observations, self._parts["observation"], "add_steps: first_observations")
+            restarts = np.flatnonzero(ends)[:k]
+            firsts = self._parts["observation"].columns(first_observations, k, "add_steps: first_observations")
+        if self._agents:  # an agent acts only from the rows where it is active
+            active = np.concatenate([self._active[:1], nxt["observation/active"][:-1]])
+            if restarts.size:
+                active[restarts[restarts + 1 < t] + 1] = firsts["observation/active"][restarts + 1 < t]
+            cols = {**cols, **_zero_columns(cols, active)}
+        for name, value in cols.items():
+            self.act[name][:t, 0] = value
+        for name, value in nxt.items():
+            self.observation[name][:t, 0] = value
+            self.final[name][:t, 0] = value
+            if restarts.size:
+                self.observation[name][restarts, 0] = firsts[name]
+        self.first[:t, 0] = False
+        self.first[restarts, 0] = True
+        self.terminated[:t, 0] = ends & terminated
+        self.truncated[:t, 0] = ends & ~terminated
+        self._open[0] = not ends[t - 1] or bool(restarts.size and restarts[-1] == t - 1)
+        self.steps = t
+
+    def ended_last(self, lanes: np.ndarray) -> np.ndarray:
+        """Per block lane of ``lanes`` (indices): whether its episode ended at the last step put, with no
+        next one started there."""
+        s = self.steps - 1
+        if s < 0:
+            return np.zeros(lanes.size, bool)
+        return (self.terminated[s, lanes] | self.truncated[s, lanes]) & ~self.first[s, lanes]
+
+    def restart(self, lanes: np.ndarray, observation: Any) -> None:
+        """Start the next episode of block lanes ``lanes`` (indices) at ``observation`` (``[len(lanes), ...]``):
+        their episodes ended at the last step put, which then also starts the next one (as an env that
+        resets in the same step)."""
+        s = self.steps - 1
+        if not self.ended_last(lanes).all():
+            raise ValueError(f"restart: lanes {self.lanes[lanes].tolist()} did not end at the block's last step")
+        obs = self._parts["observation"].columns(observation, lanes.size, "observation")
+        for name, value in obs.items():
+            self.observation[name][s, lanes] = value
+        self.first[s, lanes] = True
+        self._open[lanes] = True
+        if self._agents:
+            self._active[lanes] = obs["observation/active"]
+
+    # ------------------------------------------------------------------ helpers
+    def _action_columns(self, actions: Any, rewards: Any, extras: Any, n: int, what: str) -> dict[str, np.ndarray]:
+        """The checked columns an action fills in (action, reward, extras) of ``n`` rows."""
+        if "extras" in self._parts and extras is None:
+            raise SpecError(f"{what}: the store has extras {list(self._parts['extras'].fields)}; pass extras=")
+        if "extras" not in self._parts and extras is not None:
+            raise SpecError(f"{what}: extras given, but the store's spec has no 'extras'")
+        cols = {**self._parts["action"].columns(actions, n, f"{what}: action" if what != "add" else "add"),
+                **self._parts["reward"].columns(rewards, n, f"{what}: reward" if what != "add" else "add")}
+        if extras is not None:
+            cols.update(self._parts["extras"].columns(extras, n, f"{what}: extras" if what != "add" else "add"))
+        return cols
+
+    # ------------------------------------------------------------------ checkpoint state
+    def state_dict(self) -> dict[str, Any]:
+        """The steps put, as plain arrays (copies)."""
+        s = self.steps
+        return {"steps": s, "lanes": self.lanes.copy(), "act": {k: v[:s].copy() for k, v in self.act.items()},
+                "observation": {k: v[:s].copy() for k, v in self.observation.items()},
+                "final": {k: v[:s].copy() for k, v in self.final.items()},
+                "first": self.first[:s].copy(), "terminated": self.terminated[:s].copy(),
+                "truncated": self.truncated[:s].copy(), "open": self._open.copy(), "active": self._active.copy()}
+
+    def check_state(self, state: Mapping[str, Any]) -> None:
+        """Raise ValueError, naming what differs, unless ``state`` (:meth:`state_dict`'s output) fits this block."""
+        s = state.get("steps")
+        if not isinstance(s, int | np.integer) or not 0 <= int(s) < self.max_steps:
+            raise ValueError(f"staged steps: expected 0 to {self.max_steps - 1}, got {s!r}")
+        if not np.array_equal(np.asarray(state.get("lanes")), self.lanes):
+            raise ValueError(f"staged steps: expected lanes {self.lanes.tolist()}, got {state.get('lanes')!r}")
+        for key, mine in (("act", self.act), ("observation", self.observation), ("final", self.final)):
+            cols = state.get(key)
+            if not isinstance(cols, Mapping) or set(cols) != set(mine):
+                raise ValueError(f"staged steps: expected columns {sorted(mine)} under {key!r}")
+            for name, col in mine.items():
+                arr = np.asarray(cols[name])
+                if arr.shape != (int(s), *col.shape[1:]) or arr.dtype != col.dtype:
+                    raise ValueError(f"staged steps: column {name!r}: expected {col.dtype} "
+                                     f"{(int(s), *col.shape[1:])}, got {arr.dtype} {arr.shape}")
+        for key, shape in (("first", (int(s), self.lanes.size)), ("terminated", (int(s), self.lanes.size)),
+                           ("truncated", (int(s), self.lanes.size)), ("open", (self.lanes.size,)),
+                           ("active", self._active.shape)):
+            arr = np.asarray(state.get(key))
+            if arr.shape != shape or arr.dtype != np.bool_:
+                raise ValueError(f"staged steps: {key!r}: expected bool {shape}, got {arr.dtype} {arr.shape}")
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Hold the steps of :meth:`state_dict`'s output (checked first: a refusal changes nothing)."""
+        self.check_state(state)
+        s = int(state["steps"])
+        for key, mine in (("act", self.act), ("observation", self.observation), ("final", self.final)):
+            for name, col in mine.items():
+                col[:s] = state[key][name]
+        self.first[:s], self.terminated[:s], self.truncated[:s] = state["first"], state["terminated"], state["truncated"]
+        self._open[:] = state["open"]
+        self._active[:] = state["active"]
+        self.steps = s
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"spec": self.spec, "lanes": self.lanes, "max_steps": self.max_steps, "state": self.state_dict()}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["spec"], state["lanes"], state["max_steps"])  # type: ignore[misc]
+        self.load_state_dict(state["state"])
+
+    def __repr__(self) -> str:
+        return f"StepBlock(lanes={self.lanes.tolist()}, steps={self.steps}/{self.max_steps})"
+
+
+def _bytes(cols: dict[str, np.ndarray], t: int, e: int) -> tuple[np.ndarray, ...]:
+    """Each column as ``(T, E, row_bytes)`` uint8 (a view), for the block writer."""
+    return tuple(c.reshape(t, e, -1).view(np.uint8) if c[0, 0].size else np.zeros((t, e, 0), np.uint8)
+                 for c in cols.values())
+
+
+def _leading(value: Any, part: _Part, what: str) -> int:
+    """How many rows ``value`` holds (the leading axis of its first leaf); SpecError when it has none."""
+    try:
+        flat = {part.key: value} if part.single else _specs.flatten_data(part.spec, value, part.key)
+    except SpecError as exc:
+        raise SpecError(f"{what}: {exc}") from None
+    shape = np.shape(next(iter(flat.values())))
+    if not shape:
+        raise SpecError(f"{what}: expected a leading axis of observations, got a scalar")
+    return int(shape[0])
+
+
+def _zero_inactive(actions: Any, active: np.ndarray) -> Any:
+    """``actions`` (nested, each leaf ``[E, A, ...]``) with zeros for the agents not ``active`` (``[E, A]``)."""
+    if active.all():
+        return actions
+
+    def zero(leaf: Any) -> Any:
+        arr = np.asarray(leaf)
+        if arr.shape[:2] != active.shape:
+            return leaf  # the shape is wrong: the checks that follow name it
+        return np.where(active.reshape(active.shape + (1,) * (arr.ndim - 2)), arr, np.zeros((), arr.dtype))
+
+    return _map(zero, actions)
+
+
+def _zero_columns(cols: dict[str, np.ndarray], active: np.ndarray) -> dict[str, np.ndarray]:
+    """The action columns of ``cols`` (``[T, A, ...]``) with zeros for the agents not ``active`` (``[T, A]``)."""
+    return {name: _zero_inactive(v, active) for name, v in cols.items() if _under(name, "action")}
+
+
+def _map(fn: Callable[[Any], Any], value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _map(fn, v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return tuple(_map(fn, v) for v in value)
+    return fn(value)

@@ -1,0 +1,7 @@
+"""Every compiled routine of rlflow (numba), importing only numpy and numba.
+
+- :mod:`~rlflow.kernels.prefetch`: cache-line requests and byte copies the other kernels inline.
+- :mod:`~rlflow.kernels.items`: item records, windows, episode marks, gathers.
+- :mod:`~rlflow.kernels.steps`: the block writer (rows of a :class:`~rlflow.adders.StepBlock`) and the
+  n-step item maker.
+"""

@@ -1,0 +1,245 @@
+"""The block writer and the n-step item maker: the compiled half of rlflow's one write path.
+
+A :class:`~rlflow.adders.StepBlock` holds ``T`` steps of ``E`` lanes. Writing it takes three calls:
+
+- :func:`plan_block` reads each lane's step kinds from the block's flags and the lanes' open rows (a
+  step that does not follow from its lane's state is reported, nothing changed) and counts the rows
+  each lane will write, so that the tables drop the items of the rows about to be overwritten;
+- :func:`write_block` writes every row and its episode marks, lane after lane (each lane's rows are
+  one run of its ring), and records per step and lane the rows it wrote;
+- :func:`nstep_items` turns those rows into n-step transition items (the other item kinds are made in
+  Python from the same rows).
+
+Arguments come as small structs (:class:`Rings`, :class:`RowColumns`, :class:`BlockData`,
+:class:`ItemsOut`); columns travel as raw bytes: each store column a ``(rows, row_bytes)`` uint8 view,
+each block column a ``(T, E, row_bytes)`` one, so one compiled function serves every field layout.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+from numba import njit
+
+from rlflow.kernels.items import _mark_row, wrap
+from rlflow.kernels.prefetch import copy_bytes, prefetch_write
+
+_OPTS = {"cache": True, "nogil": True}
+
+# What a step does on a lane (the flag table of rlflow.types): its open row gets the action and the lane
+# goes on (CONTINUE), its episode ends (END), ends and the next starts at once (END_START), or a lane
+# with no episode in progress starts one (START).
+CONTINUE, END, END_START, START = 0, 1, 2, 3
+
+
+class Rings(NamedTuple):
+    """A store's ring cursors (:class:`~rlflow.replay.StepStore`): what the block writer reads and advances."""
+
+    count: np.ndarray  # [lanes] rows ever written per lane
+    episode_id: np.ndarray  # [lanes, capacity]
+    episode_step: np.ndarray  # [lanes, capacity]
+    next_episode: np.ndarray  # [lanes]
+    next_step: np.ndarray  # [lanes]
+    capacity: int
+
+
+class RowColumns(NamedTuple):
+    """A store's columns as ``(lanes * capacity, row_bytes)`` uint8 views, grouped as a step fills them."""
+
+    act: tuple  # the columns an action fills in: action, reward, extras
+    obs: tuple  # the observation columns
+    terminated: np.ndarray  # [lanes * capacity] bool
+    truncated: np.ndarray
+    first: np.ndarray
+    last: np.ndarray
+
+
+class BlockData(NamedTuple):
+    """A block's steps: ``(T, E, row_bytes)`` uint8 views of its columns, its flags ``[T, E]`` and its lanes."""
+
+    act: tuple
+    obs: tuple
+    final: tuple
+    first: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    lanes: np.ndarray  # [E] int64: the store lane of each block lane
+
+
+class LaneState(NamedTuple):
+    """An adder's per-lane state (``[lanes]`` int64): the open row (-1: none) and its episode's first row."""
+
+    open_rows: np.ndarray
+    episode_start: np.ndarray
+
+
+class ItemsOut(NamedTuple):
+    """Where :func:`nstep_items` writes its items (one entry per item)."""
+
+    lanes: np.ndarray
+    starts: np.ndarray
+    lengths: np.ndarray
+    returns: np.ndarray  # [items, reward_size] float32
+    discounts: np.ndarray  # [items] float32
+
+
+class NStep(NamedTuple):
+    """The n-step rule: ``n``, the powers ``g^0 .. g^n`` and the store's rewards ``(rows, reward_size)``."""
+
+    n: int
+    powers: np.ndarray
+    rewards: np.ndarray
+    capacity: int
+
+
+@njit(**_OPTS)
+def plan_block(steps: int, block: BlockData, state: LaneState, count: np.ndarray, codes: np.ndarray,
+               new_rows: np.ndarray) -> int:
+    """Each step's kind per lane (``codes[s, e]``) and the rows each lane writes (``new_rows[e]``).
+
+    Returns -1 when every step follows from its lane's state, else the first step ``s`` that does not
+    (a lane with no episode in progress that does not start one, a start while an episode goes on, or
+    ``last`` and ``first`` that do not fit): nothing is changed then but the outputs.
+    """
+    for e in range(block.lanes.shape[0]):
+        is_open = state.open_rows[block.lanes[e]] >= 0
+        rows = 0
+        for s in range(steps):
+            first = block.first[s, e]
+            last = block.terminated[s, e] or block.truncated[s, e]
+            if is_open:
+                if first and last:
+                    codes[s, e] = END_START
+                    rows += 2
+                elif first:
+                    return s
+                elif last:
+                    codes[s, e] = END
+                    rows += 1
+                    is_open = False
+                else:
+                    codes[s, e] = CONTINUE
+                    rows += 1
+            elif first and not last:
+                codes[s, e] = START
+                rows += 1
+                is_open = True
+            else:
+                return s
+        new_rows[e] = rows
+    return -1
+
+
+@njit(inline="always", cache=True)
+def _copy_row(col: np.ndarray, i: int, data: np.ndarray, e: int) -> None:
+    w = col.shape[1]
+    copy_bytes(col, i * w, data, e * w, w)
+
+
+@njit(**_OPTS)
+def write_block(steps: int, block: BlockData, codes: np.ndarray, state: LaneState, rings: Rings,
+                cols: RowColumns, rows: np.ndarray) -> None:
+    """Write ``steps`` planned steps (:func:`plan_block`) of every block lane, lane after lane.
+
+    An open row gets its action columns (action, reward, extras) and flags; an ended lane gets its final
+    row (the final observation, zero action columns, ``last``); a lane that goes on or starts gets a new
+    open row (``first`` on a start). Updates the lanes' open rows and episode starts. ``rows[s, :, e]``
+    gets the step's final row, the first row of the episode its action belongs to (the ended one, or the
+    one going on) and its new open row, each -1 if none.
+    """
+    capacity = rings.capacity
+    for e in range(block.lanes.shape[0]):  # each lane's first lines requested at once: their misses overlap
+        lane = block.lanes[e]
+        i = lane * capacity + wrap(rings.count[lane], capacity)
+        for j in range(len(cols.obs)):
+            prefetch_write(cols.obs[j], i * cols.obs[j].shape[1])
+        prefetch_write(cols.first, i)
+        prefetch_write(rings.episode_id, i)
+    for e in range(block.lanes.shape[0]):
+        lane = block.lanes[e]
+        base = lane * capacity
+        for s in range(steps):
+            c = codes[s, e]
+            final = new = -1
+            episode = state.episode_start[lane] if c != START else -1
+            if c != START:
+                i = base + wrap(state.open_rows[lane], capacity)
+                for j in range(len(cols.act)):
+                    _copy_row(cols.act[j], i, block.act[j][s], e)
+                cols.terminated[i] = block.terminated[s, e]
+                cols.truncated[i] = block.truncated[s, e]
+            if c == END or c == END_START:
+                final = _mark_row(rings.episode_id, rings.episode_step, rings.next_episode, rings.next_step,
+                                  rings.count, lane, False, capacity)
+                i = base + wrap(final, capacity)
+                for j in range(len(cols.obs)):
+                    _copy_row(cols.obs[j], i, block.final[j][s], e)
+                for j in range(len(cols.act)):
+                    col = cols.act[j]
+                    for b in range(col.shape[1]):
+                        col[i, b] = 0
+                cols.terminated[i] = False
+                cols.truncated[i] = False
+                cols.first[i] = False
+                cols.last[i] = True
+                state.open_rows[lane] = -1
+            if c != END:
+                begins = c != CONTINUE
+                new = _mark_row(rings.episode_id, rings.episode_step, rings.next_episode, rings.next_step,
+                                rings.count, lane, begins, capacity)
+                i = base + wrap(new, capacity)
+                for j in range(len(cols.obs)):
+                    _copy_row(cols.obs[j], i, block.obs[j][s], e)
+                cols.first[i] = begins
+                cols.last[i] = False
+                state.open_rows[lane] = new
+                if begins:
+                    state.episode_start[lane] = new
+            rows[s, 0, e] = final
+            rows[s, 1, e] = episode
+            rows[s, 2, e] = new
+
+
+@njit(inline="always", cache=True)
+def _nstep_item(m: int, lane: int, start: int, k: int, discount: float, rule: NStep, out: ItemsOut) -> None:
+    out.lanes[m] = lane
+    out.starts[m] = start
+    out.lengths[m] = k + 1
+    out.discounts[m] = discount
+    base = lane * rule.capacity
+    for c in range(rule.rewards.shape[1]):
+        acc = 0.0
+        for j in range(k):
+            acc += rule.powers[j] * rule.rewards[base + wrap(start + j, rule.capacity), c]
+        out.returns[m, c] = acc
+
+
+@njit(**_OPTS)
+def nstep_items(steps: int, codes: np.ndarray, rows: np.ndarray, terminated: np.ndarray, lanes: np.ndarray,
+                final_was_open: bool, rule: NStep, out: ItemsOut) -> int:
+    """The n-step transition items that ``steps`` written steps complete; returns how many (``out`` sized
+    ``n E T``). Step after step, as separate steps would give them: first each lane that goes on and
+    whose window of ``n`` actions now ends at its new open row, then every start within ``n`` rows of
+    each ended lane's final row, with ``k = final - start`` and discount 0 on termination (after
+    :meth:`~rlflow.adders.Adder.truncate` the final row was the open row: ``final_was_open``, its
+    full-length window exists already). Returns are float64 sums of ``g^j r_(start+j)``, stored as float32.
+    """
+    n = rule.n
+    m = 0
+    for s in range(steps):
+        for e in range(lanes.shape[0]):
+            if codes[s, e] == CONTINUE:
+                start = rows[s, 2, e] - n
+                if start >= rows[s, 1, e]:
+                    _nstep_item(m, lanes[e], start, n, rule.powers[n], rule, out)
+                    m += 1
+        for e in range(lanes.shape[0]):
+            if codes[s, e] == END or codes[s, e] == END_START:
+                final = rows[s, 0, e]
+                for start in range(max(rows[s, 1, e], final - n + (1 if final_was_open else 0)), final):
+                    k = min(n, final - start)
+                    disc = 0.0 if terminated[s, e] and start + k == final else rule.powers[k]
+                    _nstep_item(m, lanes[e], start, k, disc, rule, out)
+                    m += 1
+    return m
