@@ -1,4 +1,10 @@
-"""rlflow's baselines: one file per algorithm (see README.md); this module holds what they share."""
+"""rlflow's baselines: one file per algorithm (see README.md).
+
+This module is the run around every baseline's algorithm: the common flags (:class:`RunArgs`), the
+data set-ups of the off-policy continuous-control and on-policy baselines, training with
+``rlflow.run``, saving and evaluating learners. Network and loss pieces that several baselines use are
+in ``_nets.py``, the MPE envs of the multi-agent ones in ``_mpe.py``; no baseline imports another.
+"""
 
 from __future__ import annotations
 
@@ -29,7 +35,9 @@ class RandomStartPolicy(rlflow.Policy):
     (one process: no copy, no lag); checkpoints its step count and RNG."""
 
     def __init__(self, actor: Any, low: np.ndarray, high: np.ndarray, args: Any) -> None:
-        self.actor, self.low, self.high = actor, low, high
+        self.actor = actor
+        self.low = low
+        self.high = high
         self.random_steps = args.learning_starts
         self.steps = 0
         self.rng = np.random.default_rng(args.seed)
@@ -93,16 +101,16 @@ def continuous_replay(args: Any, capacity: int) -> tuple[Any, ...]:
 
     Returns ``(env, eval_env, low, high, obs_dim, act_dim, adder, table)``.
     """
-    import numpy as np
-
     from rlflow import adders, envs
     from rlflow.replay import Fifo, SampleToInsertRatio, StepStore, Table, Uniform
 
     env = envs.make(args.env_id, num_envs=None, seed=args.seed)
     eval_env = envs.make(args.env_id, num_envs=None)
     space = env.single_action_space
-    low, high = space.low.astype(np.float32), space.high.astype(np.float32)
-    obs_dim, act_dim = int(np.prod(env.single_observation_space.shape)), int(np.prod(space.shape))
+    low = space.low.astype(np.float32)
+    high = space.high.astype(np.float32)
+    obs_dim = int(np.prod(env.single_observation_space.shape))
+    act_dim = int(np.prod(space.shape))
     store = StepStore(env.spec, capacity=capacity)
     table = Table(store, sampler=Uniform(seed=args.seed), remover=Fifo(), rate_limiter=SampleToInsertRatio(
         args.samples_per_insert, args.learning_starts, error_buffer=args.batch_size + args.samples_per_insert))
@@ -136,18 +144,23 @@ class BestLearner:
     def __init__(self, path: Path, args: Any, learner: Any, resume: bool) -> None:
         from rlflow.run_checkpoint import latest, load_state
 
-        self.path, self.args, self.learner = path, args, learner
-        self.env_steps, self.mean_return = 0, -np.inf
+        self.path = path
+        self.args = args
+        self.learner = learner
+        self.env_steps = 0
+        self.mean_return = -np.inf
         if resume and path.exists() and latest(path.parent / "checkpoints") is not None:
             saved = load_state(path)["evaluation"]
-            self.env_steps, self.mean_return = int(saved["env_steps"]), float(saved["return"])
+            self.env_steps = int(saved["env_steps"])
+            self.mean_return = float(saved["return"])
 
     def __call__(self, stream: str, env_steps: int, metrics: Any) -> None:
         from rlflow.run_checkpoint import save_state
 
         if stream != "eval" or not metrics["return"] > self.mean_return:
             return
-        self.env_steps, self.mean_return = env_steps, float(metrics["return"])
+        self.env_steps = env_steps
+        self.mean_return = float(metrics["return"])
         self.path.parent.mkdir(parents=True, exist_ok=True)
         save_state(self.path, {"args": asdict(self.args), "learner": self.learner.state_dict(),
                                "evaluation": {"env_steps": env_steps, "return": self.mean_return}})

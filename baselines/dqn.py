@@ -6,7 +6,8 @@ default; dueling heads and prioritized replay as options.
 
 rlflow does the data: the env wrapper, an n-step transition adder writing each step once, a uniform or
 prioritized table under a SampleToInsertRatio rate limiter (how many samples each env step buys), and
-the loop. This file is the algorithm: the Q-network, the epsilon-greedy policy and the TD loss.
+the loop. This file is the algorithm: the TD loss, the learner and the epsilon-greedy policy, on
+``baselines/_nets.py``'s ``QNetwork`` (an MLP, with an optional dueling head).
 The defaults start from RL Baselines3 Zoo's CartPole-v1 DQN (learning rate 2.3e-3, batch 64, epsilon
 falling to 0.04 over the first 16% of the run; to 0.1 on Acrobot-v1, the one setting that depends on the
 env, in ``FINAL_EPSILON``) and add what keeps the greedy policy stable to the end:
@@ -28,6 +29,7 @@ from torch import nn
 
 import rlflow
 from baselines import RunArgs, train
+from baselines._nets import QNetwork
 from rlflow import adders, envs
 from rlflow.replay import Fifo, Prioritized, SampleToInsertRatio, StepStore, Table, Uniform
 from rlflow.replay.sample import map_structure
@@ -65,74 +67,6 @@ class Args(RunArgs):
     logdir: str = "runs/dqn"
 
 
-class QNetwork(nn.Module):
-    """An MLP from observations to one value per action; dueling: ``V(s) + A(s, a) - mean_a A(s, a)``."""
-
-    def __init__(self, obs_dim: int, n_actions: int, hidden: tuple[int, ...], dueling: bool) -> None:
-        super().__init__()
-        layers: list[nn.Module] = []
-        size = obs_dim
-        for h in hidden:
-            layers += [nn.Linear(size, h), nn.ReLU()]
-            size = h
-        self.body = nn.Sequential(*layers)
-        self.dueling = dueling
-        self.head = nn.Linear(size, n_actions)
-        self.value = nn.Linear(size, 1) if dueling else None
-
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        x = self.body(obs.flatten(1).float())
-        if self.value is None:
-            return self.head(x)
-        adv = self.head(x)
-        return self.value(x) + adv - adv.mean(dim=1, keepdim=True)
-
-
-def final_epsilon(args: Args) -> float:
-    """``--exploration-final-eps`` if given, else the env's own in :data:`FINAL_EPSILON`, else 0.04."""
-    if args.exploration_final_eps is not None:
-        return args.exploration_final_eps
-    return FINAL_EPSILON.get(args.env_id, 0.04)
-
-
-class EpsilonGreedy(rlflow.Policy):
-    """Greedy in the Q-network's values with probability ``1 - epsilon``, epsilon falling linearly."""
-
-    def __init__(self, q: QNetwork, n_actions: int, args: Args) -> None:
-        self.q, self.n_actions = q, n_actions
-        self.decay_steps = max(1, int(args.exploration_fraction * args.total_steps))
-        self.final_eps = final_epsilon(args)
-        self.steps = 0
-        self.rng = np.random.default_rng(args.seed)
-
-    @property
-    def epsilon(self) -> float:
-        return 1.0 + min(1.0, self.steps / self.decay_steps) * (self.final_eps - 1.0)
-
-    def act(self, observation, state, *, evaluation=False):
-        n = len(observation)
-        u = self.rng.random(2 * n)  # one draw for both choices (Generator.integers costs several times more)
-        explore = np.zeros(n, bool) if evaluation else u[:n] < self.epsilon
-        actions = (u[n:] * self.n_actions).astype(np.int64)
-        if not explore.all():  # the network runs only when some lane acts greedily
-            with torch.inference_mode():
-                greedy = self.q(torch.as_tensor(observation)).argmax(dim=1).numpy()
-            actions = np.where(explore, actions, greedy)
-        if not evaluation:
-            self.steps += n
-        return actions, None, state
-
-    def set_params(self, params):
-        self.q = params  # the learner's network itself: in one process, no copy and no lag
-
-    def state_dict(self):
-        return {"steps": self.steps, "rng": self.rng.bit_generator.state}
-
-    def load_state_dict(self, state):
-        self.steps = state["steps"]
-        self.rng.bit_generator.state = state["rng"]
-
-
 def td_loss(q: QNetwork, target: QNetwork, batch: rlflow.replay.Transition, weights: torch.Tensor,
             double_q: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """Importance-weighted Huber loss of ``Q(s, a)`` against ``R + discount * Q_target(s', a*)``.
@@ -167,7 +101,8 @@ class DQNLearner(rlflow.Learner):
     (Polyak averaging; ``tau=1`` copies it)."""
 
     def __init__(self, q: QNetwork, args: Args) -> None:
-        self.q, self.args = q, args
+        self.q = q
+        self.args = args
         self.target = QNetwork(q.body[0].in_features, q.head.out_features, args.hidden, args.dueling)
         self.target.load_state_dict(q.state_dict())
         self.target.requires_grad_(False)
@@ -211,6 +146,52 @@ class DQNLearner(rlflow.Learner):
         self.target.load_state_dict(state["target"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.steps = state["steps"]
+
+
+def final_epsilon(args: Args) -> float:
+    """``--exploration-final-eps`` if given, else the env's own in :data:`FINAL_EPSILON`, else 0.04."""
+    if args.exploration_final_eps is not None:
+        return args.exploration_final_eps
+    return FINAL_EPSILON.get(args.env_id, 0.04)
+
+
+class EpsilonGreedy(rlflow.Policy):
+    """Greedy in the Q-network's values with probability ``1 - epsilon``, epsilon falling linearly."""
+
+    def __init__(self, q: QNetwork, n_actions: int, args: Args) -> None:
+        self.q = q
+        self.n_actions = n_actions
+        self.decay_steps = max(1, int(args.exploration_fraction * args.total_steps))
+        self.final_eps = final_epsilon(args)
+        self.steps = 0
+        self.rng = np.random.default_rng(args.seed)
+
+    @property
+    def epsilon(self) -> float:
+        return 1.0 + min(1.0, self.steps / self.decay_steps) * (self.final_eps - 1.0)
+
+    def act(self, observation, state, *, evaluation=False):
+        n = len(observation)
+        u = self.rng.random(2 * n)  # one draw for both choices (Generator.integers costs several times more)
+        explore = np.zeros(n, bool) if evaluation else u[:n] < self.epsilon
+        actions = (u[n:] * self.n_actions).astype(np.int64)
+        if not explore.all():  # the network runs only when some lane acts greedily
+            with torch.inference_mode():
+                greedy = self.q(torch.as_tensor(observation)).argmax(dim=1).numpy()
+            actions = np.where(explore, actions, greedy)
+        if not evaluation:
+            self.steps += n
+        return actions, None, state
+
+    def set_params(self, params):
+        self.q = params  # the learner's network itself: in one process, no copy and no lag
+
+    def state_dict(self):
+        return {"steps": self.steps, "rng": self.rng.bit_generator.state}
+
+    def load_state_dict(self, state):
+        self.steps = state["steps"]
+        self.rng.bit_generator.state = state["rng"]
 
 
 def main(args: Args) -> rlflow.RunResult:

@@ -24,6 +24,8 @@ MAPPO paper's MPE settings (learning rate 7e-4, 10 epochs, lambda 0.95, clip 0.2
 policy's output), except three that measured better here, with 16 envs on simple_spread at 2M steps
 (baselines/README.md; the paper runs 128 envs): 4 minibatches per epoch instead of 1, gamma 0.9 instead
 of 0.99, and the learning rate falling linearly to 0 (its ``use_linear_lr_decay``; off by default there).
+The MPE envs come from ``baselines/_mpe.py`` (shared with QMIX), the MLP, the categorical distribution
+and PPO's clipped objective from ``baselines/_nets.py`` (shared with PPO).
 
 Episode returns in the logs are team returns (the sum over agents); the per-agent return (MPE's
 usual figure) is that divided by the number of agents.
@@ -41,10 +43,9 @@ from torch import nn
 
 import rlflow
 from baselines import RunArgs, rollout_queue, train
-from baselines.ppo import categorical, ppo_terms
-from baselines.td3 import mlp
+from baselines._mpe import make_env, paper_scale, team_dims
+from baselines._nets import categorical, mlp, ppo_terms
 from rlflow import specs
-from rlflow.envs import ParallelEnvironment
 from rlflow.minibatches import chunk_resets, feedforward, recurrent_chunks, take
 from rlflow.returns import ValueNormalizer, gae
 
@@ -84,42 +85,6 @@ class Args(RunArgs):
         return self.num_envs
 
 
-def make_env(args: Args, num_envs: int, seed: int | None) -> ParallelEnvironment:
-    import importlib
-
-    scenario = importlib.import_module(f"mpe2.{args.env_id}")
-    kwargs = {"N": args.n_agents} if "spread" in args.env_id else {}
-    return ParallelEnvironment([scenario.parallel_env(max_cycles=args.max_cycles, **kwargs)
-                                for _ in range(num_envs)], seed=seed)
-
-
-def paper_scale(team_return: float, n_agents: int, steps: int) -> float:
-    """An mpe2 ``simple_spread`` team return (default ``local_ratio`` 0.5) on the scale of the MAPPO paper
-    and EPyMARL: their team return sums, over agents and steps, ``-D - c_i`` with ``D`` the sum over
-    landmarks of the nearest agent's distance and ``c_i`` the agents agent ``i`` touches, itself included
-    (the original MPE counts an agent as colliding with itself). mpe2 gives agent ``i`` the mean of the
-    global ``-D`` and its own ``-(c_i - 1)``, so each agent-step's paper reward is twice mpe2's minus 1:
-    ``2 * team_return - n_agents * steps`` for episodes of ``steps`` steps."""
-    return 2.0 * team_return - n_agents * steps
-
-
-def report_team(result: rlflow.RunResult, n_agents: int, args: Any) -> None:
-    """Print the final evaluation per agent (MPE's usual figure) and, on ``simple_spread``, on the MAPPO
-    paper's scale (:func:`paper_scale`)."""
-    print(f"per-agent return: {result.final_evaluation / n_agents:.2f}")
-    if "spread" in args.env_id:
-        print(f"on the MAPPO paper's scale: {paper_scale(result.final_evaluation, n_agents, args.max_cycles):.1f}")
-
-
-def team_dims(env: ParallelEnvironment) -> tuple[int, int, int]:
-    """``(obs_dim, state_dim, n_actions)`` of one agent: its flat observation, the global state (every
-    agent's observation together when the env has no state), its discrete actions."""
-    spec = env.observation_spec
-    obs_dim = int(np.prod(spec["obs"].shape[1:]))
-    state_dim = int(np.prod(spec["state"].shape)) if "state" in spec else env.num_agents * obs_dim
-    return obs_dim, state_dim, int(env.single_agent_action_space.n)
-
-
 def _net(in_dim: int, hidden: tuple[int, ...], out_dim: int, out_gain: float) -> nn.Sequential:
     """MAPPO's MLP: a LayerNorm on the input (feature normalisation), ReLU layers with orthogonal weights
     (gain sqrt 2), an orthogonal output layer of gain ``out_gain`` (0.01 for the policy: near-uniform at first)."""
@@ -141,7 +106,9 @@ class Heads(nn.Module):
     def __init__(self, in_dim: int, out_dim: int, n_agents: int, hidden: tuple[int, ...], shared: bool,
                  out_gain: float = 1.0, recurrent: bool = False) -> None:
         super().__init__()
-        self.n_agents, self.shared, self.recurrent = n_agents, shared, recurrent
+        self.n_agents = n_agents
+        self.shared = shared
+        self.recurrent = recurrent
         self.hidden = hidden[-1] if hidden else in_dim + (n_agents if shared else 0)
         width = in_dim + (n_agents if shared else 0)
         copies = 1 if shared else n_agents
@@ -210,50 +177,18 @@ class MAPPONet(nn.Module):
                ) -> tuple[torch.Tensor, torch.Tensor]:
         """Recurrent: logits ``[B, L, A, n]`` and values ``[B, L, A]`` over sequences ``obs`` (leaves
         ``[B, L, ...]``) from the hidden states ``[B, A, H]``, which restart at zero where ``resets [B, L]``."""
-        logits, values = [], []
+        logits = []
+        values = []
         for t in range(resets.shape[1]):
             keep = (~resets[:, t]).float()[:, None, None]
-            h_actor, h_critic = h_actor * keep, h_critic * keep
+            h_actor = h_actor * keep
+            h_critic = h_critic * keep
             step = {k: v[:, t] for k, v in obs.items()}
             dist, h_actor = self.policy(step, h_actor)
             v, h_critic = self.value(step, h_critic)
             logits.append(dist.logits)
             values.append(v)
         return torch.stack(logits, 1), torch.stack(values, 1)
-
-
-class TeamPolicy(rlflow.Policy):
-    """Samples every agent's action; stores the log-probabilities (and, recurrent, the hidden states the
-    step started from, where the learner's chunks start) as extras."""
-
-    def __init__(self, net: MAPPONet) -> None:
-        self.net = net
-
-    def initial_state(self, batch_size):
-        if not self.net.recurrent:
-            return None
-        zeros = torch.zeros(batch_size, self.net.n_agents, self.net.actor.hidden)
-        return {"actor": zeros, "critic": torch.zeros(batch_size, self.net.n_agents, self.net.critic.hidden)}
-
-    def act(self, observation, state, *, evaluation=False):
-        with torch.inference_mode():
-            if self.net.recurrent:
-                dist, h_actor = self.net.policy(observation, state["actor"])
-                _, h_critic = self.net.value(observation, state["critic"])
-            else:
-                dist = self.net.policy(observation)
-            action = dist.probs.argmax(-1) if evaluation else dist.sample()
-            extras = {"log_prob": dist.log_prob(action).numpy()}
-        if self.net.recurrent:
-            extras.update(h_actor=state["actor"].numpy(), h_critic=state["critic"].numpy())
-            state = {"actor": h_actor, "critic": h_critic}
-        return action.numpy(), extras, state
-
-    def set_params(self, params):
-        self.net = params  # the learner's network itself (one process: no copy, no lag)
-
-    def state_dict(self):
-        return {"torch_rng": torch.get_rng_state()}
 
 
 def agent_targets(values: torch.Tensor, rows: dict, mask: np.ndarray, gamma: float,
@@ -268,13 +203,15 @@ def agent_targets(values: torch.Tensor, rows: dict, mask: np.ndarray, gamma: flo
     """
     obs = rows["observation"]
     valid = ~rows["last"][:, :-1] & mask[:, :-1] & mask[:, 1:]
-    active = torch.as_tensor(obs["active"][:, :-1] & valid[..., None])
-    reward = torch.where(active, torch.as_tensor(rows["reward"][:, :-1]), 0.0)
-    terminated = torch.as_tensor(obs["terminated"][:, 1:]) & active
-    truncated = torch.as_tensor(obs["truncated"][:, 1:]) | ~active
-    tm = lambda x: x.transpose(0, 1)  # noqa: E731 - [E, T, A] -> [T, E, A]
-    adv, ret = gae(tm(reward), tm(values[:, :-1]), tm(values[:, 1:]), tm(terminated), tm(truncated), gamma, lam)
-    return {"active": tm(active), "advantages": adv, "returns": ret}
+    # every [E, T, A] array made time-major, [T, E, A], as gae takes them
+    active = torch.as_tensor(obs["active"][:, :-1] & valid[..., None]).transpose(0, 1)
+    reward = torch.where(active, torch.as_tensor(rows["reward"][:, :-1]).transpose(0, 1), 0.0)
+    terminated = torch.as_tensor(obs["terminated"][:, 1:]).transpose(0, 1) & active
+    truncated = torch.as_tensor(obs["truncated"][:, 1:]).transpose(0, 1) | ~active
+    value = values[:, :-1].transpose(0, 1)
+    next_value = values[:, 1:].transpose(0, 1)
+    adv, ret = gae(reward, value, next_value, terminated, truncated, gamma, lam)
+    return {"active": active, "advantages": adv, "returns": ret}
 
 
 def team_rewards(reward: np.ndarray) -> np.ndarray:
@@ -287,16 +224,23 @@ def team_rewards(reward: np.ndarray) -> np.ndarray:
 def mappo_loss(net: MAPPONet, obs: dict, actions: torch.Tensor, old_log_prob: torch.Tensor, advantages: torch.Tensor,
                returns: torch.Tensor, active: torch.Tensor, clip: float, ent_coef: float,
                vf_coef: float) -> tuple[torch.Tensor, dict[str, float]]:
-    """PPO's objective (:func:`baselines.ppo.ppo_terms`) of a feed-forward network over ``[M, A]`` samples:
+    """PPO's objective (``baselines/_nets.py``'s :func:`ppo_terms`) of a feed-forward network over ``[M, A]`` samples:
     ``M`` (step, env) rows, every agent of a row together (as the centralised critic wants), ``obs`` a dict
     of ``[M, A, ...]`` (and ``state [M, ...]``); means run over the agents that acted (``active``)."""
     return ppo_terms(net.policy(obs), net.value(obs), actions, old_log_prob, advantages, returns, clip, ent_coef,
                      vf_coef, mask=active)
 
 
+def time_major(x: np.ndarray) -> np.ndarray:
+    """The action rows of ``E`` rollouts ``[E, T + 1, ...]`` (all but the last row) as one contiguous
+    ``[T, E, ...]`` array."""
+    return np.ascontiguousarray(np.swapaxes(x[:, :-1], 0, 1))
+
+
 class MAPPOLearner(rlflow.Learner):
     def __init__(self, net: MAPPONet, args: Args) -> None:
-        self.net, self.args = net, args
+        self.net = net
+        self.args = args
         self.optimizer = torch.optim.Adam(net.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
         self.norm = ValueNormalizer() if args.value_norm else None
         self.rng = np.random.default_rng(args.seed)
@@ -304,7 +248,8 @@ class MAPPOLearner(rlflow.Learner):
         self.total_updates = max(1, args.total_steps // (args.num_envs * args.n_steps))
 
     def step(self, sample):
-        rows, mask = sample.data, sample.mask
+        rows = sample.data
+        mask = sample.mask
         obs = rows["observation"]
         if self.args.anneal_lr:
             for group in self.optimizer.param_groups:
@@ -327,20 +272,22 @@ class MAPPOLearner(rlflow.Learner):
         if self.norm is not None:
             self.norm.update(returns[targets["active"]])
             returns = self.norm.normalize(returns)
-        tm = lambda x: np.ascontiguousarray(np.swapaxes(x[:, :-1], 0, 1))  # noqa: E731 - [E, T+1, ...] -> [T, E, ...]
-        steps = {k: torch.as_tensor(tm(v)) for k, v in obs.items()}
-        actions = torch.as_tensor(tm(rows["action"]))
-        old_log_prob = torch.as_tensor(tm(rows["extras"]["log_prob"]))
+        # the rollouts' action rows, time-major [T, E, ...]
+        steps = {k: torch.as_tensor(time_major(v)) for k, v in obs.items()}
+        actions = torch.as_tensor(time_major(rows["action"]))
+        old_log_prob = torch.as_tensor(time_major(rows["extras"]["log_prob"]))
         advantages = targets["advantages"].float()
         t, e, _ = active.shape
+        if self.net.recurrent:  # the hidden states each step started from
+            h_actor = torch.as_tensor(time_major(rows["extras"]["h_actor"]))
+            h_critic = torch.as_tensor(time_major(rows["extras"]["h_critic"]))
+            first = torch.as_tensor(time_major(rows["first"]))
         metrics: dict[str, float] = {}
         for _ in range(self.args.n_epochs):
             if self.net.recurrent:  # chunks of chunk_length steps, never across a lane, from the stored states
-                h = {k: torch.as_tensor(tm(rows["extras"][k])) for k in ("h_actor", "h_critic")}
-                first = torch.as_tensor(tm(rows["first"]))
                 for c in recurrent_chunks(t, e, self.args.chunk_length, self.args.num_minibatches, rng=self.rng):
                     seq = {k: take(v, c.index) for k, v in steps.items()}
-                    logits, values = self.net.unroll(seq, take(h["h_actor"], c.start), take(h["h_critic"], c.start),
+                    logits, values = self.net.unroll(seq, take(h_actor, c.start), take(h_critic, c.start),
                                                      chunk_resets(first, c))
                     acted = torch.as_tensor(take(active, c.index) & c.mask[..., None])  # padding past the end: out
                     loss, metrics = ppo_terms(categorical(logits), values,
@@ -382,6 +329,40 @@ class MAPPOLearner(rlflow.Learner):
         self.updates = int(state.get("updates", 0))  # states saved before the schedule existed: its start
 
 
+class TeamPolicy(rlflow.Policy):
+    """Samples every agent's action; stores the log-probabilities (and, recurrent, the hidden states the
+    step started from, where the learner's chunks start) as extras."""
+
+    def __init__(self, net: MAPPONet) -> None:
+        self.net = net
+
+    def initial_state(self, batch_size):
+        if not self.net.recurrent:
+            return None
+        zeros = torch.zeros(batch_size, self.net.n_agents, self.net.actor.hidden)
+        return {"actor": zeros, "critic": torch.zeros(batch_size, self.net.n_agents, self.net.critic.hidden)}
+
+    def act(self, observation, state, *, evaluation=False):
+        with torch.inference_mode():
+            if self.net.recurrent:
+                dist, h_actor = self.net.policy(observation, state["actor"])
+                _, h_critic = self.net.value(observation, state["critic"])
+            else:
+                dist = self.net.policy(observation)
+            action = dist.probs.argmax(-1) if evaluation else dist.sample()
+            extras = {"log_prob": dist.log_prob(action).numpy()}
+        if self.net.recurrent:
+            extras.update(h_actor=state["actor"].numpy(), h_critic=state["critic"].numpy())
+            state = {"actor": h_actor, "critic": h_critic}
+        return action.numpy(), extras, state
+
+    def set_params(self, params):
+        self.net = params  # the learner's network itself (one process: no copy, no lag)
+
+    def state_dict(self):
+        return {"torch_rng": torch.get_rng_state()}
+
+
 def main(args: Args) -> rlflow.RunResult:
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)
@@ -399,7 +380,10 @@ def main(args: Args) -> rlflow.RunResult:
     net = MAPPONet(obs_dim, state_dim, n_actions, env.num_agents, args)
     result = train("MAPPO" if args.critic == "centralised" else "IPPO", args, env, eval_env, TeamPolicy(net),
                    MAPPOLearner(net, args), adder, table)
-    report_team(result, env.num_agents, args)
+    team_return = result.final_evaluation
+    print(f"per-agent return: {team_return / env.num_agents:.2f}")
+    if "spread" in args.env_id:
+        print(f"on the MAPPO paper's scale: {paper_scale(team_return, env.num_agents, args.max_cycles):.1f}")
     return result
 
 

@@ -34,7 +34,7 @@ from torch import nn
 
 import rlflow
 from baselines import RunArgs, rollout_queue, train
-from baselines.td3 import mlp
+from baselines._nets import categorical, mlp, ppo_terms
 from rlflow import envs, specs
 from rlflow.minibatches import chunk_resets, feedforward, recurrent_chunks, take
 from rlflow.returns import ValueNormalizer, gae
@@ -68,12 +68,6 @@ class Args(RunArgs):
         return self.num_envs
 
 
-def categorical(logits: torch.Tensor) -> torch.distributions.Categorical:
-    """The action distribution of ``logits``, without torch's per-call argument checks (the logits come
-    from our own network; the checks would double the cost of a small distribution)."""
-    return torch.distributions.Categorical(logits=logits, validate_args=False)
-
-
 class DiagGaussian(torch.distributions.Normal):
     """Independent Gaussians over the dimensions of an action vector: log-probabilities and entropies are
     summed over the last axis (one number per action, as a Categorical's); ``mode`` is the mean."""
@@ -99,7 +93,8 @@ class ActorCritic(nn.Module):
         super().__init__()
         self.lstm = lstm
         if lstm:
-            self.pi_lstm, self.v_lstm = nn.LSTMCell(obs_dim, lstm), nn.LSTMCell(obs_dim, lstm)
+            self.pi_lstm = nn.LSTMCell(obs_dim, lstm)
+            self.v_lstm = nn.LSTMCell(obs_dim, lstm)
         width = lstm or obs_dim
         self.pi = mlp([width, *hidden, n_actions])
         self.v = mlp([width, *hidden, 1])
@@ -130,13 +125,136 @@ class ActorCritic(nn.Module):
                ) -> tuple[Any, torch.Tensor]:
         """Sequences ``obs [B, L, ...]`` from ``state``, restarting at zero where ``resets [B, L]``:
         the action distributions ``[B, L]`` and values ``[B, L]``."""
-        heads, values = [], []
+        heads = []
+        values = []
         for t in range(resets.shape[1]):
             keep = (~resets[:, t]).float()[:, None]
             head, v, state = self._step(obs[:, t], tuple(x * keep for x in state))
             heads.append(head)
             values.append(v)
         return self.distribution(torch.stack(heads, 1)), torch.stack(values, 1)
+
+
+def rollout_targets(values: torch.Tensor, rows: dict, mask: np.ndarray, gamma: float,
+                    lam: float) -> dict[str, torch.Tensor]:
+    """Per step of ``E`` rollouts of ``T + 1`` rows: which steps are actions, their advantages and returns.
+
+    ``values [E, T + 1]`` is ``V`` of every row. Step ``t`` (rows ``0 .. T - 1``) is an action unless row
+    ``t`` is a final-observation row (``last``) or padding. Its next value is ``V(row t + 1)``: within an
+    episode that row is the next observation, and after a truncation it is the true final observation;
+    after a termination GAE uses 0. Steps that are not actions get reward 0 and cut the recursion.
+    Returns time-major ``[T, E]`` tensors.
+    """
+    valid = torch.as_tensor(~rows["last"][:, :-1] & mask[:, :-1] & mask[:, 1:])
+    reward = torch.where(valid, torch.as_tensor(rows["reward"][:, :-1]), 0.0)
+    terminated = torch.as_tensor(rows["terminated"][:, :-1]) & valid
+    truncated = torch.as_tensor(rows["truncated"][:, :-1]) | ~valid
+    adv, ret = gae(reward.T, values[:, :-1].T, values[:, 1:].T, terminated.T, truncated.T, gamma, lam)
+    return {"valid": valid.T, "advantages": adv, "returns": ret}
+
+
+def time_major(x: np.ndarray) -> torch.Tensor:
+    """The action rows of ``E`` rollouts ``[E, T + 1, ...]`` (all but the last row) as one contiguous
+    ``[T, E, ...]`` tensor."""
+    return torch.as_tensor(np.ascontiguousarray(np.swapaxes(x[:, :-1], 0, 1)))
+
+
+def ppo_loss(net: ActorCritic, obs: torch.Tensor, actions: torch.Tensor, old_log_prob: torch.Tensor,
+             advantages: torch.Tensor, returns: torch.Tensor, clip: float, ent_coef: float,
+             vf_coef: float) -> tuple[torch.Tensor, dict[str, float]]:
+    """PPO's objective (``baselines/_nets.py``'s :func:`ppo_terms`) of the feed-forward network on a minibatch
+    of steps."""
+    dist, value = net(obs)
+    return ppo_terms(dist, value, actions, old_log_prob, advantages, returns, clip, ent_coef, vf_coef)
+
+
+class PPOLearner(rlflow.Learner):
+    def __init__(self, net: ActorCritic, args: Args) -> None:
+        self.net = net
+        self.args = args
+        self.optimizer = torch.optim.Adam(net.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
+        self.updates = 0
+        self.total_updates = max(1, args.total_steps // (args.num_envs * args.n_steps))
+        self.rng = np.random.default_rng(args.seed)
+        self.norm = ValueNormalizer() if args.value_norm else None
+
+    def step(self, sample):
+        rows = sample.data
+        mask = sample.mask
+        obs = torch.as_tensor(rows["observation"])
+        e, t1 = mask.shape
+        with torch.no_grad():
+            if self.net.lstm:  # V of every row, the LSTM run from the state stored at the rollout's first row
+                state0 = tuple(torch.as_tensor(rows["extras"]["lstm"][:, 0, i]) for i in range(4))
+                _, values = self.net.unroll(obs, state0, torch.as_tensor(rows["first"]))
+            else:
+                values = self.net(obs.reshape(e * t1, *obs.shape[2:]))[1].reshape(e, t1)
+            if self.norm is not None:
+                values = self.norm.denormalize(values)
+        targets = rollout_targets(values, rows, mask, self.args.gamma, self.args.gae_lambda)
+        returns = targets["returns"].float()
+        if self.norm is not None:
+            self.norm.update(returns[targets["valid"]])
+            returns = self.norm.normalize(returns)
+        # linear schedules, as the zoo's for CartPole (constant with --no-anneal)
+        left = max(0.0, 1.0 - self.updates / self.total_updates) if self.args.anneal else 1.0
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.args.learning_rate * left
+        clip = self.args.clip_range * left
+        # the rollouts' action rows, time-major [T, E, ...]
+        obs_t = time_major(rows["observation"])
+        actions_t = time_major(rows["action"])
+        old_log_prob_t = time_major(rows["extras"]["log_prob"])
+        advantages = targets["advantages"].float()
+        t, e = targets["valid"].shape
+        if self.net.lstm:
+            stored = time_major(rows["extras"]["lstm"])  # [T, E, 4, lstm]: the state each step started from
+            first = time_major(rows["first"])
+            # minibatches of about minibatch_size steps, each of one chunk at least
+            chunks = e * ((t + self.args.chunk_length - 1) // self.args.chunk_length)
+            num_minibatches = max(1, min(chunks, t * e // self.args.minibatch_size))
+        metrics: dict[str, float] = {}
+        for _ in range(self.args.n_epochs):
+            if self.net.lstm:  # chunks of chunk_length steps of one lane, from the stored states
+                for c in recurrent_chunks(t, e, self.args.chunk_length, num_minibatches, rng=self.rng):
+                    start = take(stored, c.start)  # [M, 4, lstm]
+                    dist, value = self.net.unroll(take(obs_t, c.index), tuple(start[:, i] for i in range(4)),
+                                                  chunk_resets(first, c))
+                    loss, metrics = ppo_terms(dist, value, take(actions_t, c.index), take(old_log_prob_t, c.index),
+                                              take(advantages, c.index), take(returns, c.index), clip,
+                                              self.args.ent_coef, self.args.vf_coef,
+                                              mask=take(targets["valid"], c.index) & torch.as_tensor(c.mask))
+                    self._apply(loss)
+                continue
+            for ti, ei in feedforward(t, e, minibatch_size=self.args.minibatch_size, rng=self.rng,
+                                      mask=targets["valid"].numpy()):
+                loss, metrics = ppo_loss(self.net, obs_t[ti, ei], actions_t[ti, ei], old_log_prob_t[ti, ei],
+                                         advantages[ti, ei], returns[ti, ei], clip, self.args.ent_coef,
+                                         self.args.vf_coef)
+                self._apply(loss)
+        self.updates += 1
+        return {**metrics, "steps": float(targets["valid"].sum())}
+
+    def _apply(self, loss: torch.Tensor) -> None:
+        self.optimizer.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(self.net.parameters(), self.args.max_grad_norm)
+        self.optimizer.step()
+
+    def get_params(self):
+        return self.net
+
+    def state_dict(self):
+        return {"net": self.net.state_dict(), "optimizer": self.optimizer.state_dict(), "updates": self.updates,
+                "rng": self.rng.bit_generator.state, "norm": self.norm.state_dict() if self.norm is not None else None}
+
+    def load_state_dict(self, state):
+        self.net.load_state_dict(state["net"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.updates = state["updates"]
+        self.rng.bit_generator.state = state["rng"]
+        if self.norm is not None:
+            self.norm.load_state_dict(state["norm"])
 
 
 class SamplingPolicy(rlflow.Policy):
@@ -167,132 +285,6 @@ class SamplingPolicy(rlflow.Policy):
 
     def state_dict(self):
         return {"torch_rng": torch.get_rng_state()}
-
-
-def rollout_targets(values: torch.Tensor, rows: dict, mask: np.ndarray, gamma: float,
-                    lam: float) -> dict[str, torch.Tensor]:
-    """Per step of ``E`` rollouts of ``T + 1`` rows: which steps are actions, their advantages and returns.
-
-    ``values [E, T + 1]`` is ``V`` of every row. Step ``t`` (rows ``0 .. T - 1``) is an action unless row
-    ``t`` is a final-observation row (``last``) or padding. Its next value is ``V(row t + 1)``: within an
-    episode that row is the next observation, and after a truncation it is the true final observation;
-    after a termination GAE uses 0. Steps that are not actions get reward 0 and cut the recursion.
-    Returns time-major ``[T, E]`` tensors.
-    """
-    valid = torch.as_tensor(~rows["last"][:, :-1] & mask[:, :-1] & mask[:, 1:])
-    reward = torch.where(valid, torch.as_tensor(rows["reward"][:, :-1]), 0.0)
-    terminated = torch.as_tensor(rows["terminated"][:, :-1]) & valid
-    truncated = torch.as_tensor(rows["truncated"][:, :-1]) | ~valid
-    adv, ret = gae(reward.T, values[:, :-1].T, values[:, 1:].T, terminated.T, truncated.T, gamma, lam)
-    return {"valid": valid.T, "advantages": adv, "returns": ret}
-
-
-def ppo_terms(dist: torch.distributions.Categorical, value: torch.Tensor, actions: torch.Tensor,
-              old_log_prob: torch.Tensor, advantages: torch.Tensor, returns: torch.Tensor, clip: float,
-              ent_coef: float, vf_coef: float, mask: torch.Tensor | None = None
-              ) -> tuple[torch.Tensor, dict[str, float]]:
-    """``-mean min(r A, clip(r, 1 - clip, 1 + clip) A) + vf_coef mean (V - R)^2 - ent_coef mean H`` over the
-    entries of ``mask`` (all by default), ``r = exp(log pi(a|s) - old log pi(a|s))``; the advantages are
-    normalised over those entries first."""
-    keep = torch.ones_like(advantages, dtype=torch.bool) if mask is None else mask
-    ratio = torch.exp(dist.log_prob(actions) - old_log_prob)[keep]
-    adv = advantages[keep]
-    adv = (adv - adv.mean()) / (adv.std() + 1e-8) if len(adv) > 1 else adv
-    policy_loss = -torch.min(ratio * adv, torch.clamp(ratio, 1 - clip, 1 + clip) * adv).mean()
-    value_loss = (value[keep] - returns[keep]).pow(2).mean()
-    entropy = dist.entropy()[keep].mean()
-    loss = policy_loss + vf_coef * value_loss - ent_coef * entropy
-    return loss, {"policy_loss": policy_loss.item(), "value_loss": value_loss.item(), "entropy": entropy.item()}
-
-
-def ppo_loss(net: ActorCritic, obs: torch.Tensor, actions: torch.Tensor, old_log_prob: torch.Tensor,
-             advantages: torch.Tensor, returns: torch.Tensor, clip: float, ent_coef: float,
-             vf_coef: float) -> tuple[torch.Tensor, dict[str, float]]:
-    """:func:`ppo_terms` of the feed-forward network on a minibatch of steps."""
-    dist, value = net(obs)
-    return ppo_terms(dist, value, actions, old_log_prob, advantages, returns, clip, ent_coef, vf_coef)
-
-
-class PPOLearner(rlflow.Learner):
-    def __init__(self, net: ActorCritic, args: Args) -> None:
-        self.net, self.args = net, args
-        self.optimizer = torch.optim.Adam(net.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
-        self.updates = 0
-        self.total_updates = max(1, args.total_steps // (args.num_envs * args.n_steps))
-        self.rng = np.random.default_rng(args.seed)
-        self.norm = ValueNormalizer() if args.value_norm else None
-
-    def step(self, sample):
-        rows, mask = sample.data, sample.mask
-        obs = torch.as_tensor(rows["observation"])
-        e, t1 = mask.shape
-        with torch.no_grad():
-            if self.net.lstm:  # V of every row, the LSTM run from the state stored at the rollout's first row
-                state0 = tuple(torch.as_tensor(rows["extras"]["lstm"][:, 0, i]) for i in range(4))
-                _, values = self.net.unroll(obs, state0, torch.as_tensor(rows["first"]))
-            else:
-                values = self.net(obs.reshape(e * t1, *obs.shape[2:]))[1].reshape(e, t1)
-            if self.norm is not None:
-                values = self.norm.denormalize(values)
-        targets = rollout_targets(values, rows, mask, self.args.gamma, self.args.gae_lambda)
-        returns = targets["returns"].float()
-        if self.norm is not None:
-            self.norm.update(returns[targets["valid"]])
-            returns = self.norm.normalize(returns)
-        # linear schedules, as the zoo's for CartPole (constant with --no-anneal)
-        left = max(0.0, 1.0 - self.updates / self.total_updates) if self.args.anneal else 1.0
-        for group in self.optimizer.param_groups:
-            group["lr"] = self.args.learning_rate * left
-        clip = self.args.clip_range * left
-        tm = lambda x: torch.as_tensor(np.ascontiguousarray(np.swapaxes(x[:, :-1], 0, 1)))  # noqa: E731
-        steps_t = {k: tm(v) for k, v in (("obs", rows["observation"]), ("actions", rows["action"]),
-                                         ("old_log_prob", rows["extras"]["log_prob"]))}
-        advantages = targets["advantages"].float()
-        t, e = targets["valid"].shape
-        metrics: dict[str, float] = {}
-        for _ in range(self.args.n_epochs):
-            if self.net.lstm:  # chunks of chunk_length steps of one lane, from the stored states
-                stored, first = tm(rows["extras"]["lstm"]), tm(rows["first"])
-                k = max(1, min(e * -(-t // self.args.chunk_length), t * e // self.args.minibatch_size))
-                for c in recurrent_chunks(t, e, self.args.chunk_length, k, rng=self.rng):
-                    start = take(stored, c.start)  # [M, 4, lstm]
-                    dist, value = self.net.unroll(take(steps_t["obs"], c.index),
-                                                  tuple(start[:, i] for i in range(4)), chunk_resets(first, c))
-                    loss, metrics = ppo_terms(dist, value, take(steps_t["actions"], c.index),
-                                              take(steps_t["old_log_prob"], c.index), take(advantages, c.index),
-                                              take(returns, c.index), clip, self.args.ent_coef, self.args.vf_coef,
-                                              mask=take(targets["valid"], c.index) & torch.as_tensor(c.mask))
-                    self._apply(loss)
-                continue
-            for ti, ei in feedforward(t, e, minibatch_size=self.args.minibatch_size, rng=self.rng,
-                                      mask=targets["valid"].numpy()):
-                loss, metrics = ppo_loss(self.net, steps_t["obs"][ti, ei], steps_t["actions"][ti, ei],
-                                         steps_t["old_log_prob"][ti, ei], advantages[ti, ei], returns[ti, ei], clip,
-                                         self.args.ent_coef, self.args.vf_coef)
-                self._apply(loss)
-        self.updates += 1
-        return {**metrics, "steps": float(targets["valid"].sum())}
-
-    def _apply(self, loss: torch.Tensor) -> None:
-        self.optimizer.zero_grad()
-        loss.backward()
-        nn.utils.clip_grad_norm_(self.net.parameters(), self.args.max_grad_norm)
-        self.optimizer.step()
-
-    def get_params(self):
-        return self.net
-
-    def state_dict(self):
-        return {"net": self.net.state_dict(), "optimizer": self.optimizer.state_dict(), "updates": self.updates,
-                "rng": self.rng.bit_generator.state, "norm": self.norm.state_dict() if self.norm is not None else None}
-
-    def load_state_dict(self, state):
-        self.net.load_state_dict(state["net"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.updates = state["updates"]
-        self.rng.bit_generator.state = state["rng"]
-        if self.norm is not None:
-            self.norm.load_state_dict(state["norm"])
 
 
 def main(args: Args) -> rlflow.RunResult:

@@ -16,13 +16,16 @@ observation is stored), and not after termination. Hyperparameters follow EPyMAR
 (learning rate 5e-4 with Adam, gamma 0.99, batch 32 episodes, 5,000-episode buffer, epsilon 1 -> 0.05
 over 50,000 steps, hidden 64, mixing embedding 32, target update every 200 learner steps). One
 departure: the hypernetworks take the state through a LayerNorm (``--no-state-norm`` for the original
-mixer), without which QMIX's ``Q_tot`` diverges on simple_spread (see baselines/README.md).
+mixer), without which QMIX's ``Q_tot`` diverges on simple_spread (see baselines/README.md). The MPE envs
+come from ``baselines/_mpe.py`` (shared with MAPPO), the maximum over legal actions from
+``baselines/_nets.py``.
 
 Episode returns in the logs are team returns (the sum over agents).
 """
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,7 +35,8 @@ from torch import nn
 
 import rlflow
 from baselines import RunArgs, train
-from baselines.mappo import make_env, report_team, team_dims
+from baselines._mpe import make_env, paper_scale, team_dims
+from baselines._nets import masked_max
 from rlflow import adders
 from rlflow.replay import Fifo, SampleToInsertRatio, StepStore, Table, Uniform
 from rlflow.returns import ValueNormalizer, lambda_returns
@@ -78,7 +82,8 @@ class AgentNet(nn.Module):
 
     def __init__(self, obs_dim: int, n_actions: int, n_agents: int, hidden: int) -> None:
         super().__init__()
-        self.n_agents, self.hidden = n_agents, hidden
+        self.n_agents = n_agents
+        self.hidden = hidden
         self.inp = nn.Linear(obs_dim + n_agents, hidden)
         self.rnn = nn.GRUCell(hidden, hidden)
         self.out = nn.Linear(hidden, n_actions)
@@ -109,7 +114,8 @@ class QMixer(nn.Module):
     def __init__(self, n_agents: int, state_dim: int, embed: int, hypernet_embed: int,
                  state_norm: bool = False) -> None:
         super().__init__()
-        self.n_agents, self.embed = n_agents, embed
+        self.n_agents = n_agents
+        self.embed = embed
         self.norm = nn.LayerNorm(state_dim) if state_norm else nn.Identity()
         self.w1 = nn.Sequential(nn.Linear(state_dim, hypernet_embed), nn.ReLU(), nn.Linear(hypernet_embed,
                                                                                         embed * n_agents))
@@ -140,17 +146,6 @@ def team_state(obs: dict) -> torch.Tensor:
         return torch.as_tensor(obs["state"]).float()
     o = torch.as_tensor(obs["obs"]).float()
     return o.reshape(*o.shape[:-2], -1)
-
-
-def masked_max(q: torch.Tensor, mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(max, argmax)`` of ``q [..., n]`` over the legal actions; rows with none legal give ``(0, 0)``
-    (no NaN or -inf from an all-False mask, e.g. a dead agent's)."""
-    if mask is None:
-        best, arg = q.max(-1)
-        return best, arg
-    legal = mask.any(-1)
-    best, arg = torch.where(mask, q, torch.finfo(q.dtype).min).max(-1)
-    return torch.where(legal, best, 0.0), torch.where(legal, arg, 0)
 
 
 def team_reward(rows: dict, mask: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
@@ -214,54 +209,13 @@ def td_loss(agent: AgentNet, target_agent: AgentNet, mixer: nn.Module, target_mi
     return loss, {"loss": loss.item(), "q_tot": q_tot[valid].mean().item()}
 
 
-class EpsilonGreedy(rlflow.Policy):
-    """Epsilon-greedy over the legal actions with the recurrent agent network; state: the GRU's ``h``."""
-
-    def __init__(self, agent: AgentNet, args: Args) -> None:
-        self.agent, self.args = agent, args
-        self.steps = 0
-        self.rng = np.random.default_rng(args.seed)
-
-    def initial_state(self, batch_size):
-        return torch.zeros(batch_size, self.agent.n_agents, self.agent.hidden)
-
-    def epsilon(self) -> float:
-        frac = min(1.0, self.steps / max(1, self.args.epsilon_steps))
-        return self.args.epsilon_start + frac * (self.args.epsilon_end - self.args.epsilon_start)
-
-    def act(self, observation, state, *, evaluation=False):
-        with torch.inference_mode():
-            q, state = self.agent(torch.as_tensor(observation["obs"]).float(), state)
-        mask = observation.get("action_mask")
-        legal = np.ones(q.shape, bool) if mask is None else np.asarray(mask)
-        greedy = masked_max(q, torch.as_tensor(legal))[1].numpy()
-        if evaluation:
-            return greedy, None, state
-        e, a = greedy.shape
-        self.steps += e
-        explore = self.rng.random((e, a)) < self.epsilon()
-        # a uniformly random legal action (action 0 where none is legal)
-        scores = self.rng.random(legal.shape) * legal
-        random = scores.argmax(-1)
-        return np.where(explore, random, greedy), None, state
-
-    def set_params(self, params):
-        self.agent = params  # the learner's network itself (one process: no copy, no lag)
-
-    def state_dict(self):
-        return {"steps": self.steps, "rng": self.rng.bit_generator.state}
-
-    def load_state_dict(self, state):
-        self.steps = state["steps"]
-        self.rng.bit_generator.state = state["rng"]
-
-
 class QMIXLearner(rlflow.Learner):
     def __init__(self, agent: AgentNet, mixer: nn.Module, args: Args) -> None:
-        import copy
-
-        self.agent, self.mixer, self.args = agent, mixer, args
-        self.target_agent, self.target_mixer = copy.deepcopy(agent), copy.deepcopy(mixer)
+        self.agent = agent
+        self.mixer = mixer
+        self.args = args
+        self.target_agent = copy.deepcopy(agent)
+        self.target_mixer = copy.deepcopy(mixer)
         self.params = [*agent.parameters(), *mixer.parameters()]
         self.target_params = [*self.target_agent.parameters(), *self.target_mixer.parameters()]
         self.optimizer = torch.optim.Adam(self.params, lr=args.learning_rate, fused=True)
@@ -302,11 +256,57 @@ class QMIXLearner(rlflow.Learner):
                 "reward_norm": None if self.reward_norm is None else self.reward_norm.state_dict()}
 
     def load_state_dict(self, state):
-        for name in ("agent", "mixer", "target_agent", "target_mixer", "optimizer"):
-            getattr(self, name).load_state_dict(state[name])
+        self.agent.load_state_dict(state["agent"])
+        self.mixer.load_state_dict(state["mixer"])
+        self.target_agent.load_state_dict(state["target_agent"])
+        self.target_mixer.load_state_dict(state["target_mixer"])
+        self.optimizer.load_state_dict(state["optimizer"])
         self.updates = state["updates"]
         if self.reward_norm is not None:
             self.reward_norm.load_state_dict(state["reward_norm"])
+
+
+class EpsilonGreedy(rlflow.Policy):
+    """Epsilon-greedy over the legal actions with the recurrent agent network; state: the GRU's ``h``."""
+
+    def __init__(self, agent: AgentNet, args: Args) -> None:
+        self.agent = agent
+        self.args = args
+        self.steps = 0
+        self.rng = np.random.default_rng(args.seed)
+
+    def initial_state(self, batch_size):
+        return torch.zeros(batch_size, self.agent.n_agents, self.agent.hidden)
+
+    def epsilon(self) -> float:
+        frac = min(1.0, self.steps / max(1, self.args.epsilon_steps))
+        return self.args.epsilon_start + frac * (self.args.epsilon_end - self.args.epsilon_start)
+
+    def act(self, observation, state, *, evaluation=False):
+        with torch.inference_mode():
+            q, state = self.agent(torch.as_tensor(observation["obs"]).float(), state)
+        mask = observation.get("action_mask")
+        legal = np.ones(q.shape, bool) if mask is None else np.asarray(mask)
+        greedy = masked_max(q, torch.as_tensor(legal))[1].numpy()
+        if evaluation:
+            return greedy, None, state
+        e, a = greedy.shape
+        self.steps += e
+        explore = self.rng.random((e, a)) < self.epsilon()
+        # a uniformly random legal action (action 0 where none is legal)
+        scores = self.rng.random(legal.shape) * legal
+        random = scores.argmax(-1)
+        return np.where(explore, random, greedy), None, state
+
+    def set_params(self, params):
+        self.agent = params  # the learner's network itself (one process: no copy, no lag)
+
+    def state_dict(self):
+        return {"steps": self.steps, "rng": self.rng.bit_generator.state}
+
+    def load_state_dict(self, state):
+        self.steps = state["steps"]
+        self.rng.bit_generator.state = state["rng"]
 
 
 def main(args: Args) -> rlflow.RunResult:
@@ -326,11 +326,16 @@ def main(args: Args) -> rlflow.RunResult:
     adder = adders.Episode(store, [table], max_length=rows)
 
     agent = AgentNet(obs_dim, n_actions, env.num_agents, args.hidden)
-    mixer = QMixer(env.num_agents, state_dim, args.mixing_embed, args.hypernet_embed, args.state_norm) \
-        if args.mixer == "qmix" else VDNMixer()
+    if args.mixer == "qmix":
+        mixer = QMixer(env.num_agents, state_dim, args.mixing_embed, args.hypernet_embed, args.state_norm)
+    else:
+        mixer = VDNMixer()
     result = train(args.mixer.upper(), args, env, eval_env, EpsilonGreedy(agent, args),
                    QMIXLearner(agent, mixer, args), adder, table)
-    report_team(result, env.num_agents, args)
+    team_return = result.final_evaluation
+    print(f"per-agent return: {team_return / env.num_agents:.2f}")
+    if "spread" in args.env_id:
+        print(f"on the MAPPO paper's scale: {paper_scale(team_return, env.num_agents, args.max_cycles):.1f}")
     return result
 
 

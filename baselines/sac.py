@@ -6,7 +6,7 @@ rlflow does the data (env wrapper, a one-step transition adder, a uniform table 
 SampleToInsertRatio rate limiter, the loop); this file is the algorithm. Hyperparameters default to RL
 Baselines3 Zoo's Pendulum-v1 SAC (learning rate 1e-3 and SB3's SAC defaults: one gradient step of 256
 per env step after 100 steps, gamma 0.99, tau 0.005, target entropy -dim(A), networks of 256 and 256).
-The critics are TD3's (``baselines/td3.py``).
+The MLP and the twin ``Q(s, a)`` critics are ``baselines/_nets.py``'s, shared with TD3.
 """
 
 from __future__ import annotations
@@ -23,10 +23,11 @@ from torch import nn
 
 import rlflow
 from baselines import RandomStartPolicy, RunArgs, continuous_replay, train
-from baselines.td3 import Critic, mlp
+from baselines._nets import Critic, mlp
 from rlflow.replay.sample import map_structure
 
-LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
+LOG_STD_MIN = -20.0  # the actor's log standard deviations are clamped to [LOG_STD_MIN, LOG_STD_MAX]
+LOG_STD_MAX = 2.0
 
 
 @dataclass
@@ -51,15 +52,17 @@ class GaussianActor(nn.Module):
     def __init__(self, obs_dim: int, low: np.ndarray, high: np.ndarray, hidden: tuple[int, ...]) -> None:
         super().__init__()
         self.body = mlp([obs_dim, *hidden], nn.ReLU()) if hidden else nn.Identity()
-        self.mean = nn.Linear(hidden[-1] if hidden else obs_dim, len(low))
-        self.log_std = nn.Linear(hidden[-1] if hidden else obs_dim, len(low))
+        width = hidden[-1] if hidden else obs_dim
+        self.mean = nn.Linear(width, len(low))
+        self.log_std = nn.Linear(width, len(low))
         self.register_buffer("centre", torch.as_tensor((high + low) / 2, dtype=torch.float32))
         self.register_buffer("half_width", torch.as_tensor((high - low) / 2, dtype=torch.float32))
 
     def forward(self, obs: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The action for standard-normal ``noise`` and its log-probability (summed over action dims)."""
         x = self.body(obs.float())
-        mean, log_std = self.mean(x), self.log_std(x).clamp(LOG_STD_MIN, LOG_STD_MAX)
+        mean = self.mean(x)
+        log_std = self.log_std(x).clamp(LOG_STD_MIN, LOG_STD_MAX)
         u = mean + log_std.exp() * noise
         squashed = torch.tanh(u)
         log_prob = (-0.5 * noise.pow(2) - log_std - 0.5 * math.log(2 * math.pi)
@@ -69,18 +72,6 @@ class GaussianActor(nn.Module):
     def greedy(self, obs: torch.Tensor) -> torch.Tensor:
         x = self.body(obs.float())
         return self.centre + self.half_width * torch.tanh(self.mean(x))
-
-
-class StochasticPolicy(RandomStartPolicy):
-    """After the random start, samples of the actor; its mean action in evaluation."""
-
-    def choose(self, observation, evaluation):
-        obs = torch.as_tensor(observation)
-        with torch.inference_mode():
-            if evaluation:
-                return self.actor.greedy(obs).numpy()
-            noise = torch.as_tensor(self.rng.standard_normal((len(obs), len(self.low))), dtype=torch.float32)
-            return self.actor(obs, noise)[0].numpy()
 
 
 def critic_loss(critics: tuple[Critic, Critic], targets: tuple[Critic, Critic], actor: GaussianActor, alpha: float,
@@ -105,7 +96,9 @@ def actor_loss(actor: GaussianActor, critics: tuple[Critic, Critic], alpha: floa
 
 class SACLearner(rlflow.Learner):
     def __init__(self, actor: GaussianActor, critics: tuple[Critic, Critic], args: Args) -> None:
-        self.actor, self.critics, self.args = actor, critics, args
+        self.actor = actor
+        self.critics = critics
+        self.args = args
         self.critic_targets = tuple(copy.deepcopy(c) for c in critics)
         self.log_alpha = torch.zeros(1, requires_grad=True)
         self.target_entropy = -float(len(actor.centre))
@@ -149,14 +142,28 @@ class SACLearner(rlflow.Learner):
 
     def load_state_dict(self, state):
         self.actor.load_state_dict(state["actor"])
-        for nets, key in ((self.critics, "critics"), (self.critic_targets, "critic_targets")):
-            for net, s in zip(nets, state[key], strict=True):
-                net.load_state_dict(s)
+        for c, s in zip(self.critics, state["critics"], strict=True):
+            c.load_state_dict(s)
+        for c, s in zip(self.critic_targets, state["critic_targets"], strict=True):
+            c.load_state_dict(s)
         with torch.no_grad():
             self.log_alpha.copy_(state["log_alpha"])
-        for opt, key in ((self.actor_opt, "actor_opt"), (self.critic_opt, "critic_opt"), (self.alpha_opt, "alpha_opt")):
-            opt.load_state_dict(state[key])
+        self.actor_opt.load_state_dict(state["actor_opt"])
+        self.critic_opt.load_state_dict(state["critic_opt"])
+        self.alpha_opt.load_state_dict(state["alpha_opt"])
         self.generator.set_state(state["generator"])
+
+
+class StochasticPolicy(RandomStartPolicy):
+    """After the random start, samples of the actor; its mean action in evaluation."""
+
+    def choose(self, observation, evaluation):
+        obs = torch.as_tensor(observation)
+        with torch.inference_mode():
+            if evaluation:
+                return self.actor.greedy(obs).numpy()
+            noise = torch.as_tensor(self.rng.standard_normal((len(obs), len(self.low))), dtype=torch.float32)
+            return self.actor(obs, noise)[0].numpy()
 
 
 def main(args: Args) -> rlflow.RunResult:
@@ -166,7 +173,8 @@ def main(args: Args) -> rlflow.RunResult:
     env, eval_env, low, high, obs_dim, act_dim, adder, table = continuous_replay(args, capacity)
 
     actor = GaussianActor(obs_dim, low, high, args.hidden)
-    learner = SACLearner(actor, (Critic(obs_dim, act_dim, args.hidden), Critic(obs_dim, act_dim, args.hidden)), args)
+    critics = (Critic(obs_dim, act_dim, args.hidden), Critic(obs_dim, act_dim, args.hidden))
+    learner = SACLearner(actor, critics, args)
     policy = StochasticPolicy(actor, low, high, args)
     return train("SAC", args, env, eval_env, policy, learner, adder, table)
 

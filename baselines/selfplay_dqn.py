@@ -9,9 +9,10 @@ agent plays against itself. rlflow does the data: :class:`rlflow.envs.AECEnviron
 (game, player) a lane whose transitions run from one of the player's turns to its next, with the
 reward of the opponent's reply (a loss) landing on it, and writes them through an n-step transition
 adder into a uniform table under a samples-per-insert ratio. This file is the algorithm: the
-Q-network, epsilon-greedy over the legal moves, the double-Q TD loss whose next-state maximum runs over
-the legal moves only (:func:`td_loss`, tested by hand), a short training loop over turns, and the
-evaluation against a uniformly random legal player with seats alternating (:func:`play_random`).
+Q-network (``baselines/_nets.py``'s ``QNetwork``, DQN's), epsilon-greedy over the legal moves, the
+double-Q TD loss whose next-state maximum runs over the legal moves only (:func:`td_loss`, tested by
+hand), a short training loop over turns, and the evaluation against a uniformly random legal player
+with seats alternating (:func:`play_random`).
 
 Exploration stays at 20%: against an opponent that rarely errs, self-play learns that a draw is the
 value of most positions and plays for it; an opponent that keeps making mistakes teaches the agent to
@@ -33,8 +34,7 @@ from tqdm.auto import tqdm
 
 import rlflow
 from baselines import RunArgs
-from baselines.dqn import QNetwork
-from baselines.qmix import masked_max
+from baselines._nets import QNetwork, masked_max
 from rlflow import adders
 from rlflow.envs import AECEnvironment
 from rlflow.loggers import make_logger
@@ -77,7 +77,8 @@ def legal_greedy(q: torch.Tensor, mask: np.ndarray) -> np.ndarray:
 def td_loss(q: QNetwork, target: QNetwork, batch: rlflow.replay.Transition) -> torch.Tensor:
     """Mean squared error of ``Q(s, a)`` against ``R + discount * Q_target(s', a*)``, ``a*`` the online
     network's best *legal* move in ``s'`` (double Q); ``discount`` is 0 after the game ended for the player."""
-    obs, nxt = batch.observation, batch.next_observation
+    obs = batch.observation
+    nxt = batch.next_observation
     q_sa = q(torch.as_tensor(obs["observation"])).gather(1, torch.as_tensor(batch.action).long()[:, None])[:, 0]
     with torch.no_grad():
         legal = torch.as_tensor(nxt["action_mask"])
@@ -191,7 +192,8 @@ def main(args: Args) -> dict[str, float]:
         evaluate()
     bar.close()
     logger.close()
-    result.env_steps, result.learner_steps = turns, learner_steps
+    result.env_steps = turns
+    result.learner_steps = learner_steps
     save_state(Path(args.logdir) / "q.pt", {"args": asdict(args), "q": q.state_dict()})
     plot = rlflow.plot_run(result, Path(args.logdir) / "learning_curve.png",
                            title=f"self-play DQN on {args.game} (eval: wins - losses against random)")

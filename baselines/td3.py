@@ -3,8 +3,9 @@
     python -m baselines.td3                                  # Pendulum-v1, 20k env steps
 
 rlflow does the data (env wrapper, a one-step transition adder, a uniform table under a
-SampleToInsertRatio rate limiter, the loop); this file is the algorithm. Hyperparameters default to RL
-Baselines3 Zoo's Pendulum-v1 TD3 (one gradient step of 256 per env step after 10,000 random steps,
+SampleToInsertRatio rate limiter, the loop); this file is the algorithm (the MLP and the ``Q(s, a)``
+critic are ``baselines/_nets.py``'s, shared with SAC). Hyperparameters default to RL Baselines3 Zoo's
+Pendulum-v1 TD3 (one gradient step of 256 per env step after 10,000 random steps,
 gamma 0.98, Gaussian exploration noise of std 0.1 in action units, networks of 400 and 300 units).
 """
 
@@ -21,6 +22,7 @@ from torch import nn
 
 import rlflow
 from baselines import RandomStartPolicy, RunArgs, continuous_replay, train
+from baselines._nets import Critic, mlp
 from rlflow.replay.sample import map_structure
 
 
@@ -44,17 +46,6 @@ class Args(RunArgs):
     logdir: str = "runs/td3"
 
 
-def mlp(sizes: list[int], out_act: nn.Module | None = None) -> nn.Sequential:
-    layers: list[nn.Module] = []
-    for i in range(len(sizes) - 1):
-        layers.append(nn.Linear(sizes[i], sizes[i + 1]))
-        if i < len(sizes) - 2:
-            layers.append(nn.ReLU())
-    if out_act is not None:
-        layers.append(out_act)
-    return nn.Sequential(*layers)
-
-
 class Actor(nn.Module):
     """A deterministic policy ``centre + half_width * tanh(mlp(s))`` inside the action box."""
 
@@ -68,30 +59,6 @@ class Actor(nn.Module):
         return self.centre + self.half_width * self.net(obs.float())
 
 
-class Critic(nn.Module):
-    """``Q(s, a)``: an MLP of the observation and action, concatenated."""
-
-    def __init__(self, obs_dim: int, act_dim: int, hidden: tuple[int, ...]) -> None:
-        super().__init__()
-        self.net = mlp([obs_dim + act_dim, *hidden, 1])
-
-    def forward(self, obs: torch.Tensor, act: torch.Tensor) -> torch.Tensor:
-        return self.net(torch.cat([obs.float(), act.float()], dim=1)).squeeze(1)
-
-
-class GaussianExploration(RandomStartPolicy):
-    """After the random start, the actor's action plus Gaussian noise (none in evaluation)."""
-
-    def __init__(self, actor: Actor, low: np.ndarray, high: np.ndarray, args: Args) -> None:
-        super().__init__(actor, low, high, args)
-        self.sigma = args.exploration_noise * (high - low) / 2
-
-    def choose(self, observation, evaluation):
-        with torch.inference_mode():
-            action = self.actor(torch.as_tensor(observation)).numpy()
-        return action if evaluation else action + self.rng.normal(0.0, self.sigma, action.shape)
-
-
 def critic_loss(critics: tuple[Critic, Critic], targets: tuple[Critic, Critic], actor_target: Actor,
                 batch: rlflow.replay.Transition, noise: torch.Tensor) -> torch.Tensor:
     """``sum_i mean (Q_i(s, a) - y)^2`` with ``y = r + discount * min_i Q'_i(s', clip(mu'(s') + noise))``.
@@ -100,7 +67,8 @@ def critic_loss(critics: tuple[Critic, Critic], targets: tuple[Critic, Critic], 
     is ``gamma`` (0 after termination).
     """
     with torch.no_grad():
-        low, high = actor_target.centre - actor_target.half_width, actor_target.centre + actor_target.half_width
+        low = actor_target.centre - actor_target.half_width
+        high = actor_target.centre + actor_target.half_width
         next_action = torch.max(torch.min(actor_target(batch.next_observation) + noise, high), low)
         next_q = torch.min(targets[0](batch.next_observation, next_action),
                            targets[1](batch.next_observation, next_action))
@@ -115,7 +83,9 @@ def actor_loss(actor: Actor, critic: Critic, batch: rlflow.replay.Transition) ->
 
 class TD3Learner(rlflow.Learner):
     def __init__(self, actor: Actor, critics: tuple[Critic, Critic], args: Args) -> None:
-        self.actor, self.critics, self.args = actor, critics, args
+        self.actor = actor
+        self.critics = critics
+        self.args = args
         self.actor_target = copy.deepcopy(actor)
         self.critic_targets = tuple(copy.deepcopy(c) for c in critics)
         self.actor_opt = torch.optim.Adam(actor.parameters(), lr=args.learning_rate, fused=True)
@@ -141,9 +111,11 @@ class TD3Learner(rlflow.Learner):
             a_loss.backward()
             self.actor_opt.step()
             metrics["actor_loss"] = a_loss.item()
+            # every target network moves tau of the way towards its online network
+            online = [self.actor, *self.critics]
+            targets = [self.actor_target, *self.critic_targets]
             with torch.no_grad():
-                for net, target in [(self.actor, self.actor_target), *zip(self.critics, self.critic_targets,
-                                                                                strict=True)]:
+                for net, target in zip(online, targets, strict=True):
                     for p_target, p in zip(target.parameters(), net.parameters(), strict=True):
                         p_target.lerp_(p, self.args.tau)
         return metrics
@@ -171,13 +143,27 @@ class TD3Learner(rlflow.Learner):
         self.generator.set_state(state["generator"])
 
 
+class GaussianExploration(RandomStartPolicy):
+    """After the random start, the actor's action plus Gaussian noise (none in evaluation)."""
+
+    def __init__(self, actor: Actor, low: np.ndarray, high: np.ndarray, args: Args) -> None:
+        super().__init__(actor, low, high, args)
+        self.sigma = args.exploration_noise * (high - low) / 2
+
+    def choose(self, observation, evaluation):
+        with torch.inference_mode():
+            action = self.actor(torch.as_tensor(observation)).numpy()
+        return action if evaluation else action + self.rng.normal(0.0, self.sigma, action.shape)
+
+
 def main(args: Args) -> rlflow.RunResult:
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)
     env, eval_env, low, high, obs_dim, act_dim, adder, table = continuous_replay(args, args.buffer_size)
 
     actor = Actor(obs_dim, low, high, args.hidden)
-    learner = TD3Learner(actor, (Critic(obs_dim, act_dim, args.hidden), Critic(obs_dim, act_dim, args.hidden)), args)
+    critics = (Critic(obs_dim, act_dim, args.hidden), Critic(obs_dim, act_dim, args.hidden))
+    learner = TD3Learner(actor, critics, args)
     policy = GaussianExploration(actor, low, high, args)
 
     return train("TD3", args, env, eval_env, policy, learner, adder, table)

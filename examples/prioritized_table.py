@@ -1,10 +1,9 @@
-"""Fill a prioritized replay table from a gymnasium env and sample from it.
+"""A ``StepStore`` and a prioritized ``Table`` filled and sampled by hand: a random policy plays CartPole-v1,
+every step is stored once, each action becomes a two-row transition item, and sampled items get new
+priorities from made-up TD errors.
 
-Runs CartPole-v1 with a random policy for a few thousand steps, stores every step once in a StepStore,
-inserts one two-row transition item per action into a prioritized Table, samples batches, updates
-their priorities from made-up TD errors, and prints what happened.
-
-    python examples/prioritized_table.py
+    python examples/prioritized_table.py                               # 5,000 env steps
+    python examples/prioritized_table.py --steps 1500 --capacity 800   # a quick check that it runs
 """
 
 from __future__ import annotations
@@ -43,7 +42,10 @@ def main() -> None:
     )
     rng = np.random.default_rng(args.seed)
     obs, _ = env.reset(seed=args.seed)
-    first, episodes, sampled, updates = True, 0, 0, 0
+    first = True  # the next row starts an episode
+    episodes = 0
+    sampled = 0
+    updates = 0
     for _ in range(args.steps):
         action = int(rng.integers(2))
         next_obs, reward, terminated, truncated, _ = env.step(action)
@@ -60,7 +62,8 @@ def main() -> None:
                                  "terminated": [terminated], "truncated": [truncated]})
             table.insert([0], last - 1, 2)
             obs, _ = env.reset()
-            first, episodes = True, episodes + 1
+            first = True
+            episodes += 1
         while table.can_sample(args.batch_size):
             sample = table.sample(args.batch_size)
             td_error = rng.random(args.batch_size) + 1e-3

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import math
 import types
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -413,3 +415,34 @@ def test_ppo_lstm_and_value_norm_run(tmp_path, options):
     assert result.env_steps == 640 and result.learner_steps >= 8
     rows = read_csv(tmp_path / "learner.csv")
     assert rows and all(math.isfinite(float(r["value_loss"])) for r in rows)
+
+
+def baseline_modules_imported(path: Path) -> set[str]:
+    """The modules of the ``baselines`` package that the Python file at ``path`` imports."""
+    folder = path.parent
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module == "baselines":
+            names.add("baselines")
+            for alias in node.names:  # `from baselines import dqn` imports a module, `... import train` a name
+                if (folder / f"{alias.name}.py").exists():
+                    names.add(f"baselines.{alias.name}")
+        elif isinstance(node, ast.ImportFrom) and node.module is not None:
+            names.add(node.module)
+    return {name for name in names if name.split(".")[0] == "baselines"}
+
+
+def test_no_baseline_imports_another():
+    """Each baseline reads on its own: besides rlflow it imports the shared runner (``baselines``) and the
+    shared pieces (``baselines._nets``, ``baselines._mpe``), never another baseline."""
+    folder = Path(__file__).resolve().parents[1] / "baselines"
+    allowed = {"baselines", "baselines._nets", "baselines._mpe"}
+    others = {}
+    for path in sorted(folder.glob("*.py")):
+        imported = baseline_modules_imported(path)
+        if imported - allowed:
+            others[path.stem] = sorted(imported - allowed)
+    assert {p.stem for p in folder.glob("*.py")} >= {"dqn", "mappo", "ppo", "qmix", "sac", "selfplay_dqn", "td3"}
+    assert others == {}

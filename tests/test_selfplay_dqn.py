@@ -9,14 +9,13 @@ import pytest
 import torch
 
 from baselines import selfplay_dqn
-from baselines.dqn import QNetwork
 from rlflow.replay import Transition
 
 pytest.importorskip("pettingzoo.classic.tictactoe_v3")
 
 
 def constant_q(values):
-    net = QNetwork(obs_dim=2, n_actions=len(values), hidden=(), dueling=False)
+    net = selfplay_dqn.QNetwork(obs_dim=2, n_actions=len(values), hidden=(), dueling=False)
     with torch.no_grad():
         net.head.weight.zero_()
         net.head.bias.copy_(torch.tensor(values))

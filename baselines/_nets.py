@@ -1,0 +1,94 @@
+"""The network and loss pieces several baselines use: an MLP, a ``Q(s, a)`` critic, a Q-network, a
+categorical distribution, a maximum over legal actions and PPO's clipped objective.
+
+Not a baseline (``rlflow list`` skips files whose name starts with ``_``); each baseline imports from
+here and from ``baselines/__init__.py`` only.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def mlp(sizes: list[int], out_act: nn.Module | None = None) -> nn.Sequential:
+    """Linear layers ``sizes[0] -> sizes[1] -> ... -> sizes[-1]`` with a ReLU between two of them, and
+    ``out_act`` after the last one (none by default)."""
+    layers: list[nn.Module] = []
+    for i in range(len(sizes) - 1):
+        layers.append(nn.Linear(sizes[i], sizes[i + 1]))
+        if i < len(sizes) - 2:
+            layers.append(nn.ReLU())
+    if out_act is not None:
+        layers.append(out_act)
+    return nn.Sequential(*layers)
+
+
+class Critic(nn.Module):
+    """``Q(s, a)``: an MLP of the observation and action, concatenated (TD3's and SAC's twin critics)."""
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden: tuple[int, ...]) -> None:
+        super().__init__()
+        self.net = mlp([obs_dim + act_dim, *hidden, 1])
+
+    def forward(self, obs: torch.Tensor, act: torch.Tensor) -> torch.Tensor:
+        return self.net(torch.cat([obs.float(), act.float()], dim=1)).squeeze(1)
+
+
+class QNetwork(nn.Module):
+    """An MLP from observations to one value per action; dueling: ``V(s) + A(s, a) - mean_a A(s, a)``."""
+
+    def __init__(self, obs_dim: int, n_actions: int, hidden: tuple[int, ...], dueling: bool) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        size = obs_dim
+        for h in hidden:
+            layers += [nn.Linear(size, h), nn.ReLU()]
+            size = h
+        self.body = nn.Sequential(*layers)
+        self.dueling = dueling
+        self.head = nn.Linear(size, n_actions)
+        self.value = nn.Linear(size, 1) if dueling else None
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        x = self.body(obs.flatten(1).float())
+        if self.value is None:
+            return self.head(x)
+        adv = self.head(x)
+        return self.value(x) + adv - adv.mean(dim=1, keepdim=True)
+
+
+def categorical(logits: torch.Tensor) -> torch.distributions.Categorical:
+    """The action distribution of ``logits``, without torch's per-call argument checks (the logits come
+    from our own network; the checks would double the cost of a small distribution)."""
+    return torch.distributions.Categorical(logits=logits, validate_args=False)
+
+
+def masked_max(q: torch.Tensor, mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(max, argmax)`` of ``q [..., n]`` over the legal actions; rows with none legal give ``(0, 0)``
+    (no NaN or -inf from an all-False mask, e.g. a dead agent's)."""
+    if mask is None:
+        best, arg = q.max(-1)
+        return best, arg
+    legal = mask.any(-1)
+    best, arg = torch.where(mask, q, torch.finfo(q.dtype).min).max(-1)
+    return torch.where(legal, best, 0.0), torch.where(legal, arg, 0)
+
+
+def ppo_terms(dist: torch.distributions.Distribution, value: torch.Tensor, actions: torch.Tensor,
+              old_log_prob: torch.Tensor, advantages: torch.Tensor, returns: torch.Tensor, clip: float,
+              ent_coef: float, vf_coef: float, mask: torch.Tensor | None = None
+              ) -> tuple[torch.Tensor, dict[str, float]]:
+    """PPO's objective (PPO and MAPPO): ``-mean min(r A, clip(r, 1 - clip, 1 + clip) A) + vf_coef mean
+    (V - R)^2 - ent_coef mean H`` over the entries of ``mask`` (all by default), ``r = exp(log pi(a|s) -
+    old log pi(a|s))``; the advantages are normalised over those entries first. Returns the loss and its
+    three terms as floats."""
+    keep = torch.ones_like(advantages, dtype=torch.bool) if mask is None else mask
+    ratio = torch.exp(dist.log_prob(actions) - old_log_prob)[keep]
+    adv = advantages[keep]
+    adv = (adv - adv.mean()) / (adv.std() + 1e-8) if len(adv) > 1 else adv
+    policy_loss = -torch.min(ratio * adv, torch.clamp(ratio, 1 - clip, 1 + clip) * adv).mean()
+    value_loss = (value[keep] - returns[keep]).pow(2).mean()
+    entropy = dist.entropy()[keep].mean()
+    loss = policy_loss + vf_coef * value_loss - ent_coef * entropy
+    return loss, {"policy_loss": policy_loss.item(), "value_loss": value_loss.item(), "entropy": entropy.item()}
