@@ -1,0 +1,164 @@
+"""Cold start: the wall-clock from ``import rlflow`` to the first ``ReplayBuffer.sample``.
+
+Each measurement runs in a fresh Python subprocess. *Cold*: numba's cache directory (``NUMBA_CACHE_DIR``)
+is a new, empty temporary directory, so every compiled kernel the program needs is compiled, as on the
+first run after installing rlflow. *Warm*: the same program again with the cache the cold run left, so
+the kernels are loaded from disk. Python's own bytecode cache is left as it is in both.
+
+The program is ``benchmarks/replay.py``'s one-env case: a ``ReplayBuffer`` of 17-float observations
+(``Box(-1, 1, (17,), float32)``) and ``Discrete(6)`` actions, ``--adds`` transitions added one at a time
+as a training loop adds them (``obs = next_obs``, an episode end every ``--episode`` steps), then one
+``sample(256)``. gymnasium is imported before the clock starts (it only provides the two spaces); the
+clock covers importing rlflow (numba and numpy included), building the buffer, the adds and the sample.
+
+    python benchmarks/cold_start.py                    # 3 cold and 3 warm runs, medians
+    python benchmarks/cold_start.py --per-kernel       # also each numba function compiled, slowest first
+
+``--per-kernel`` listens to numba's ``numba:compile`` events (``numba.core.event``), which numba emits
+only when it compiles (not when it loads a kernel from its cache). A kernel that calls another compiles
+the callee inside its own compile: the table shows each function's own time (``self``, nested compiles
+left out) and its time with them (``total``), medians over the cold runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Runs in the subprocess. Prints one JSON line: phase times (seconds) and the compile events.
+CHILD = r"""
+import json, sys, time
+from gymnasium import spaces
+import numpy as np
+
+adds, episode, n_step = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+events, stack = [], []
+
+t0 = time.perf_counter()
+import numba.core.event as ev
+
+class CompileListener(ev.Listener):
+    def on_start(self, event):
+        stack.append([event.data["dispatcher"], time.perf_counter(), 0.0])
+
+    def on_end(self, event):
+        dispatcher, start, nested = stack.pop()
+        total = time.perf_counter() - start
+        if stack:
+            stack[-1][2] += total
+        fn = dispatcher.py_func
+        events.append({"name": f"{fn.__module__ or 'numba'}.{fn.__qualname__}", "total": total, "self": total - nested,
+                       "args": str(event.data["args"])})
+
+ev.register("numba:compile", CompileListener())
+import rlflow
+from rlflow.replay import ReplayBuffer
+t_import = time.perf_counter()
+
+buffer = ReplayBuffer(spaces.Box(-1, 1, (17,), np.float32), spaces.Discrete(6), capacity=100_000, n_step=n_step)
+t_build = time.perf_counter()
+
+rng = np.random.default_rng(0)
+observations = rng.uniform(-1, 1, (adds + 1, 17)).astype(np.float32)
+actions = rng.integers(0, 6, adds)
+rewards = rng.normal(size=adds).astype(np.float32)
+obs = observations[0]
+t_data = time.perf_counter()
+for i in range(adds):
+    next_obs = observations[i + 1]
+    buffer.add(obs, int(actions[i]), float(rewards[i]), next_obs, (i + 1) % episode == 0, False)
+    obs = next_obs
+t_adds = time.perf_counter()
+sample = buffer.sample(256)
+t_sample = time.perf_counter()
+assert sample.data.observation.shape == (256, 17)
+
+print(json.dumps({"import": t_import - t0, "build": t_build - t_import, "adds": t_adds - t_data,
+                  "sample": t_sample - t_adds, "total": (t_sample - t0) - (t_data - t_build),
+                  "compiles": events}))
+"""
+
+PHASES = ("import", "build", "adds", "sample", "total")
+
+
+def run_child(cache_dir: str, args: argparse.Namespace) -> dict:
+    """One fresh interpreter with ``NUMBA_CACHE_DIR=cache_dir``; the child's JSON result."""
+    env = dict(os.environ, NUMBA_CACHE_DIR=cache_dir, PYTHONPATH=os.pathsep.join(
+        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    done = subprocess.run([sys.executable, "-c", CHILD, str(args.adds), str(args.episode), str(args.n_step)],
+                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=args.timeout)
+    if done.returncode != 0:
+        raise SystemExit(f"the measured program failed (exit {done.returncode}):\n{done.stderr[-4000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def per_kernel(cold: list[dict], top: int) -> str:
+    """Median self and total compile time of each function compiled in the cold runs, slowest first."""
+    by_name: dict[str, list[tuple[float, float, int]]] = {}
+    for run in cold:
+        seen: dict[str, list[float]] = {}
+        for e in run["compiles"]:  # a function compiled for several signatures counts once, times summed
+            acc = seen.setdefault(e["name"], [0.0, 0.0, 0])
+            acc[0] += e["self"]
+            acc[1] += e["total"]
+            acc[2] += 1
+        for name, (own, total, count) in seen.items():
+            by_name.setdefault(name, []).append((own, total, count))
+    rows = sorted(((statistics.median(s for s, _, _ in v), statistics.median(t for _, t, _ in v),
+                    max(c for _, _, c in v), name) for name, v in by_name.items()), reverse=True)
+    lines = [f"{'self s':>7} {'total s':>8} {'sigs':>4}  function (numba compiles, cold runs, medians)"]
+    for own, total, count, name in rows[:top]:
+        lines.append(f"{own:7.2f} {total:8.2f} {count:4d}  {name.removeprefix('rlflow.')}")
+    if len(rows) > top:
+        rest = sum(r[0] for r in rows[top:])
+        lines.append(f"{rest:7.2f} {'':8} {'':4}  the other {len(rows) - top} functions (--top to list more)")
+    lines.append(f"{sum(r[0] for r in rows):7.2f} {'':8} {'':4}  all {len(rows)} functions compiled")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3, help="cold and warm runs each (default 3)")
+    parser.add_argument("--adds", type=int, default=200, help="transitions added before the sample")
+    parser.add_argument("--episode", type=int, default=50, help="an episode ends every this many adds")
+    parser.add_argument("--n-step", type=int, default=1, help="the buffer's n_step")
+    parser.add_argument("--per-kernel", action="store_true", help="list each numba function compiled cold")
+    parser.add_argument("--top", type=int, default=15, help="functions listed by --per-kernel")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds allowed to one run")
+    args = parser.parse_args(argv)
+    if args.repeats < 1 or args.adds < 1 or args.episode < 1:
+        parser.error("--repeats, --adds and --episode must be at least 1")
+
+    cold, warm = [], []
+    for i in range(args.repeats):
+        with tempfile.TemporaryDirectory(prefix="rlflow-numba-cache-") as cache_dir:
+            cold.append(run_child(cache_dir, args))
+            warm.append(run_child(cache_dir, args))
+        print(f"run {i + 1}/{args.repeats}: cold {cold[-1]['total']:.2f} s, warm {warm[-1]['total']:.2f} s",
+              flush=True)
+
+    print(f"import rlflow -> first ReplayBuffer.sample: seconds, medians of {args.repeats} runs "
+          f"({args.adds} adds, an episode end every {args.episode}, n_step={args.n_step})")
+    print(f"{'':6}" + "".join(f"{p:>9}" for p in PHASES) + f"{'compiles':>10}")
+    for label, runs in (("cold", cold), ("warm", warm)):
+        medians = [statistics.median(r[p] for r in runs) for p in PHASES]
+        compiles = statistics.median(len(r["compiles"]) for r in runs)
+        print(f"{label:6}" + "".join(f"{m:9.2f}" for m in medians) + f"{compiles:10.0f}")
+    if args.per_kernel:
+        print()
+        print(per_kernel(cold, args.top))
+        warm_compiled = sorted({e["name"] for r in warm for e in r["compiles"]})
+        print("\ncompiled again with a warm cache: " + (", ".join(warm_compiled) if warm_compiled else "none"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
