@@ -8,7 +8,7 @@ The two are timed in alternating rounds; the ratio of medians is reported.
 
     python benchmarks/loop.py                  # 1 env and a 16-env vector env, CartPole-v1
     python benchmarks/loop.py --envs 1 4 16 --rounds 7
-    python benchmarks/loop.py --components --rounds 3 --steps 20000   # per part of the loop body, one env
+    python benchmarks/loop.py --components --rounds 3 --steps 20000   # per part of the loop body
     python benchmarks/loop.py --adder-paths --rounds 5                 # one lane's add and stage per step
     python benchmarks/loop.py --ladder --rounds 5                      # one env: rlflow's parts one by one
 """
@@ -86,29 +86,34 @@ def loop(env_id: str, num_envs: int, steps: int) -> float:
     return result.env_steps / seconds
 
 
-def one_env_parts(env_id: str, steps: int) -> tuple[Any, ...]:
-    """What ``rlflow.run``'s body uses with one env and no learner, reset and ready for ``steps`` steps:
-    ``(env, policy, actor, adder, stats, first TimeStep)``."""
+def loop_parts(env_id: str, num_envs: int, steps: int) -> tuple[Any, ...]:
+    """What ``rlflow.run``'s body uses with ``num_envs`` envs (1: the plain env) and no learner, reset and ready
+    for ``steps`` env steps: ``(env, policy, actor, adder, stats, first TimeStep)``."""
     from rlflow.actors import Actor, EpisodeStats
 
-    env = envs.make(env_id, num_envs=None, seed=0)
-    store = StepStore(env.spec, capacity=steps + 8, lanes=1)
+    env = envs.make(env_id, num_envs=None if num_envs == 1 else num_envs, seed=0)
+    store = StepStore(env.spec, capacity=steps // num_envs + 8, lanes=num_envs)
     table = Table(store, sampler=Uniform(seed=0), remover=Fifo(), rate_limiter=MinSize(1))
     adder = adders.NStepTransition(store, [table], n=1)
     policy = RandomPolicy(int(env.single_action_space.n))
-    actor = Actor(policy, env.action_spec, 1, env.single_action_space)
+    actor = Actor(policy, env.action_spec, num_envs, env.single_action_space)
     ts = env.reset(seed=0)
     adder.add_first(ts)
-    return env, policy, actor, adder, EpisodeStats(1), ts
+    return env, policy, actor, adder, EpisodeStats(num_envs), ts
 
 
-def components(env_id: str, steps: int) -> dict[str, float]:
-    """Microseconds per call of each part of the loop body with one env (what ``rlflow.run`` does per step
-    without a learner), timed call by call; the first 500 steps warm up."""
-    env, _, actor, adder, stats, ts = one_env_parts(env_id, steps)
-    total = dict.fromkeys(("policy and action check", "env.step", "adder.stage", "episode statistics"), 0)
+PARTS = ("actor.select_action (policy, action check)", "env.step", "adder.stage", "EpisodeStats.update")
+
+
+def components(env_id: str, num_envs: int, steps: int) -> dict[str, float]:
+    """Microseconds per turn (one env step of every lane) of each part of the loop body (what ``rlflow.run``
+    does per turn without a learner), timed call by call; the first 500 turns warm up. Then the whole turn
+    of ``rlflow.run``, and what is left of it for the loop's own work (its checks, counters, calls)."""
+    turns = steps // num_envs
+    env, _, actor, adder, stats, ts = loop_parts(env_id, num_envs, steps)
+    total = dict.fromkeys(PARTS, 0)
     clock = time.perf_counter_ns
-    for i in range(steps):
+    for i in range(turns):
         t0 = clock()
         actions, extras = actor.select_action(ts.observation, first=ts.first)
         t1 = clock()
@@ -121,8 +126,13 @@ def components(env_id: str, steps: int) -> dict[str, float]:
         if i >= 500:
             for key, dt in zip(total, (t1 - t0, t2 - t1, t3 - t2, t4 - t3), strict=True):
                 total[key] += dt
+    adder.flush()
     env.close()
-    return {k: v / (steps - 500) / 1e3 for k, v in total.items()}
+    out = {k: v / (turns - 500) / 1e3 for k, v in total.items()}
+    out["rlflow.run, the whole turn"] = 1e6 * num_envs / loop(env_id, num_envs, steps)
+    out["the loop's own work (whole - parts)"] = out["rlflow.run, the whole turn"] - sum(out[k] for k in PARTS)
+    out["bare env step (all lanes)"] = 1e6 * num_envs / bare(env_id, num_envs, steps)
+    return out
 
 
 LADDER = ("hand-written loop (no checks)", "+ rlflow's env wrapper", "+ Actor (action check)",
@@ -134,7 +144,7 @@ def ladder(env_id: str, level: int, steps: int) -> float:
     (:data:`LADDER`): level 0 is the random policy, the plain env, its observation batched to ``[1, ...]``,
     the step's action, reward and observation copied into preallocated rows, and the episode's return and
     length counted, in plain Python with no checks; each level swaps one part for rlflow's."""
-    env, policy, actor, adder, stats, ts = one_env_parts(env_id, steps)
+    env, policy, actor, adder, stats, ts = loop_parts(env_id, 1, steps)
     raw, obs = env.env, ts.observation
     rows_obs = np.zeros((64, *obs.shape[1:]), obs.dtype)
     rows_act, rows_rew = np.zeros(64, np.int64), np.zeros(64, np.float32)
@@ -235,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=20_000, help="env steps per timed round")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--components", action="store_true",
-                        help="time each call of the loop body with one env instead (median of the rounds)")
+                        help="time each call of the loop body for each --envs instead (median of the rounds)")
     parser.add_argument("--adder-paths", action="store_true",
                         help="time one lane's add and stage per step, one-call paths on and off (best of the rounds)")
     parser.add_argument("--ladder", action="store_true",
@@ -261,10 +271,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{key:<30} {us:6.1f} us per step")
         return 0
     if args.components:
-        runs = [{**components(args.env_id, args.steps), "bare env step": 1e6 / bare(args.env_id, 1, args.steps)}
-                for _ in range(args.rounds)]
-        for key in runs[0]:
-            print(f"{key:<26} {statistics.median(r[key] for r in runs):6.1f} us")
+        cols = {n: [components(args.env_id, n, args.steps) for _ in range(args.rounds)] for n in args.envs}
+        print(f"| us per turn | {' | '.join(f'{n} env(s)' for n in args.envs)} |\n|---|{'---:|' * len(args.envs)}")
+        for key in cols[args.envs[0]][0]:
+            row = " | ".join(f"{statistics.median(r[key] for r in runs):.1f}" for runs in cols.values())
+            print(f"| {key} | {row} |")
         return 0
     print("| envs | bare env steps/s | rlflow.run steps/s | loop / bare |\n|---:|---:|---:|---:|")
     for n in args.envs:

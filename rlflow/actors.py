@@ -11,13 +11,9 @@ from typing import Any
 import numpy as np
 
 from rlflow import specs as _specs
-from rlflow._step_kernels import count_step as _count_step
 from rlflow.core import Learner, Policy
 from rlflow.replay.sample import map_structure
 from rlflow.specs import SpecError
-from rlflow.types import ONE_LANE_NO
-
-_ONE = (1,)
 
 __all__ = ["Actor", "EpisodeStats", "VariableClient", "evaluate"]
 
@@ -68,76 +64,69 @@ class VariableClient:
 class EpisodeStats:
     """Per-lane return and length of the episodes in progress; hands out those that end.
 
-    ``returns`` and ``lengths`` (``[E]`` float64 and int64) are the episodes in progress; :meth:`reset`
-    starts every lane over (a run restarting its envs). One lane counts in Python scalars, the others in
-    a compiled kernel over arrays."""
+    :meth:`update` takes each env step's TimeStep. A lane counts the step (its reward, summed over agents
+    when it has several, and one more step) unless it is a lone ``first`` (a reset: no action belongs to
+    it); a lane that is ``last`` hands out its episode's ``(return, length)`` and starts over at 0. Returns
+    add up in float64. ``returns`` and ``lengths`` (``[E]`` float64 and int64) are the episodes in
+    progress; :meth:`reset` starts every lane over (a run restarting its envs).
+
+    A few vector operations per step: a step with no ``first`` and no ``last`` lane adds the rewards to
+    the returns; the lengths are the steps counted since each lane's episode began (``steps - begun``),
+    so they change only at the lanes' boundaries."""
 
     def __init__(self, num_lanes: int) -> None:
-        self._one = num_lanes == 1
-        self._ret, self._len = 0.0, 0  # with one lane; with more, the arrays below
         self._returns = np.zeros(num_lanes, np.float64)
-        self._lengths = np.zeros(num_lanes, np.int64)
-        self._ended_returns = np.zeros(num_lanes, np.float64)
-        self._ended_lengths = np.zeros(num_lanes, np.int64)
+        self._begun = np.zeros(num_lanes, np.int64)  # the value of _steps when each lane's episode had 0 steps
+        self._steps = 0  # update() calls
 
     @property
     def returns(self) -> np.ndarray:
         """The return of each lane's episode in progress (a copy)."""
-        return np.array([self._ret]) if self._one else self._returns.copy()
+        return self._returns.copy()
 
     @property
     def lengths(self) -> np.ndarray:
         """The length of each lane's episode in progress (a copy)."""
-        return np.array([self._len], np.int64) if self._one else self._lengths.copy()
+        return self._steps - self._begun
 
     def reset(self) -> None:
         """Forget the episodes in progress: every lane starts over at return 0, length 0."""
-        self._ret, self._len = 0.0, 0
         self._returns[:] = 0.0
-        self._lengths[:] = 0
+        self._begun[:] = self._steps
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """The episodes in progress (restore with :meth:`load_state_dict`)."""
         return {"returns": self.returns, "lengths": self.lengths}
 
     def load_state_dict(self, state: Any) -> None:
+        """Continue the episodes of :meth:`state_dict`'s output (one return and one length per lane)."""
         returns, lengths = np.asarray(state["returns"], np.float64), np.asarray(state["lengths"], np.int64)
-        if returns.shape != self._returns.shape or lengths.shape != self._lengths.shape:
+        if returns.shape != self._returns.shape or lengths.shape != self._begun.shape:
             raise ValueError(f"episode statistics: expected {self._returns.size} lanes, got returns {returns.shape} "
                              f"and lengths {lengths.shape}")
-        self._returns[:], self._lengths[:] = returns, lengths
-        self._ret, self._len = float(returns[0]), int(lengths[0])
+        self._returns[:] = returns
+        self._begun[:] = self._steps - lengths
 
     def update(self, timestep: Any) -> list[tuple[float, int]]:
-        """Count one step of every lane that acted; ``(return, length)`` of each episode that ended."""
-        reward, first, last = timestep.reward, timestep.first, timestep.last
-        if (self._one and first is ONE_LANE_NO and last is ONE_LANE_NO and type(reward) is np.ndarray
-                and reward.shape == _ONE):  # one lane going on (the env wrapper's shared flags)
-            self._ret += reward.item()
-            self._len += 1
-            return []
-        if type(reward) is not np.ndarray:
-            reward = np.asarray(reward)
+        """Count one step of every lane that acted; ``(return, length)`` of each episode that ended, in lane
+        order."""
+        reward, first, last = np.asarray(timestep.reward), timestep.first, timestep.last
         if reward.ndim > 1:  # several rewards per lane (e.g. per agent): their sum
-            reward = reward.reshape(len(reward), -1).sum(axis=1)
-        if type(first) is not np.ndarray or first.dtype != np.bool_:
-            first = np.asarray(first, np.bool_)
-        if type(last) is not np.ndarray or last.dtype != np.bool_:
-            last = np.asarray(last, np.bool_)
-        if self._one:  # the kernel's arithmetic on Python scalars (a kernel call costs more)
-            is_last = bool(last[0])
-            if first[0] and not is_last:  # a reset: no action belongs to this call
-                return []
-            ret, length = self._ret + reward[0].item(), self._len + 1
-            if is_last:
-                self._ret, self._len = 0.0, 0
-                return [(ret, length)]
-            self._ret, self._len = ret, length
+            reward = reward.reshape(len(reward), -1).sum(axis=1, dtype=np.float64)
+        self._steps += 1
+        if not np.count_nonzero(first) and not np.count_nonzero(last):  # every lane goes on
+            self._returns = self._returns + reward  # (a new array: numpy adds one lane in place slower)
             return []
-        m = _count_step(reward, first, last, self._returns, self._lengths, self._ended_returns, self._ended_lengths)
-        if not m:
+        first, last = np.asarray(first, np.bool_), np.asarray(last, np.bool_)
+        acted = last | ~first
+        np.add(self._returns, reward, out=self._returns, where=acted)
+        self._begun[~acted] += 1  # a lone reset: the lane's episode (of 0 steps) does not grow
+        if not np.count_nonzero(last):
             return []
-        return list(zip(self._ended_returns[:m].tolist(), self._ended_lengths[:m].tolist(), strict=True))
+        ended = list(zip(self._returns[last].tolist(), (self._steps - self._begun[last]).tolist(), strict=True))
+        self._returns[last] = 0.0
+        self._begun[last] = self._steps
+        return ended
 
 
 class Actor:

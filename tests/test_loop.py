@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import signal
@@ -423,7 +424,12 @@ def test_episode_stats_match_a_plain_reference(data):
         steps.append((reward, first, last))
     stats = EpisodeStats(lanes)
     shared = data.draw(st.booleans())  # one lane's flags as the shared arrays rlflow's one-env wrapper hands out
-    for (reward, first, last), expected in zip(steps, _stats_reference(steps), strict=True):
+    cut = data.draw(st.integers(0, len(steps)))  # where the statistics go through state_dict into new ones
+    for i, ((reward, first, last), expected) in enumerate(zip(steps, _stats_reference(steps), strict=True)):
+        if i == cut:
+            state, stats, no = stats.state_dict(), EpisodeStats(lanes), np.zeros(lanes, bool)
+            stats.update(TimeStep(None, np.ones(shape, dtype), no, no, no, no))  # counts that the state replaces
+            stats.load_state_dict(state)
         if shared and lanes == 1:
             first, last = (ONE_LANE_YES if f[0] else ONE_LANE_NO for f in (first, last))
         ts = TimeStep(None, reward, last & False, last.copy(), first, last)
@@ -433,8 +439,8 @@ def test_episode_stats_match_a_plain_reference(data):
 
 
 def test_episode_stats_of_one_lane_in_progress_and_reset():
-    # One lane counts in Python scalars while its steps come as one reward and the shared flags, and in the
-    # kernel otherwise (here: a per-agent reward); the episode in progress carries across the two.
+    # One lane's steps as the one-env wrapper gives them (one reward, the shared read-only flags) and with a
+    # reward per agent (summed): the episode in progress carries across the two.
     from rlflow.actors import EpisodeStats
 
     stats = EpisodeStats(1)
@@ -537,7 +543,7 @@ def test_a_state_that_cannot_be_stored_is_refused_keeping_the_last_checkpoint(tm
         run_checkpoint.load_state(path)
 
 
-# --------------------------------------------------------------------------- one env's steps in one call
+# --------------------------------------------------------------------------- what a run collects
 class ScriptedEnv(gym.Env):
     """Box(3,) observations and Discrete(3) actions. Episodes of 1 to 11 steps (seeded) end by termination
     when their length is even; a TimeLimit of 7 truncates the others. Rewards (0.1 t + action) are not exact
@@ -570,82 +576,125 @@ class ScriptedEnv(gym.Env):
         return self._obs(), reward, self.t >= self.length and self.length % 2 == 0, False, info
 
 
-def _scripted_run(monkeypatch, fast, *, steps=300, stage_steps=5, n=3, capacity=40, tmp_path=None, **env_kwargs):
-    """``rlflow.run`` collecting ``ScriptedEnv`` steps, with or without its one-env path; its store, table,
-    adder, result, and how many steps the one-env path staged."""
-    from rlflow.adders import _kernels as KA
-
-    staged = [0]
-    kernel = KA.stage_env_step
-
-    def counted(*args):
-        got = kernel(*args)
-        staged[0] += got > 0
-        return got
-
-    monkeypatch.setattr(KA, "stage_env_step", counted)
-    monkeypatch.setattr(rlflow.loop, "_ONE_ENV_STEPS", fast)
+def scripted_parts(*, stage_steps=5, n=3, capacity=40, **env_kwargs):
+    """A one-env ``ScriptedEnv`` (time limit 7, first reset seeded) and a small ring (it wraps) with its table
+    and n-step adder."""
     env = envs.GymEnvironment(gym.wrappers.TimeLimit(ScriptedEnv(**env_kwargs), max_episode_steps=7), seed=3)
     store = StepStore(env.spec, capacity=capacity, lanes=1)
     table = Table(store, sampler=Uniform(seed=0), remover=Fifo(seed=0), rate_limiter=MinSize(1))
-    adder = adders.NStepTransition(store, [table], n=n, discount=0.9, stage_steps=stage_steps)
-    extra = {} if tmp_path is None else {"checkpoint_every": 37, "checkpoint_dir": tmp_path / ("a" if fast else "b")}
-    result = rlflow.run(env, RandomPolicy(3, seed=1), None, adder, table, steps=steps, progress=False, **extra)
-    return store, table, adder, result, staged[0]
+    return env, store, table, adders.NStepTransition(store, [table], n=n, discount=0.9, stage_steps=stage_steps)
 
 
-@pytest.mark.parametrize(("env_kwargs", "uses_it"), [
-    ({}, True),
-    ({"reward_type": np.float64}, True),
-    ({"reward_type": np.float32}, False),  # a reward the one-env path does not take: every step goes the general way
-    ({"obs_dtype": np.float64}, False),  # the wrapper casts these observations
-    ({"obs_shape": ()}, True),
-    ({"obs_shape": (2, 3)}, True),
-    ({"obs_shape": (6, 7)}, True),  # more values than the compiled call checks inline
+def hand_loop(env, policy, adder, steps):
+    """The loop body spelled out, one ``adder.add`` per step and the episodes counted in plain Python:
+    what ``rlflow.run(..., learner=None)`` must leave. Returns its episodes as ``RunResult.episodes``."""
+    from rlflow.actors import Actor
+
+    actor = Actor(policy, env.action_spec, 1, env.single_action_space)
+    ts = env.reset()
+    adder.add_first(ts)
+    episodes, ret, length = [], 0.0, 0
+    for step in range(1, steps + 1):
+        actions, extras = actor.select_action(ts.observation, first=ts.first)
+        ts = env.step(actions)
+        adder.add(actions, ts, extras)
+        ret, length = ret + float(ts.reward[0]), length + 1
+        if ts.last[0]:
+            episodes.append((step, ret, length))
+            ret, length = 0.0, 0
+    return episodes
+
+
+def without_keys(items):
+    """A table's items without their keys (staged steps get other keys than steps added one by one)."""
+    return {k: v for k, v in items.items() if k != "key"}
+
+
+@pytest.mark.parametrize("env_kwargs", [
+    {}, {"reward_type": np.float64}, {"reward_type": np.float32}, {"obs_dtype": np.float64},  # (the wrapper casts)
+    {"obs_shape": ()}, {"obs_shape": (2, 3)}, {"obs_shape": (6, 7)},
 ])
 @pytest.mark.parametrize(("stage_steps", "n", "checkpoints"), [(5, 3, False), (64, 1, False), (3, 2, True)])
-def test_one_env_steps_leave_what_the_general_loop_body_leaves(monkeypatch, tmp_path, env_kwargs, uses_it,
-                                                                stage_steps, n, checkpoints):
-    kw = {"stage_steps": stage_steps, "n": n, "tmp_path": tmp_path if checkpoints else None, **env_kwargs}
-    s1, t1, a1, r1, fast = _scripted_run(monkeypatch, True, **kw)
-    s2, t2, a2, r2, general = _scripted_run(monkeypatch, False, **kw)
-    assert general == 0 and (fast > 200 if uses_it else fast == 0)
-    assert r1.env_steps == r2.env_steps == 300
-    assert r1.episodes == r2.episodes and len(r1.episodes) > 30  # returns to the last bit, lengths, env steps
-    assert s1.count[0] > 40  # the ring wrapped: items were evicted
-    assert_same(s1.state_dict(), s2.state_dict())
-    assert_same(a1.state_dict(), a2.state_dict())
-    assert_same(t1.state_dict(), t2.state_dict())
-    assert t1.size == t2.size > 0
+def test_a_run_without_learner_collects_what_one_add_per_step_writes(tmp_path, env_kwargs, stage_steps, n,
+                                                                      checkpoints):
+    """Episodes that terminate and truncate, infos, a ring that wraps (items evicted), blocks of staged steps
+    written inside episodes, and checkpoints (which change nothing): the run leaves the rows, items and
+    episodes of a hand-written loop that adds each step."""
+    env, store, table, adder = scripted_parts(stage_steps=stage_steps, n=n, **env_kwargs)
+    extra = {"checkpoint_every": 37, "checkpoint_dir": tmp_path} if checkpoints else {}
+    result = rlflow.run(env, RandomPolicy(3, seed=1), None, adder, table, steps=300, progress=False, **extra)
+    ref_env, ref_store, ref_table, ref_adder = scripted_parts(stage_steps=stage_steps, n=n, **env_kwargs)
+    episodes = hand_loop(ref_env, RandomPolicy(3, seed=1), ref_adder, 300)
+    assert result.env_steps == 300 and result.stopped == ""
+    assert result.episodes == episodes and len(episodes) > 30  # returns to the last bit, lengths, env steps
+    assert {length for _, _, length in episodes} >= {2, 7}  # ends by termination (even) and by the time limit
+    assert store.count[0] > 40  # the ring wrapped: items were evicted
+    assert_same(store.state_dict(), ref_store.state_dict())
+    assert_same(without_keys(table.items()), without_keys(ref_table.items()))
+    assert table.size == ref_table.size > 0
+    assert (len(list(tmp_path.glob("step-*"))) == 1) is checkpoints  # the last checkpoint, older ones removed
 
 
 @pytest.mark.parametrize("obs_shape", [(3,), (6, 7)])
 @pytest.mark.parametrize("nan_at", [4, 23])
-def test_one_env_steps_raise_on_a_bad_observation_as_the_general_loop_body_does(monkeypatch, nan_at, obs_shape):
-    errors = []
-    for fast in (True, False):
-        with pytest.raises(SpecError, match="finite") as info:
-            _scripted_run(monkeypatch, fast, nan_at=nan_at, stage_steps=8, obs_shape=obs_shape)
-        errors.append(str(info.value))
-    assert errors[0] == errors[1]
+def test_a_bad_observation_stops_the_run_with_the_steps_before_written(nan_at, obs_shape):
+    """The env step whose observation is NaN raises the adder's SpecError; the run flushes on its way out, so
+    the store holds every step before it, as a hand-written loop that adds each step leaves it."""
+    env, store, table, adder = scripted_parts(nan_at=nan_at, stage_steps=8, capacity=100, obs_shape=obs_shape)
+    with pytest.raises(SpecError, match="finite") as raised:
+        rlflow.run(env, RandomPolicy(3, seed=1), None, adder, table, steps=100, progress=False)
+    ref_env, ref_store, ref_table, ref_adder = scripted_parts(nan_at=nan_at, stage_steps=8, capacity=100,
+                                                              obs_shape=obs_shape)
+    with pytest.raises(SpecError, match="finite") as expected:
+        hand_loop(ref_env, RandomPolicy(3, seed=1), ref_adder, 100)
+    assert str(raised.value) == str(expected.value)
+    assert_same(store.state_dict(), ref_store.state_dict())
+    assert_same(without_keys(table.items()), without_keys(ref_table.items()))
+    assert int(store.count[0]) >= nan_at  # every step before the bad one, and the episodes' first rows
 
 
-def test_one_env_steps_stop_at_a_bad_observation_with_the_steps_before_written(monkeypatch):
-    """What a run leaves when an env step's observation is bad: the steps before it, written (the run
-    flushes on its way out), and nothing of that step, with either body."""
-    left = []
-    for fast in (True, False):
-        monkeypatch.setattr(rlflow.loop, "_ONE_ENV_STEPS", fast)
-        env = envs.GymEnvironment(gym.wrappers.TimeLimit(ScriptedEnv(nan_at=30), max_episode_steps=7), seed=3)
-        store = StepStore(env.spec, capacity=100, lanes=1)
-        table = Table(store, sampler=Uniform(seed=0), remover=Fifo(seed=0), rate_limiter=MinSize(1))
-        adder = adders.NStepTransition(store, [table], n=2, discount=0.9, stage_steps=16)
-        with pytest.raises(SpecError, match="finite"):
-            rlflow.run(env, RandomPolicy(3, seed=1), None, adder, table, steps=100, progress=False)
-        left.append((store.state_dict(), table.state_dict(), int(store.count[0])))
-    assert_same(left[0][0], left[1][0])
-    assert_same(left[0][1], left[1][1])
-    assert left[0][2] == left[1][2] >= 30  # every step before the bad one, and the episodes' first rows
+def test_run_options_come_as_keywords_or_as_a_config():
+    from rlflow.loop import RunConfig
+
+    parts = [setup(num_envs=2, limiter=SampleToInsertRatio(2.0, 20, error_buffer=40)) for _ in range(3)]
+    seen = [[], [], []]
+    config = RunConfig(log_every=100, progress=False, seed=3, observers=[lambda *row: seen[1].append(row)])
+    results = [
+        rlflow.run(parts[0][0], RandomPolicy(), CountingLearner(8), parts[0][2], parts[0][1], steps=300, batch_size=8,
+                   log_every=100, progress=False, seed=3, observers=[lambda *row: seen[0].append(row)]),
+        rlflow.run(parts[1][0], RandomPolicy(), CountingLearner(8), parts[1][2], parts[1][1], steps=300, batch_size=8,
+                   config=config),
+        # keywords replace the config's fields
+        rlflow.run(parts[2][0], RandomPolicy(), CountingLearner(8), parts[2][2], parts[2][1], steps=300, batch_size=8,
+                   config=dataclasses.replace(config, seed=7, log_every=5), seed=3, log_every=100,
+                   observers=[lambda *row: seen[2].append(row)]),
+    ]
+    assert results[0] == results[1] == results[2] and results[0].learner_steps > 0
+    assert seen[0] == seen[1] == seen[2] and any(stream == "learner" for stream, _, _ in seen[0])
+
+
+def test_an_unknown_run_option_is_refused_naming_the_valid_ones():
+    env, table, adder = setup(limiter=MinSize(1))
+    with pytest.raises(TypeError, match=r"unknown option\(s\) eval_evry, logdri: expected steps, batch_size, config, "
+                                        r"or the fields of RunConfig: sync_period, eval_env, eval_every, .*resume"):
+        rlflow.run(env, RandomPolicy(), None, adder, table, steps=10, progress=False, eval_evry=5, logdri="x")
+    assert int(table.store.count[0]) == 0  # refused before anything ran
+    with pytest.raises(ValueError, match="eval_every: expected env steps >= 0, got -1"):
+        rlflow.run(env, RandomPolicy(), None, adder, table, steps=10, progress=False, eval_every=-1)
+    with pytest.raises(ValueError, match="eval_episodes: expected an integer >= 1, got 0"):
+        rlflow.run(env, RandomPolicy(), None, adder, table, steps=10, progress=False, eval_episodes=0)
+
+
+def test_max_seconds_stops_the_run_between_steps(monkeypatch):
+    import itertools
+    import types
+
+    ticks = itertools.count()  # a clock that advances one second each time the loop reads it
+    monkeypatch.setattr(rlflow.loop, "time", types.SimpleNamespace(monotonic=lambda: float(next(ticks))))
+    env, table, adder = setup(num_envs=2, limiter=MinSize(1))
+    result = rlflow.run(env, RandomPolicy(), None, adder, table, steps=1_000, progress=False, max_seconds=50)
+    assert result.stopped == "max_seconds" and 0 < result.env_steps <= 2 * 50  # at most one turn per clock read
+    assert table.size == result.env_steps  # the staged steps were written
 
 
 @pytest.mark.parametrize(("space", "good", "bad", "match"), [

@@ -1,6 +1,6 @@
 """Resume is exact at any step: a run stopped anywhere (SIGTERM, ``steps=``) and resumed equals the
-uninterrupted run, on the general loop body and on one env's steps; taking checkpoints changes nothing;
-an env whose state cannot be saved is truncated at each checkpoint, said once."""
+uninterrupted run, with a learner and collecting without one (one env, several lanes); taking checkpoints
+changes nothing; an env whose state cannot be saved is truncated at each checkpoint, said once."""
 
 from __future__ import annotations
 
@@ -144,64 +144,48 @@ def test_stopping_twice_between_checkpoints_then_resuming_equals_the_uninterrupt
     assert_same_run(whole[0], learner_run(tmp_path, resume=True))
 
 
-# --------------------------------------------------------------------------- one env's steps, no learner
-def one_env_run(monkeypatch, logdir, *, fast, steps, checkpoint_every=37, resume=False, num_envs=None):
-    """CartPole as a plain env (one lane, the loop's one-env path when ``fast``), or a vector env of
-    ``num_envs`` lanes, collected into a small ring."""
-    from rlflow.adders import _kernels as KA
-
-    monkeypatch.setattr(rlflow.loop, "_ONE_ENV_STEPS", fast)
-    kernel, staged = KA.stage_env_step, [0]
-
-    def counted(*args):
-        got = kernel(*args)
-        staged[0] += got > 0
-        return got
-
-    monkeypatch.setattr(KA, "stage_env_step", counted)
+# --------------------------------------------------------------------------- collecting without a learner
+def collect_run(logdir, *, steps, checkpoint_every=37, resume=False, num_envs=None):
+    """CartPole as a plain env (one lane), or a vector env of ``num_envs`` lanes, collected into a small ring
+    in blocks of staged steps."""
     env = envs.make("CartPole-v1", num_envs=num_envs, max_episode_steps=30)
     store = StepStore(env.spec, capacity=120, lanes=env.num_envs)
     table = Table(store, sampler=Uniform(seed=0), remover=Fifo(seed=0), rate_limiter=MinSize(1))
     adder = adders.NStepTransition(store, [table], n=2, discount=0.9, stage_steps=16)
     result = rlflow.run(env, RecurrentPolicy(), None, adder, table, steps=steps, seed=3, progress=False,
                         checkpoint_every=checkpoint_every, checkpoint_dir=logdir, resume=resume)
-    return result, table, adder, staged[0]
+    return result, table, adder
 
 
 def assert_same_collection(a, b):
-    (r1, t1, a1, _), (r2, t2, a2, _) = a, b
+    (r1, t1, a1), (r2, t2, a2) = a, b
     assert r1.env_steps == r2.env_steps and r1.episodes == r2.episodes
     assert_same(t1.store.state_dict(), t2.store.state_dict(), "store/")
     assert_same(t1.state_dict(), t2.state_dict(), "table/")
     assert_same(a1.state_dict(), a2.state_dict(), "adder/")
 
 
-@pytest.mark.parametrize("fast", [True, False])
-def test_one_env_stops_at_any_step_then_resume_equal_the_uninterrupted_run(monkeypatch, tmp_path, fast):
-    from uuid import uuid4
-
-    whole = one_env_run(monkeypatch, tmp_path / "whole", fast=fast, steps=600, checkpoint_every=0)
-    assert (whole[3] > 400) == fast and len(whole[0].episodes) > 15 and whole[1].store.count[0] > 120
+def test_one_env_stops_at_any_step_then_resume_equal_the_uninterrupted_run(tmp_path):
+    whole = collect_run(tmp_path / "whole", steps=600, checkpoint_every=0)
+    assert len(whole[0].episodes) > 15 and whole[1].store.count[0] > 120
     ends = {step for step, _, _ in whole[0].episodes}
     after_end = next(s for s in range(300, 600) if s in ends and s % 37)
-    parts = tmp_path / uuid4().hex
     for stop in (100, 111, after_end, 600):  # mid-episode, on a checkpoint step (111 = 3 * 37), after an end
         assert stop in ends or stop in (100, 111, 600)
-        part = one_env_run(monkeypatch, parts, fast=fast, steps=stop, resume=True)
+        part = collect_run(tmp_path / "parts", steps=stop, resume=True)
     assert_same_collection(whole, part)
-    assert_same_collection(whole, one_env_run(monkeypatch, tmp_path / "every", fast=fast, steps=600))
+    assert_same_collection(whole, collect_run(tmp_path / "every", steps=600))
 
 
-def test_collecting_several_lanes_in_blocks_stops_anywhere_then_resumes_as_the_uninterrupted_run(monkeypatch,
-                                                                                                   tmp_path):
+def test_collecting_several_lanes_in_blocks_stops_anywhere_then_resumes_as_the_uninterrupted_run(tmp_path):
     """Without a learner the adder holds steps of every lane staged in blocks: a checkpoint keeps them
     staged, as a run that goes on holds them."""
-    whole = one_env_run(monkeypatch, tmp_path / "whole", fast=True, steps=900, checkpoint_every=0, num_envs=3)
+    whole = collect_run(tmp_path / "whole", steps=900, checkpoint_every=0, num_envs=3)
     assert len(whole[0].episodes) > 20 and whole[1].store.count.min() > 120
     for stop in (100, 111, 301, 900):
-        part = one_env_run(monkeypatch, tmp_path / "parts", fast=True, steps=stop, resume=True, num_envs=3)
+        part = collect_run(tmp_path / "parts", steps=stop, resume=True, num_envs=3)
     assert_same_collection(whole, part)
-    assert_same_collection(whole, one_env_run(monkeypatch, tmp_path / "every", fast=True, steps=900, num_envs=3))
+    assert_same_collection(whole, collect_run(tmp_path / "every", steps=900, num_envs=3))
 
 
 # --------------------------------------------------------------------------- an env whose state cannot be saved
@@ -256,7 +240,7 @@ def test_an_env_that_cannot_be_saved_is_truncated_at_each_checkpoint_said_once(t
     # A run stopped at a checkpoint step and resumed equals the uninterrupted one (both truncate there).
     engine_run(tmp_path / "b", steps=30)
     resumed = engine_run(tmp_path / "b", steps=60, resume=True)
-    assert_same_collection((result, table, _, 0), (resumed[0], resumed[1], resumed[2], 0))
+    assert_same_collection((result, table, _), resumed[:3])
     # A stop between checkpoints truncates there: the episode in progress at step 25 is cut at its 5th step,
     # and the next one (restarted at 25) at the checkpoint of step 30, also at its 5th.
     engine_run(tmp_path / "c", steps=25)
