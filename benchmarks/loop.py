@@ -197,22 +197,16 @@ def adder_paths(env_id: str, steps: int, rounds: int) -> dict[str, float]:
     times: dict[str, list[float]] = {}
     for _ in range(rounds):
         for method in ("add", "stage"):
-            for direct in (True, False):
-                store = StepStore(env.spec, capacity=steps + 8, lanes=1)
-                table = Table(store, sampler=Uniform(seed=0), remover=Fifo(), rate_limiter=MinSize(1))
-                adder = adders.NStepTransition(store, [table], n=1)
-                if not direct:
-                    if method == "add":
-                        adder._direct = None
-                    adder._lane_staging = False
-                adder.add_first(first)
-                write = getattr(adder, method)
-                start = time.perf_counter()
-                for actions, step in stream:
-                    write(actions, step)
-                adder.flush()
-                label = f"{method} ({'one-call paths' if direct else 'general add' if method == 'add' else 'block'})"
-                times.setdefault(label, []).append((time.perf_counter() - start) / steps * 1e6)
+            store = StepStore(env.spec, capacity=steps + 8, lanes=1)
+            table = Table(store, sampler=Uniform(seed=0), remover=Fifo(), rate_limiter=MinSize(1))
+            adder = adders.NStepTransition(store, [table], n=1)
+            adder.add_first(first)
+            write = getattr(adder, method)
+            start = time.perf_counter()
+            for actions, step in stream:
+                write(actions, step)
+            adder.flush()
+            times.setdefault(f"NStepTransition.{method}", []).append((time.perf_counter() - start) / steps * 1e6)
         # The same stream through the ReplayBuffer facade, as a loop that has its own env calls it: unbatched
         # arrays, ``obs = next_obs`` going on, the reset observation after an episode end.
         buf = ReplayBuffer(env.single_observation_space, env.single_action_space, capacity=steps + 8)

@@ -277,7 +277,7 @@ def test_sum_tree_levels_share_cache_lines(capacity):
 
 def test_kernels_prefetch_on_this_platform():
     """The batched kernels get the real prefetch intrinsic here (a fallback would cost speed silently)."""
-    from rlflow.replay import _prefetch
+    from rlflow.kernels import prefetch as _prefetch
 
     assert _prefetch.prefetch is _prefetch._llvm_prefetch
 

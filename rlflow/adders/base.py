@@ -151,7 +151,7 @@ class Adder:
         """
         lanes_arr = self._lanes if lanes is None else self._lane_subset(lanes)
         n = lanes_arr.size
-        first = bool_lanes("first", timestep.first, n)
+        first = bool_lanes("first", timestep.first, n, subset=lanes is not None)
         if not first.all():
             raise SpecError(f"add_first: expected first=True on all {n} lanes, got False at positions "
                             f"{np.flatnonzero(~first).tolist()}")
@@ -167,7 +167,7 @@ class Adder:
             raise ValueError(f"add_first: lanes {busy.tolist()} have an episode in progress; call reset() first")
         no = np.zeros(n, bool)
         if lanes is not None:
-            block = StepBlock(self.store.spec, lanes_arr, 1)
+            block = StepBlock(self.store.spec, lanes_arr, 1, subset=True)
             block.start(no)
         ts = TimeStep(timestep.observation, block.reward_zeros(), no, no, first, no)
         if lanes is None:

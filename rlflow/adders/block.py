@@ -45,14 +45,18 @@ def _under(name: str, prefix: str) -> bool:
     return name == prefix or name.startswith(prefix + "/")
 
 
-def bool_lanes(name: str, value: Any, n: int) -> np.ndarray:
-    """``timestep.<name>`` as one bool per lane of ``n``; SpecError saying what came otherwise."""
+def bool_lanes(name: str, value: Any, n: int, *, subset: bool = False) -> np.ndarray:
+    """``timestep.<name>`` as one bool per lane of ``n`` (the store's lanes, or the ``lanes=`` given:
+    ``subset``); SpecError saying what came otherwise."""
     arr = value if type(value) is np.ndarray else np.asarray(value)
     if arr.shape == (n,) and arr.dtype == np.bool_:
         return arr
-    if arr.ndim == 1 and arr.dtype == np.bool_:
-        raise SpecError(f"timestep.{name}: the timestep has {arr.shape[0]} lanes, the block {n}: expected one "
-                        "flag per lane (build the store with lanes=env.num_envs, or pass lanes= for a subset)")
+    if arr.ndim == 1:
+        if subset:
+            raise SpecError(f"timestep.{name}: the timestep has {arr.shape[0]} lanes, lanes= names {n}: expected "
+                            "the timestep of exactly the lanes given")
+        raise SpecError(f"timestep.{name}: the timestep has {arr.shape[0]} lanes, the adder's store {n}: expected "
+                        "one store lane per env lane (build the store with lanes=env.num_envs)")
     raise SpecError(f"timestep.{name}: expected a bool array of shape ({n},), one flag per lane, got "
                     f"{arr.dtype} {arr.shape}")
 
@@ -117,8 +121,9 @@ class StepBlock:
         first, terminated, truncated: ``[T, E]`` bool.
     """
 
-    def __init__(self, spec: Mapping[str, Any], lanes: Any, steps: int) -> None:
+    def __init__(self, spec: Mapping[str, Any], lanes: Any, steps: int, *, subset: bool = False) -> None:
         self.lanes = np.asarray(lanes, np.int64).reshape(-1)
+        self._subset = bool(subset)  # the lanes are some of the store's (errors speak of lanes=)
         if int(steps) < 1:
             raise ValueError(f"a StepBlock holds at least one step, got steps={steps}")
         self.max_steps = int(steps)
@@ -237,10 +242,11 @@ class StepBlock:
         """A step's flags (first, terminated, truncated, last), action columns, observations and the final
         observations of its ended lanes (those lanes), checked."""
         n = self.lanes.size
-        first = bool_lanes("first", ts.first, n)
-        last = bool_lanes("last", ts.last, n)
-        terminated = bool_lanes("terminated", ts.terminated, n)
-        truncated = bool_lanes("truncated", ts.truncated, n)
+        sub = self._subset
+        first = bool_lanes("first", ts.first, n, subset=sub)
+        last = bool_lanes("last", ts.last, n, subset=sub)
+        terminated = bool_lanes("terminated", ts.terminated, n, subset=sub)
+        truncated = bool_lanes("truncated", ts.truncated, n, subset=sub)
         if not np.array_equal(last, terminated | truncated):
             raise SpecError("timestep: expected last == terminated | truncated on every lane")
         self.check_flow(first, last)
@@ -397,10 +403,11 @@ class StepBlock:
         self.steps = s
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"spec": self.spec, "lanes": self.lanes, "max_steps": self.max_steps, "state": self.state_dict()}
+        return {"spec": self.spec, "lanes": self.lanes, "max_steps": self.max_steps, "subset": self._subset,
+                "state": self.state_dict()}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["spec"], state["lanes"], state["max_steps"])  # type: ignore[misc]
+        self.__init__(state["spec"], state["lanes"], state["max_steps"], subset=state["subset"])  # type: ignore[misc]
         self.load_state_dict(state["state"])
 
     def __repr__(self) -> str:

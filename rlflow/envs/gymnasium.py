@@ -342,18 +342,6 @@ class GymEnvironment:
             _set_row(out, int(i), final_obs[i])
         return out
 
-    def _one_env(self) -> tuple[Any, Any, np.dtype, tuple[int, ...]] | None:
-        """For a caller that steps a plain ``gymnasium.Env`` itself (``rlflow.run``'s one-env path): the env's
-        ``step``, the function that makes the TimeStep :meth:`step` returns of its output (``(obs, reward,
-        terminated, truncated, info)``; it resets the env when the episode ended), and the observation
-        space's dtype and shape. An observation of exactly that dtype and shape is what :meth:`step` would
-        batch without a cast. None for a vector env or an observation space of several arrays."""
-        if not self._one or self._vec._box_dtype is None:  # type: ignore[attr-defined]
-            return None
-        vec: _OneEnv = self._vec  # type: ignore[assignment]
-        space = vec.single_observation_space
-        return vec.env.step, vec.timestep, np.dtype(vec._box_dtype), tuple(space.shape)
-
     # ------------------------------------------------------------------ checkpoint state
     def state_dict(self) -> dict[str, Any]:
         """The env's state as plain data (:mod:`rlflow.env_state`: every wrapper's and sub-env's attributes,
