@@ -33,12 +33,14 @@ from typing import Any
 import numpy as np
 
 from rlflow import specs as _specs
+from rlflow.kernels import steps as KS
 from rlflow.kernels.steps import BlockData
 from rlflow.specs import Field, SpecError
 
 __all__ = ["StepBlock"]
 
 _PARTS = ("action", "reward", "extras")  # the parts an action fills in (in this order)
+_BOOL = np.dtype(np.bool_)
 
 
 def _under(name: str, prefix: str) -> bool:
@@ -48,7 +50,9 @@ def _under(name: str, prefix: str) -> bool:
 def bool_lanes(name: str, value: Any, n: int, *, subset: bool = False) -> np.ndarray:
     """``timestep.<name>`` as one bool per lane of ``n`` (the store's lanes, or the ``lanes=`` given:
     ``subset``); SpecError saying what came otherwise."""
-    arr = value if type(value) is np.ndarray else np.asarray(value)
+    if type(value) is np.ndarray and value.dtype is _BOOL and value.shape[0] == n and value.ndim == 1:
+        return value
+    arr = np.asarray(value)
     if arr.shape == (n,) and arr.dtype == np.bool_:
         return arr
     if arr.ndim == 1:
@@ -70,6 +74,29 @@ class _Part:
         self.spec = spec
         self.fields = {name: f for name, f in fields.items() if _under(name, key)}
         self.single = isinstance(spec, Field)
+        # Per field: its dtype, shape and value check (rlflow.specs.check_mode; None: only validate checks it).
+        self._plans = {name: (f.dtype, f.shape, _specs.check_mode(f) if _kernel_typed(f.dtype) else None)
+                       for name, f in self.fields.items()}
+
+    def put(self, value: Any, n: int, dest: dict[str, np.ndarray], s: int, what: str) -> None:
+        """Check ``value`` (``n`` rows of the part) and copy it to row ``s`` of the block columns ``dest``;
+        SpecError naming ``what`` (``dest`` may then be partly written at row ``s``)."""
+        if self.single:
+            flat = {self.key: value}
+        else:
+            try:
+                flat = _specs.flatten_data(self.spec, value, self.key)
+            except SpecError as exc:
+                raise SpecError(f"{what}: {exc}") from None
+        for name, v in flat.items():
+            dtype, shape, check = self._plans[name]
+            if (check is not None and type(v) is np.ndarray and v.dtype == dtype and v.shape[:1] == (n,)
+                    and v.shape[1:] == shape and KS.copy_checked(dest[name][s], v, *check)):
+                continue
+            try:
+                dest[name][s] = _specs.validate({name: self.fields[name]}, {name: v}, (n,))[name]
+            except SpecError as exc:
+                raise SpecError(f"{what}: {exc}") from None
 
     def columns(self, value: Any, n: int, what: str) -> dict[str, np.ndarray]:
         """``value`` (``n`` rows of the part) as checked flat columns; SpecError naming ``what``."""
@@ -140,10 +167,12 @@ class StepBlock:
         self.act = columns(_PARTS)
         self.observation = columns(("observation",))
         self.final = columns(("observation",))
-        self.first, self.terminated, self.truncated = np.zeros((3, t, e), np.bool_)
+        self._marks = np.zeros((t, 3, e), np.bool_)  # per step: first, terminated, truncated
+        self.first, self.terminated, self.truncated = (self._marks[:, 0], self._marks[:, 1], self._marks[:, 2])
         self.data = BlockData(_bytes(self.act, t, e), _bytes(self.observation, t, e), _bytes(self.final, t, e),
                               self.first, self.terminated, self.truncated, self.lanes)
         self._open = np.zeros(e, np.bool_)  # each lane's state after the steps put: an episode in progress
+        self._at = np.zeros(1, np.int64)  # the lane a bad step's flags fault
         # Multi-agent rows (rlflow.envs.ParallelEnvironment): an agent not active at its open row takes no
         # action there; its action is zero-filled before it is checked.
         active, flags = fields.get("observation/active"), fields.get("observation/terminated")
@@ -218,65 +247,69 @@ class StepBlock:
         s = self.steps
         if s >= self.max_steps:
             raise ValueError(f"the block is full ({self.max_steps} steps): write it before putting more")
-        (first, terminated, truncated, last), cols, obs, final, ended = self._checked(actions, timestep, extras)
-        for name, value in cols.items():
-            self.act[name][s] = value
-        for name, value in obs.items():
-            self.observation[name][s] = value
-        for name, value in final.items():
-            self.final[name][s, ended] = value
-        self.first[s], self.terminated[s], self.truncated[s] = first, terminated, truncated
-        self._open[:] = (self._open & ~last) | first
-        if self._agents:
-            opened = first | ~last
-            self._active[opened] = self.observation["observation/active"][s, opened]
+        self._put(s, actions, timestep, extras)
         self.steps = s + 1
 
     def check(self, actions: Any, timestep: Any, extras: Any = None) -> None:
-        """Raise as :meth:`put` would, adding nothing."""
-        self._checked(actions, timestep, extras)
+        """Raise as :meth:`put` would, adding nothing (the block's free row is used as scratch)."""
+        if self.steps >= self.max_steps:
+            raise ValueError(f"the block is full ({self.max_steps} steps): nothing to check a step in")
+        is_open, active = self._open.copy(), self._active.copy()
+        self._put(self.steps, actions, timestep, extras)
+        self._open[:], self._active[:] = is_open, active
 
-    def _checked(self, actions: Any, ts: Any, extras: Any) -> tuple[tuple[np.ndarray, ...], dict[str, np.ndarray],
-                                                                     dict[str, np.ndarray], dict[str, np.ndarray],
-                                                                     np.ndarray]:
-        """A step's flags (first, terminated, truncated, last), action columns, observations and the final
-        observations of its ended lanes (those lanes), checked."""
+    def _put(self, s: int, actions: Any, ts: Any, extras: Any) -> None:
+        """Check one step and copy it to row ``s`` (written, not counted: a step that raises leaves the block's
+        steps as they were)."""
         n = self.lanes.size
         sub = self._subset
         first = bool_lanes("first", ts.first, n, subset=sub)
         last = bool_lanes("last", ts.last, n, subset=sub)
         terminated = bool_lanes("terminated", ts.terminated, n, subset=sub)
         truncated = bool_lanes("truncated", ts.truncated, n, subset=sub)
-        if not np.array_equal(last, terminated | truncated):
-            raise SpecError("timestep: expected last == terminated | truncated on every lane")
-        self.check_flow(first, last)
+        needs = -1 - KS.check_step(first, last, terminated, truncated, self._open, self._at)
+        if needs < 0:
+            self._flow_error(-1 - needs)
         if self._agents:
             actions = _zero_inactive(actions, self._active)
-        cols = self._action_columns(actions, ts.reward, extras, n, "add")
-        opening = first | ~last
-        obs = self._parts["observation"].columns(ts.observation, n, "timestep.observation") if opening.any() else {}
-        final: dict[str, np.ndarray] = {}
-        ended = np.flatnonzero(last)
-        if ended.size:
+        self._put_action(s, actions, ts.reward, extras, n, "add")
+        if needs & KS.NEEDS_OBSERVATION:
+            self._parts["observation"].put(ts.observation, n, self.observation, s, "timestep.observation")
+        if needs & KS.NEEDS_FINAL:
+            ended = np.flatnonzero(last)
             if ts.final_observation is None:
                 raise SpecError(f"timestep: lanes {ended.tolist()} are last but final_observation is None")
             final = self._parts["observation"].rows(ts.final_observation, n, ended, "timestep.final_observation")
-        return (first, terminated, truncated, last), cols, obs, final, ended
+            for name, value in final.items():
+                self.final[name][s, ended] = value
+        if self._agents:
+            opened = first | ~last
+            self._active[opened] = self.observation["observation/active"][s, opened]
+        KS.commit_step(first, last, terminated, truncated, self._marks[s], self._open)
 
-    def check_flow(self, first: np.ndarray, last: np.ndarray) -> None:
-        """Raise unless a step with these flags follows from each lane's state."""
-        is_open = self._open
-        bad = ~is_open & ~first
-        if bad.any():
-            raise ValueError(f"add: lanes {self.lanes[bad].tolist()} have no episode in progress and the timestep "
-                             "does not start one (call add_first with the reset timestep first)")
-        bad = is_open & first & ~last
-        if bad.any():
-            raise ValueError(f"add: lanes {self.lanes[bad].tolist()} start a new episode while one is in progress "
-                             "and did not end (last=False); call reset() to abandon an episode")
-        bad = ~is_open & last
-        if bad.any():
-            raise ValueError(f"add: lanes {self.lanes[bad].tolist()} have no episode in progress, so it cannot end")
+    def _put_action(self, s: int, actions: Any, rewards: Any, extras: Any, n: int, what: str) -> None:
+        """Check the columns an action fills in (action, reward, extras) of ``n`` rows into row ``s``."""
+        if "extras" in self._parts and extras is None:
+            raise SpecError(f"{what}: the store has extras {list(self._parts['extras'].fields)}; pass extras=")
+        if "extras" not in self._parts and extras is not None:
+            raise SpecError(f"{what}: extras given, but the store's spec has no 'extras'")
+        self._parts["action"].put(actions, n, self.act, s, what)
+        self._parts["reward"].put(rewards, n, self.act, s, what)
+        if extras is not None:
+            self._parts["extras"].put(extras, n, self.act, s, what)
+
+    def _flow_error(self, status: int) -> None:
+        """Raise the error of :func:`rlflow.kernels.steps.check_step`'s ``status`` (its lane in ``_at``)."""
+        lane = [int(self.lanes[self._at[0]])]
+        if status == KS.LAST_MISMATCH:
+            raise SpecError("timestep: expected last == terminated | truncated on every lane")
+        if status == KS.NO_EPISODE:
+            raise ValueError(f"add: lanes {lane} have no episode in progress and the timestep does not start one "
+                             "(call add_first with the reset timestep first)")
+        if status == KS.STARTS_IN_EPISODE:
+            raise ValueError(f"add: lanes {lane} start a new episode while one is in progress and did not end "
+                             "(last=False); call reset() to abandon an episode")
+        raise ValueError(f"add: lanes {lane} have no episode in progress, so it cannot end")
 
     def put_steps(self, actions: Any, rewards: Any, next_observations: Any, ends: np.ndarray, terminated: np.ndarray,
                   first_observations: Any, extras: Any = None) -> None:
@@ -412,6 +445,11 @@ class StepBlock:
 
     def __repr__(self) -> str:
         return f"StepBlock(lanes={self.lanes.tolist()}, steps={self.steps}/{self.max_steps})"
+
+
+def _kernel_typed(dtype: np.dtype) -> bool:
+    """Whether the compiled copy takes values of ``dtype`` (native integers, float32 and float64)."""
+    return dtype.isnative and (dtype.kind in "iu" or (dtype.kind == "f" and dtype.itemsize in (4, 8)))
 
 
 def _bytes(cols: dict[str, np.ndarray], t: int, e: int) -> tuple[np.ndarray, ...]:

@@ -243,3 +243,133 @@ def nstep_items(steps: int, codes: np.ndarray, rows: np.ndarray, terminated: np.
                     _nstep_item(m, lanes[e], start, k, disc, rule, out)
                     m += 1
     return m
+
+
+# What check_step says of a step's flags (the lane at fault goes to ``at[0]``).
+STEP_OK, LAST_MISMATCH, NO_EPISODE, STARTS_IN_EPISODE, ENDS_NO_EPISODE = 0, 1, 2, 3, 4
+# check_step's bits of what a good step needs: an observation (some lane opens a row), final observations
+# (some lane's episode ends).
+NEEDS_OBSERVATION, NEEDS_FINAL = 1, 2
+
+
+@njit(**_OPTS)
+def check_step(first: np.ndarray, last: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
+               is_open: np.ndarray, at: np.ndarray) -> int:
+    """Whether a step with these flags (``[E]`` bool each, :class:`rlflow.types.TimeStep`'s) follows from each
+    lane's state (``is_open``): a status (``STEP_OK`` or the first fault, its lane in ``at[0]``), or for a
+    good step ``-1 - needs`` (``NEEDS_*`` bits)."""
+    needs = 0
+    for e in range(is_open.shape[0]):
+        if last[e] != (terminated[e] or truncated[e]):
+            at[0] = e
+            return LAST_MISMATCH
+        if is_open[e]:
+            if first[e] and not last[e]:
+                at[0] = e
+                return STARTS_IN_EPISODE
+        elif not first[e]:
+            at[0] = e
+            return NO_EPISODE
+        elif last[e]:
+            at[0] = e
+            return ENDS_NO_EPISODE
+        if last[e]:
+            needs |= NEEDS_FINAL
+        if first[e] or not last[e]:
+            needs |= NEEDS_OBSERVATION
+    return -1 - needs
+
+
+@njit(**_OPTS)
+def commit_step(first: np.ndarray, last: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
+                marks: np.ndarray, is_open: np.ndarray) -> None:
+    """Record a checked step's flags as a block's step (``marks``: ``[3, E]`` bool rows first, terminated,
+    truncated of that step) and advance each lane's state."""
+    for e in range(is_open.shape[0]):
+        marks[0, e] = first[e]
+        marks[1, e] = terminated[e]
+        marks[2, e] = truncated[e]
+        is_open[e] = (is_open[e] and not last[e]) or first[e]
+
+
+# What each env's last ReplayBuffer call left: no episode in progress, one in progress (its last next_obs
+# is the open row), or one that ended at that call (a NEXT_STEP reset step may follow).
+NO_EPISODE_YET, IN_EPISODE, ENDED = 0, 1, 2
+# classify_calls's bits: some env starts an episode before its transition, some env's episode ends.
+ANY_START, ANY_LAST = 1, 2
+
+
+# The rows of classify_calls's output (``[5, E]`` bool, one column per env): the given flags (termination
+# wins over truncation), ``last``, a NEXT_STEP reset step (next_obs starts the env's next episode, no
+# transition), and an episode that starts at obs before the transition (the one before, if any, is over).
+CALL_TERMINATED, CALL_TRUNCATED, CALL_LAST, CALL_RESET, CALL_STARTS = 0, 1, 2, 3, 4
+
+
+@njit(**_OPTS)
+def classify_calls(state: np.ndarray, same: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
+                   reward: np.ndarray, out: np.ndarray) -> int:
+    """Sort each env's call (``state``: what its last call left; ``same``: its ``obs`` is, bit for bit, its
+    last next_obs; ``reward``: ``[E, k]``); returns the ``ANY_*`` bits. A call right after an episode end
+    whose ``obs`` is that end's next_obs, with reward 0 and neither flag, is a reset step."""
+    bits = 0
+    for e in range(state.shape[0]):
+        term = terminated[e]
+        trunc = truncated[e] and not term
+        last = term or trunc
+        zero = True
+        for k in range(reward.shape[1]):
+            if reward[e, k] != 0:
+                zero = False
+        going_on = same[e] and state[e] != NO_EPISODE_YET
+        reset = state[e] == ENDED and going_on and not last and zero
+        starts = not (state[e] == IN_EPISODE and going_on) and not reset
+        out[CALL_TERMINATED, e] = term
+        out[CALL_TRUNCATED, e] = trunc
+        out[CALL_LAST, e] = last
+        out[CALL_RESET, e] = reset
+        out[CALL_STARTS, e] = starts
+        if starts:
+            bits |= ANY_START
+        if last:
+            bits |= ANY_LAST
+    return bits
+
+
+@njit(**_OPTS)
+def calls_done(state: np.ndarray, calls: np.ndarray, from_infos: np.ndarray) -> None:
+    """Each env's state after its call was written (``calls``: :func:`classify_calls`'s output; an end whose
+    final observation came from the env's info is followed by no reset step)."""
+    for e in range(state.shape[0]):
+        if calls[CALL_LAST, e]:
+            state[e] = NO_EPISODE_YET if from_infos[e] else ENDED
+        else:
+            state[e] = IN_EPISODE
+
+
+# How copy_checked checks values (rlflow.specs.check_mode's modes).
+NO_CHECK, FINITE, BOUNDS = 0, 1, 2
+
+
+@njit(**_OPTS)
+def copy_checked(dst: np.ndarray, src: np.ndarray, mode: int, low: float, high: float) -> bool:
+    """Copy ``src`` into ``dst`` (one dtype, one size) if every value passes the check (``FINITE``: not NaN or
+    infinite; ``BOUNDS``: within ``[low, high]`` compared as float64); whether it did (False: ``dst`` is
+    partly written)."""
+    d = dst.ravel()
+    s = src.ravel()
+    if mode == FINITE:
+        acc = s.dtype.type(0)
+        for i in range(s.shape[0]):
+            acc += s[i] * 0
+            d[i] = s[i]
+        return acc == 0
+    if mode == BOUNDS:
+        for i in range(s.shape[0]):
+            x = float(s[i])
+            if x < low or x > high:
+                return False
+            d[i] = s[i]
+        return True
+    for i in range(s.shape[0]):
+        d[i] = s[i]
+    return True

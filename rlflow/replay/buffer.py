@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from rlflow import specs as _specs
+from rlflow.kernels import steps as KS
 from rlflow.replay.rate_limiters import MinSize
 from rlflow.replay.row_table import RowTable
 from rlflow.replay.sample import Sample
@@ -40,9 +41,6 @@ from rlflow.replay.table import RateLimitTimeout, Table
 from rlflow.specs import Spec, SpecError
 from rlflow.types import TimeStep, step_spec
 
-# What each env's last call left (ReplayBuffer._state): no episode in progress, one in progress (its last
-# next_obs is the open row), or one that ended at the last call (a NEXT_STEP reset step may follow).
-_NONE, _OPEN, _ENDED = 0, 1, 2
 
 __all__ = ["ReplayBuffer"]
 
@@ -98,7 +96,12 @@ class ReplayBuffer:
         self._first_path = first_name.split("/")[1:]
         self._lanes = np.arange(self.num_envs)
         self._no = np.zeros(self.num_envs, bool)
-        self._state = np.zeros(self.num_envs, np.int8)
+        self._reward_dtype = self.store.fields["reward"].dtype
+        self._state = np.zeros(self.num_envs, np.int8)  # what each env's last call left (KS.IN_EPISODE, ...)
+        self._calls = np.zeros((5, self.num_envs), bool)  # classify_calls's rows (KS.CALL_*)
+        self._same = np.zeros(self.num_envs, bool)
+        self._flag_in = np.zeros((2, 1), bool)  # an unbatched call's flags
+        self._no_reward = np.zeros((self.num_envs, 0), np.float32)
         self._last_next = {n: np.zeros((self.num_envs, *f.shape), f.dtype) for n, f in self._obs_fields.items()}
 
     def add(self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any, truncated: Any,
@@ -112,42 +115,52 @@ class ReplayBuffer:
         ``NEXT_STEP`` reset step: not stored; its ``next_obs`` starts the env's next episode."""
         e = self.num_envs
         batched = not (e == 1 and self._unbatched(obs))
-        if not batched:
-            obs, action, reward, next_obs, extras = (None if x is None else _lift(x)
-                                                     for x in (obs, action, reward, next_obs, extras))
-            terminated, truncated = _flag("terminated", terminated), _flag("truncated", truncated)
-            terminated, truncated = np.array([terminated]), np.array([truncated])
-        terminated = _flags("terminated", terminated, e)
-        truncated = _flags("truncated", truncated, e) & ~terminated  # termination wins
-        last = terminated | truncated
+        if batched:
+            terminated, truncated = _flags("terminated", terminated, e), _flags("truncated", truncated, e)
+        else:
+            obs, action, next_obs = _lift(obs), _lift(action), _lift(next_obs)
+            reward = np.array([reward], self._reward_dtype) if type(reward) is float else _lift(reward)
+            extras = None if extras is None else _lift(extras)
+            self._flag_in[0, 0] = _flag("terminated", terminated)
+            self._flag_in[1, 0] = _flag("truncated", truncated)
+            terminated, truncated = self._flag_in
+        if type(reward) is not np.ndarray:
+            reward = np.asarray(reward)
+        if reward.dtype != self._reward_dtype and reward.dtype.kind in "fiu":
+            reward = reward.astype(self._reward_dtype)  # the cast the spec allows (same kind, or int to float)
+        calls = self._calls
+        rewards = reward.reshape(e, -1) if reward.shape[:1] == (e,) else self._no_reward  # the adder names it
+        bits = KS.classify_calls(self._state, self._same_as_last_next(obs), terminated, truncated, rewards, calls)
         from_infos = self._no
         if infos is not None:
-            next_obs, from_infos = self._with_final_observations(next_obs, infos, last, batched)
-        reward = reward if type(reward) is np.ndarray else np.asarray(reward, np.float32)
-        same = self._same_as_last_next(obs)
-        reset = (self._state == _ENDED) & same & ~last & _all_zero(reward, e)  # NEXT_STEP reset steps
-        starts = ~((self._state == _OPEN) & same) & ~reset  # envs whose episode starts at obs first
-        ts = TimeStep(next_obs, reward, terminated, truncated, reset, last, next_obs if last.any() else None)
-        if starts.any():
-            # Everything is checked before anything changes: then episodes broken off end (truncated at
-            # their last next_obs) and new ones start at obs.
-            lanes = self._lanes[starts]
-            first = self._checks.columns("observation", _take_rows(obs, lanes, e), lanes.size, "obs")
-            self._checks.start(~reset)
-            self._checks.check(action, ts, extras)
-            adder = self.adder
-            with self.store.lock:
-                broken = self._lanes[starts & (self._state == _OPEN)]
-                if broken.size:
-                    adder.truncate(broken)
-                adder.add_first(TimeStep(adder.top_observation(first), np.zeros(lanes.size, np.float32),
-                                         self._no[starts], self._no[starts], ~self._no[starts], self._no[starts]),
-                                lanes=lanes)
+            next_obs, from_infos = self._with_final_observations(next_obs, infos, calls[KS.CALL_LAST], batched)
+        ts = TimeStep(next_obs, reward, calls[KS.CALL_TERMINATED], calls[KS.CALL_TRUNCATED], calls[KS.CALL_RESET],
+                      calls[KS.CALL_LAST], next_obs if bits & KS.ANY_LAST else None)
+        if bits & KS.ANY_START:
+            self._start_episodes(obs, action, ts, extras)
         # One env's transitions are staged and written in blocks (sample and len write them first); several
         # envs' are written at once, so that a sampler waiting in another thread sees them.
         (self.adder.stage if e == 1 else self.adder.add)(action, ts, extras)
         self._remember(next_obs)
-        self._state[:] = np.where(last, np.where(from_infos, _NONE, _ENDED), _OPEN)
+        KS.calls_done(self._state, calls, from_infos)
+
+    def _start_episodes(self, obs: Any, action: Any, ts: TimeStep, extras: Any) -> None:
+        """Start an episode at ``obs`` for the envs that start one before their transition (ending the one they
+        break off, truncated at its last next_obs), having checked the whole call first."""
+        e = self.num_envs
+        starts = self._calls[KS.CALL_STARTS]
+        lanes = self._lanes[starts]
+        first = self._checks.columns("observation", _take_rows(obs, lanes, e), lanes.size, "obs")
+        self._checks.start(~self._calls[KS.CALL_RESET])
+        self._checks.check(action, ts, extras)
+        adder = self.adder
+        with self.store.lock:
+            broken = self._lanes[starts & (self._state == KS.IN_EPISODE)]
+            if broken.size:
+                adder.truncate(broken)
+            no = self._no[starts]
+            adder.add_first(TimeStep(adder.top_observation(first), np.zeros(lanes.size, np.float32), no, no, ~no, no),
+                            lanes=lanes)
 
     def _unbatched(self, obs: Any) -> bool:
         """Whether ``obs`` is one env's observation without the leading env axis (judged by its first field)."""
@@ -160,13 +173,19 @@ class ReplayBuffer:
         return np.ndim(leaf) == self._first_ndim
 
     def _same_as_last_next(self, obs: Any) -> np.ndarray:
-        """Per env: whether ``obs`` is, bit for bit, the env's last ``next_obs`` (False where there is none)."""
+        """Per env: whether ``obs`` is, bit for bit, the env's last ``next_obs`` (whatever it holds where there is
+        none: :func:`rlflow.kernels.steps.classify_calls` reads the env's state too)."""
         e = self.num_envs
-        try:
-            flat = {"observation": obs} if self._single else _specs.flatten_data(self._obs_spec, obs, "observation")
-        except SpecError:
-            return np.zeros(e, bool)
-        same = self._state != _NONE
+        same = self._same
+        if self._single:
+            flat = {"observation": obs}
+        else:
+            try:
+                flat = _specs.flatten_data(self._obs_spec, obs, "observation")
+            except SpecError:
+                same[:] = False
+                return same
+        same[:] = True
         for name, leaf in flat.items():
             last = self._last_next[name]
             arr = leaf if type(leaf) is np.ndarray else np.asarray(leaf)
@@ -174,9 +193,10 @@ class ReplayBuffer:
                 try:
                     arr = _specs.validate({name: self._obs_fields[name]}, {name: arr}, (e,))[name]
                 except SpecError:
-                    return np.zeros(e, bool)
+                    same[:] = False
+                    return same
             if e == 1:
-                same &= arr.tobytes() == last.tobytes()
+                same[0] = same[0] and arr.tobytes() == last.tobytes()
             else:
                 same &= ~_rows_differ(arr, last)
         return same
@@ -289,7 +309,7 @@ class ReplayBuffer:
             self._write_lane(lane, t, obs, nxt, cols, terminated, truncated)
             for name, v in nxt.items():
                 self._last_next[name][lane] = v[-1]
-            self._state[lane] = _ENDED if terminated[-1] | truncated[-1] else _OPEN
+            self._state[lane] = KS.ENDED if terminated[-1] | truncated[-1] else KS.IN_EPISODE
         if first is not None:
             self._start(lane, first)
 
@@ -299,7 +319,7 @@ class ReplayBuffer:
         after an episode end, ``obs`` is that end's next_obs bit for bit, reward 0, neither flag."""
         t = terminated.size
         ended = terminated | truncated
-        after_end = np.concatenate([[self._state[lane] == _ENDED], ended[:-1]])
+        after_end = np.concatenate([[self._state[lane] == KS.ENDED], ended[:-1]])
         reset = after_end & (reward.reshape(t, -1) == 0).all(axis=1) & ~ended
         if reset.any():
             for name in obs:
@@ -309,7 +329,7 @@ class ReplayBuffer:
 
     def _is_last_next(self, lane: int, obs: dict[str, np.ndarray]) -> bool:
         """Whether the first of ``obs`` (checked columns) is, bit for bit, ``lane``'s last next_obs."""
-        return self._state[lane] != _NONE and not any(
+        return self._state[lane] != KS.NO_EPISODE_YET and not any(
             _rows_differ(v[:1], self._last_next[name][lane:lane + 1])[0] for name, v in obs.items())
 
     def _start(self, lane: int, first: dict[str, np.ndarray]) -> None:
@@ -319,7 +339,7 @@ class ReplayBuffer:
                                  self._no[:1], ~self._no[:1], self._no[:1]), lanes=[lane])
         for name, v in first.items():
             self._last_next[name][lane] = v[0]
-        self._state[lane] = _OPEN
+        self._state[lane] = KS.IN_EPISODE
 
     def _write_lane(self, lane: int, t: int, obs: dict[str, np.ndarray], nxt: dict[str, np.ndarray],
                     cols: dict[str, np.ndarray], terminated: np.ndarray, truncated: np.ndarray) -> None:
@@ -330,9 +350,9 @@ class ReplayBuffer:
             starts[1:] |= _rows_differ(obs[name][1:], nxt[name][:-1])
         starts[1:] |= terminated[:-1] | truncated[:-1]
         cut = np.append(starts[1:] & ~(terminated[:-1] | truncated[:-1]), False)  # the step before a jump
-        if not (self._state[lane] == _OPEN and self._is_last_next(lane, obs)):
+        if not (self._state[lane] == KS.IN_EPISODE and self._is_last_next(lane, obs)):
             with self.store.lock:
-                if self._state[lane] == _OPEN:
+                if self._state[lane] == KS.IN_EPISODE:
                     adder.truncate([lane])
                 self._start(lane, {name: v[:1] for name, v in obs.items()})
         k = np.flatnonzero(starts)
@@ -344,7 +364,7 @@ class ReplayBuffer:
     def end_episodes(self) -> None:
         """Close every episode in progress as truncated, so its last transitions become sampleable."""
         self.adder.truncate()
-        self._state[:] = _NONE
+        self._state[:] = KS.NO_EPISODE_YET
 
     def __len__(self) -> int:
         """Transitions held."""
@@ -434,6 +454,8 @@ def _take(value: Any, lane: int) -> Any:
 
 def _lift(value: Any) -> Any:
     """One env's argument with the env axis added to each leaf (nested dicts and tuples followed)."""
+    if type(value) is np.ndarray:
+        return value[None]
     if isinstance(value, dict):
         return {k: _lift(v) for k, v in value.items()}
     if isinstance(value, tuple):
@@ -450,13 +472,6 @@ def _take_rows(value: Any, rows: np.ndarray, envs: int) -> Any:
     if isinstance(value, tuple):
         return tuple(_take_rows(v, rows, envs) for v in value)
     return np.asarray(value)[rows]
-
-
-def _all_zero(reward: np.ndarray, envs: int) -> np.ndarray:
-    """Per env: whether its reward is zero (every value of it)."""
-    if reward.shape[:1] != (envs,):
-        return np.zeros(envs, bool)  # the adder's check names the shape
-    return (reward.reshape(envs, -1) == 0).all(axis=1)
 
 
 _UINTS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
