@@ -136,7 +136,8 @@ class Adder:
         self._columns = store.row_columns(self._act_names, self._obs_names)
         # A block never overwrites rows of its own items: its rows (at most two a step) and the rows its
         # items reach back (min_capacity) fit in a lane.
-        self.stage_steps = max(1, min(int(stage_steps), (store.capacity - min_capacity) // 2))
+        self.max_block_steps = max(1, (store.capacity - min_capacity) // 2)
+        self.stage_steps = min(max(1, int(stage_steps)), self.max_block_steps)
         self._block = StepBlock(store.spec, self._lanes, self.stage_steps)
         self._plan = _Plan(self.num_lanes, self.stage_steps)
         self._multi_agent = self._block.multi_agent

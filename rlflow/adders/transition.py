@@ -133,9 +133,9 @@ class NStepTransition(Adder):
             raise SpecError(f"add_steps: expected {' or '.join(map(str, allowed))} first_observations (one per "
                             f"episode ending before the last step{after}), got {got}")
         block.put_steps(actions, rewards, next_observations, ends, term, first_observations, extras)
-        # Written in blocks of stage_steps: a block never overwrites rows of its own items.
-        for a in range(0, t, self.stage_steps):
-            self.write(block.part(a, min(a + self.stage_steps, t)))
+        # Written in blocks of at most max_block_steps: a block never overwrites rows of its own items.
+        for a in range(0, t, self.max_block_steps):
+            self.write(block.part(a, min(a + self.max_block_steps, t)))
 
     def _lane_block(self, lane: int, t: int) -> StepBlock:
         """An empty one-lane block of at least ``t`` steps for ``lane`` (kept for the next call)."""
