@@ -282,7 +282,7 @@ def test_an_adders_staged_steps_stay_staged_in_its_state_and_load_only_into_a_li
     assert state["staged"]["steps"] == 5
     np.testing.assert_array_equal(store.count, count)  # taking the state wrote nothing
     assert table.size == size
-    with pytest.raises(CheckpointError, match="staged steps: expected 0 to 3, got 5"):
+    with pytest.raises(CheckpointError, match="staged steps: expected 0 to 4, got 5"):
         adders.NStepTransition(store, [table], n=2, discount=0.9, stage_steps=4).load_state_dict(state)
     other = Table(store, sampler=Uniform(seed=0), remover=Fifo(seed=0), rate_limiter=MinSize(1), name="episodes")
     with pytest.raises(CheckpointError, match="adder setting 'kind'"):

@@ -403,8 +403,8 @@ class StepBlock:
     def check_state(self, state: Mapping[str, Any]) -> None:
         """Raise ValueError, naming what differs, unless ``state`` (:meth:`state_dict`'s output) fits this block."""
         s = state.get("steps")
-        if not isinstance(s, int | np.integer) or not 0 <= int(s) < self.max_steps:
-            raise ValueError(f"staged steps: expected 0 to {self.max_steps - 1}, got {s!r}")
+        if not isinstance(s, int | np.integer) or not 0 <= int(s) <= self.max_steps:
+            raise ValueError(f"staged steps: expected 0 to {self.max_steps}, got {s!r}")
         if not np.array_equal(np.asarray(state.get("lanes")), self.lanes):
             raise ValueError(f"staged steps: expected lanes {self.lanes.tolist()}, got {state.get('lanes')!r}")
         for key, mine in (("act", self.act), ("observation", self.observation), ("final", self.final)):

@@ -1,0 +1,145 @@
+"""StepBlock: the unit every write goes through: checked when filled, picklable, written whole or not at all."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+
+from rlflow import adders, specs
+from rlflow.adders import StepBlock
+from rlflow.replay import Fifo, StepStore, Table, Uniform
+from rlflow.specs import SpecError
+from rlflow.types import TimeStep, step_spec
+
+SPEC = step_spec(specs.Field((2,), np.float32), specs.Field((), np.int64, low=0, high=3))
+
+
+def _parts(lanes: int = 2) -> tuple[StepStore, Table, adders.NStepTransition]:
+    store = StepStore(SPEC, capacity=64, lanes=lanes)
+    table = Table(store, sampler=Uniform(seed=0), remover=Fifo())
+    return store, table, adders.NStepTransition(store, [table], n=2, discount=0.5)
+
+
+def _steps(rng: np.random.Generator, count: int, lanes: int = 2) -> list[tuple[np.ndarray, TimeStep]]:
+    """A stream of steps after a reset: some lanes end (terminated or truncated) and restart in the same step."""
+    out = []
+    for _ in range(count):
+        end = rng.random(lanes) < 0.2
+        term = end & (rng.random(lanes) < 0.5)
+        obs = rng.standard_normal((lanes, 2)).astype(np.float32)
+        final = rng.standard_normal((lanes, 2)).astype(np.float32) if end.any() else None
+        out.append((rng.integers(0, 4, lanes), TimeStep(obs, rng.standard_normal(lanes).astype(np.float32), term,
+                                                        end & ~term, end, end, final)))
+    return out
+
+
+def _reset(lanes: int = 2) -> TimeStep:
+    z = np.zeros(lanes, bool)
+    return TimeStep(np.zeros((lanes, 2), np.float32), np.zeros(lanes, np.float32), z, z, ~z, z)
+
+
+def _assert_same(a: tuple, b: tuple) -> None:
+    (s1, t1), (s2, t2) = a, b
+    for k, v in s1.state_dict().items():
+        np.testing.assert_array_equal(v, s2.state_dict()[k], err_msg=k)
+    i1, i2 = t1.items(), t2.items()
+    for k in i1:
+        np.testing.assert_array_equal(i1[k], i2[k], err_msg=k)
+
+
+@pytest.mark.parametrize("size", [1, 3, 7, 20])
+def test_a_block_written_through_pickle_writes_what_adds_write(size):
+    """Steps put into blocks of ``size`` (pickled and unpickled, as a process would ship them) and written by
+    the adder leave the store and the table exactly as one add a step."""
+    rng = np.random.default_rng(size)
+    stream = _steps(rng, 40)
+    by_add, by_block = _parts(), _parts()
+    by_add[2].add_first(_reset())
+    for actions, ts in stream:
+        by_add[2].add(actions, ts)
+    store, table, adder = by_block
+    adder.add_first(_reset())
+    for a in range(0, len(stream), size):
+        block = StepBlock(SPEC, lanes=[0, 1], steps=size)
+        block.start(np.ones(2, bool))
+        for actions, ts in stream[a:a + size]:
+            block.put(actions, ts)
+        shipped = pickle.loads(pickle.dumps(block))
+        assert shipped.steps == block.steps and repr(shipped) == repr(block)
+        adder.write(shipped)
+    _assert_same(by_add[:2], (store, table))
+
+
+def test_a_bad_step_raises_and_leaves_the_block_as_it_was():
+    rng = np.random.default_rng(0)
+    block = StepBlock(SPEC, lanes=[0, 1], steps=4)
+    block.start(np.ones(2, bool))
+    actions, ts = _steps(rng, 1)[0]
+    block.put(actions, ts)
+    before = pickle.dumps(block.state_dict())
+    z, o = np.zeros(2, bool), np.ones(2, bool)
+    obs = np.zeros((2, 2), np.float32)
+    cases = [
+        (np.array([0, 9]), TimeStep(obs, np.zeros(2, np.float32), z, z, z, z), SpecError, "<= 3"),
+        (np.zeros(2, np.int64), TimeStep(obs + np.nan, np.zeros(2, np.float32), z, z, z, z), SpecError, "finite"),
+        (np.zeros(2, np.int64), TimeStep(obs, np.zeros(2, np.float32), o, z, z, z), SpecError, "last =="),
+        (np.zeros(2, np.int64), TimeStep(obs, np.zeros(2, np.float32), z, z, o, z), ValueError, "start a new"),
+        (np.zeros(2, np.int64), TimeStep(obs, np.zeros(2, np.float32), o, z, z, o), SpecError, "final_observation"),
+        (np.zeros(3, np.int64), TimeStep(obs, np.zeros(2, np.float32), z, z, z, z), SpecError, "shape"),
+    ]
+    for actions, ts, exc, match in cases:
+        with pytest.raises(exc, match=match):
+            block.put(actions, ts)
+        assert pickle.dumps(block.state_dict()) == before
+    block.put(np.zeros(2, np.int64), TimeStep(obs, np.zeros(2, np.float32), z, z, z, z))
+    assert block.steps == 2
+
+
+def test_put_steps_fills_what_puts_fill():
+    """``put_steps`` (one lane's T steps at once, restarts from first observations) holds what T puts hold."""
+    rng = np.random.default_rng(3)
+    t = 9
+    acts = rng.integers(0, 4, t)
+    rews = rng.standard_normal(t).astype(np.float32)
+    nxt = rng.standard_normal((t, 2)).astype(np.float32)
+    ends = np.zeros(t, bool)
+    ends[[2, 5]] = True
+    term = np.array([False, False, True, False, False, False, False, False, False])
+    firsts = rng.standard_normal((2, 2)).astype(np.float32)
+    whole = StepBlock(SPEC, lanes=[1], steps=t)
+    whole.start(np.ones(1, bool))
+    whole.put_steps(acts, rews, nxt, ends, term, firsts)
+    one = StepBlock(SPEC, lanes=[1], steps=t)
+    one.start(np.ones(1, bool))
+    k = 0
+    for i in range(t):
+        restart = bool(ends[i])
+        obs = firsts[k:k + 1] if restart else nxt[i:i + 1]
+        k += restart
+        flag = np.array
+        one.put(acts[i:i + 1], TimeStep(obs, rews[i:i + 1], flag([bool(term[i])]), flag([bool(ends[i] & ~term[i])]),
+                                        flag([restart]), flag([bool(ends[i])]), nxt[i:i + 1]))
+    a, b = whole.state_dict(), one.state_dict()
+    for key in ("act", "observation"):
+        for name in a[key]:
+            np.testing.assert_array_equal(a[key][name], b[key][name], err_msg=name)
+    ended = np.flatnonzero(ends)
+    np.testing.assert_array_equal(a["final"]["observation"][ended], b["final"]["observation"][ended])
+    for key in ("first", "terminated", "truncated", "open"):
+        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+
+def test_restart_needs_an_end_at_the_last_step_and_a_write_needs_the_adders_state():
+    store, table, adder = _parts()
+    block = StepBlock(SPEC, lanes=[0, 1], steps=3)
+    block.start(np.ones(2, bool))
+    with pytest.raises(ValueError, match="did not end at the block's last step"):
+        block.restart(np.array([0]), np.zeros((1, 2), np.float32))
+    block.put(np.zeros(2, np.int64), _steps(np.random.default_rng(1), 1)[0][1])
+    count = store.count.copy()
+    with pytest.raises(RuntimeError, match="does not follow from its lanes' state"):
+        adder.write(block)  # the adder's lanes have no episode in progress: nothing is written
+    np.testing.assert_array_equal(store.count, count)
+    assert table.size == 0 and block.steps == 1
