@@ -60,7 +60,7 @@ class CompileListener(ev.Listener):
 
 ev.register("numba:compile", CompileListener())
 import rlflow
-from rlflow.replay import ReplayBuffer
+from rlflow import ReplayBuffer
 t_import = time.perf_counter()
 
 buffer = ReplayBuffer(spaces.Box(-1, 1, (17,), np.float32), spaces.Discrete(6), capacity=100_000, n_step=n_step)

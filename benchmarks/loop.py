@@ -26,7 +26,8 @@ from gymnasium.vector import AutoresetMode
 
 import rlflow
 from rlflow import adders, envs
-from rlflow.replay import Fifo, MinSize, ReplayBuffer, StepStore, Table, Uniform
+from rlflow import ReplayBuffer
+from rlflow.replay import Fifo, MinSize, StepStore, Table, Uniform
 
 _INT64 = np.dtype(np.int64)
 

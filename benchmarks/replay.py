@@ -32,7 +32,8 @@ import peers
 from peers import ADAPTERS, CASES, Case, get_pool
 
 from rlflow import adders, specs
-from rlflow.replay import Fifo, MinSize, Prioritized, ReplayBuffer, RowTable, StepStore, Table, Uniform
+from rlflow import ReplayBuffer
+from rlflow.replay import Fifo, MinSize, Prioritized, RowTable, StepStore, Table, Uniform
 from rlflow.types import TimeStep, step_spec
 
 

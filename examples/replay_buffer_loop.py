@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from rlflow.replay import ReplayBuffer
+from rlflow import ReplayBuffer
 
 
 def main() -> None:

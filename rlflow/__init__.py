@@ -6,11 +6,12 @@ imported by the parts that use them.
 
 from rlflow import specs
 from rlflow.actors import Actor, VariableClient, evaluate
+from rlflow.buffer import ReplayBuffer
 from rlflow.core import Learner, LearnerUpdate, Policy
-from rlflow.loop import RunResult, run
+from rlflow.loop import RunConfig, RunResult, run
 from rlflow.plots import plot_run
 
 __version__ = "0.1.0"
 
-__all__ = ["Actor", "Learner", "LearnerUpdate", "Policy", "RunResult", "VariableClient", "__version__", "evaluate",
+__all__ = ["Actor", "Learner", "LearnerUpdate", "Policy", "ReplayBuffer", "RunConfig", "RunResult", "VariableClient", "__version__", "evaluate",
            "plot_run", "run", "specs"]

@@ -9,7 +9,7 @@ from gymnasium import spaces
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlflow.replay import ReplayBuffer
+from rlflow import ReplayBuffer
 from rlflow.kernels.items import LANE, LENGTH, START, VALID
 from rlflow.specs import SpecError
 

@@ -9,7 +9,7 @@ import pytest
 from buffer_reference import G, held, reference
 from gymnasium.vector import AutoresetMode
 
-from rlflow.replay import ReplayBuffer
+from rlflow import ReplayBuffer
 
 ENV_ID, LIMIT, ENVS, STEPS, SEED = "CartPole-v1", 16, 3, 90, 5
 MODES = [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED]

@@ -13,7 +13,7 @@ from gymnasium import spaces
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlflow.replay import ReplayBuffer
+from rlflow import ReplayBuffer
 from rlflow.specs import SpecError
 
 ACT = spaces.Discrete(4)

@@ -1,6 +1,5 @@
 """Replay: step storage, tables of items, selectors, rate limiters and checkpoints."""
 
-from rlflow.replay.buffer import ReplayBuffer
 from rlflow.replay.checkpoint import CheckpointError, load, save
 from rlflow.replay.rate_limiters import MinSize, Queue, RateLimiter, SampleToInsertRatio, Stack
 from rlflow.replay.row_table import RowTable
@@ -21,7 +20,6 @@ __all__ = [
     "Queue",
     "RateLimitTimeout",
     "RateLimiter",
-    "ReplayBuffer",
     "RowTable",
     "Sample",
     "SampleToInsertRatio",

@@ -31,6 +31,8 @@ from typing import Any
 import numpy as np
 
 from rlflow import specs as _specs
+from rlflow.adders.block import StepBlock
+from rlflow.adders.transition import NStepTransition
 from rlflow.kernels import steps as KS
 from rlflow.replay.rate_limiters import MinSize
 from rlflow.replay.row_table import RowTable
@@ -72,9 +74,6 @@ class ReplayBuffer:
                  prioritized: bool = False, alpha: float = 0.6, beta: float = 0.4, num_envs: int = 1,
                  extras: Spec | None = None, seed: int | None = None, backend: str = "memory",
                  directory: Any = None) -> None:
-        from rlflow.adders.block import StepBlock
-        from rlflow.adders.transition import NStepTransition  # adders build on this package
-
         if int(num_envs) < 1 or int(capacity) // int(num_envs) < n_step + 2:
             raise ValueError(f"capacity {capacity} over num_envs {num_envs} leaves fewer than n_step + 2 = "
                              f"{n_step + 2} rows per env")
