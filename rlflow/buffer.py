@@ -99,7 +99,9 @@ class ReplayBuffer:
         self._state = np.zeros(self.num_envs, np.int8)  # what each env's last call left (KS.IN_EPISODE, ...)
         self._calls = np.zeros((5, self.num_envs), bool)  # classify_calls's rows (KS.CALL_*)
         self._same = np.zeros(self.num_envs, bool)
-        self._flag_in = np.zeros((2, 1), bool)  # an unbatched call's flags
+        self._term_in, self._trunc_in = np.zeros((2, 1), bool)  # an unbatched call's flags
+        self._call_rows = [self._calls[k] for k in (KS.CALL_TERMINATED, KS.CALL_TRUNCATED, KS.CALL_RESET,
+                                                   KS.CALL_LAST)]
         self._no_reward = np.zeros((self.num_envs, 0), np.float32)
         self._last_next = {n: np.zeros((self.num_envs, *f.shape), f.dtype) for n, f in self._obs_fields.items()}
 
@@ -120,9 +122,9 @@ class ReplayBuffer:
             obs, action, next_obs = _lift(obs), _lift(action), _lift(next_obs)
             reward = np.array([reward], self._reward_dtype) if type(reward) is float else _lift(reward)
             extras = None if extras is None else _lift(extras)
-            self._flag_in[0, 0] = _flag("terminated", terminated)
-            self._flag_in[1, 0] = _flag("truncated", truncated)
-            terminated, truncated = self._flag_in
+            self._term_in[0] = _flag("terminated", terminated)
+            self._trunc_in[0] = _flag("truncated", truncated)
+            terminated, truncated = self._term_in, self._trunc_in
         if type(reward) is not np.ndarray:
             reward = np.asarray(reward)
         if reward.dtype != self._reward_dtype and reward.dtype.kind in "fiu":
@@ -133,8 +135,8 @@ class ReplayBuffer:
         from_infos = self._no
         if infos is not None:
             next_obs, from_infos = self._with_final_observations(next_obs, infos, calls[KS.CALL_LAST], batched)
-        ts = TimeStep(next_obs, reward, calls[KS.CALL_TERMINATED], calls[KS.CALL_TRUNCATED], calls[KS.CALL_RESET],
-                      calls[KS.CALL_LAST], next_obs if bits & KS.ANY_LAST else None)
+        term, trunc, reset, last = self._call_rows
+        ts = TimeStep(next_obs, reward, term, trunc, reset, last, next_obs if bits & KS.ANY_LAST else None)
         if bits & KS.ANY_START:
             self._start_episodes(obs, action, ts, extras)
         # One env's transitions are staged and written in blocks (sample and len write them first); several
@@ -163,6 +165,8 @@ class ReplayBuffer:
 
     def _unbatched(self, obs: Any) -> bool:
         """Whether ``obs`` is one env's observation without the leading env axis (judged by its first field)."""
+        if type(obs) is np.ndarray and self._single:
+            return obs.ndim == self._first_ndim
         leaf = obs
         try:
             for key in self._first_path:
@@ -202,9 +206,10 @@ class ReplayBuffer:
 
     def _remember(self, next_obs: Any) -> None:
         """Keep each env's ``next_obs`` (checked by the adder already) for the next call's continuity check."""
-        flat = {"observation": next_obs} if self._single else _specs.flatten_data(self._obs_spec, next_obs,
-                                                                                  "observation")
-        for name, leaf in flat.items():
+        if self._single:
+            self._last_next["observation"][...] = next_obs
+            return
+        for name, leaf in _specs.flatten_data(self._obs_spec, next_obs, "observation").items():
             self._last_next[name][...] = leaf
 
     def _with_final_observations(self, next_obs: Any, infos: Any, last: np.ndarray,
