@@ -173,9 +173,9 @@ class NStepTransition(Adder):
         out = self._out
         m = KS.nstep_items(steps, codes, rows, terminated, lanes, final_was_open, self._rule, out)
         if m:
-            self._insert(out.lanes[:m].copy(), out.starts[:m].copy(), out.lengths[:m].copy(),
-                         {"return": out.returns[:m].reshape(m, *self._reward_shape).copy(),
-                          "discount": out.discounts[:m].copy()})
+            # Views of the outputs: every table copies what it keeps before the next write.
+            self._insert(out.lanes[:m], out.starts[:m], out.lengths[:m],
+                         {"return": out.returns[:m].reshape(m, *self._reward_shape), "discount": out.discounts[:m]})
 
 
 def _items_out(size: int, reward_size: int) -> KS.ItemsOut:

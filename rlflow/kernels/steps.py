@@ -373,3 +373,20 @@ def copy_checked(dst: np.ndarray, src: np.ndarray, mode: int, low: float, high: 
     for i in range(s.shape[0]):
         d[i] = s[i]
     return True
+
+
+@njit(**_OPTS)
+def overwritten(count: np.ndarray, capacity: int, lanes: np.ndarray, new_rows: np.ndarray, ranges: np.ndarray) -> int:
+    """The rows that writing ``new_rows[i]`` rows to each of ``lanes`` overwrites, as ``ranges[j] = (lane, lo,
+    hi)`` (rows ``lo .. hi - 1``); returns how many lanes overwrite any."""
+    m = 0
+    for i in range(lanes.shape[0]):
+        c = count[lanes[i]]
+        lo = max(c - capacity, 0)
+        hi = c + new_rows[i] - capacity
+        if hi > lo:
+            ranges[m, 0] = lanes[i]
+            ranges[m, 1] = lo
+            ranges[m, 2] = hi
+            m += 1
+    return m

@@ -34,6 +34,7 @@ import numpy as np
 
 from rlflow import specs as _specs
 from rlflow.kernels import items as KI
+from rlflow.kernels import steps as KS
 from rlflow.kernels.steps import Rings, RowColumns
 from rlflow.kernels.items import LANE, LENGTH, START, VALID
 from rlflow.specs import Field, Spec, SpecError
@@ -119,6 +120,7 @@ class StepStore:
         self._next_episode = np.zeros(self.num_lanes, np.int64)
         self._next_step = np.zeros(self.num_lanes, np.int64)
         self._all_lanes = np.arange(self.num_lanes)
+        self._ranges = np.zeros((self.num_lanes, 3), np.int64)  # before_write's (lane, lo, hi) of overwritten rows
         self._rings = Rings(self.count, self.episode_id, self.episode_step, self._next_episode, self._next_step,
                             self.capacity)
 
@@ -179,12 +181,12 @@ class StepStore:
         """Tell every listener about the rows that writing ``rows[i]`` new rows to each of ``lanes`` overwrites."""
         if not self._listeners:
             return
-        count = self.count[lanes]
-        lo = np.maximum(count - self.capacity, 0)
-        hi = count + rows - self.capacity
-        for i in np.flatnonzero(hi > lo).tolist():
+        if self._ranges.shape[0] < lanes.size:
+            self._ranges = np.zeros((lanes.size, 3), np.int64)
+        m = KS.overwritten(self.count, self.capacity, lanes, rows, self._ranges)
+        for lane, lo, hi in self._ranges[:m].tolist():
             for listener in self._listeners:
-                listener.on_overwrite_range(int(lanes[i]), int(lo[i]), int(hi[i]))
+                listener.on_overwrite_range(lane, lo, hi)
 
     # ------------------------------------------------------------------ writes
     def _check_lanes(self, lanes: Any) -> np.ndarray:
