@@ -134,6 +134,7 @@ class Adder:
         self._act_names = [n for n in fields if _under(n, "action") or n == "reward" or _under(n, "extras")]
         self._obs_names = [n for n in fields if _under(n, "observation")]
         self._columns = store.row_columns(self._act_names, self._obs_names)
+        self._packed_store = KS.pack(KS.Store(self._state, store.rings(), self._columns))
         # A block never overwrites rows of its own items: its rows (at most two a step) and the rows its
         # items reach back (min_capacity) fit in a lane.
         self.max_block_steps = max(1, (store.capacity - min_capacity) // 2)
@@ -230,29 +231,37 @@ class Adder:
         """Write ``block``'s steps: the tables drop the items of the rows it overwrites, its rows are
         written lane by lane, and its items go to every table (:meth:`_make_items`). The block is empty
         afterwards (its arrays still hold what was written until the next step is put)."""
-        store = self.store
-        steps = block.steps
-        plan = self._plan.fit(block.num_lanes, steps)
-        with store.lock:
-            bad = KS.plan_block(steps, block.data, self._state, store.count, plan.codes, plan.new_rows)
-            if bad >= 0:  # the block checked each step against the one before: a broken invariant
-                raise RuntimeError(f"write: step {bad} of {block!r} does not follow from its lanes' state")
-            store.before_write(block.lanes, plan.new_rows)
-            KS.write_block(steps, block.data, plan.codes, self._state, store.rings(), self._columns, plan.rows)
-            block.steps = 0
-            self._make_items(steps, plan.codes, plan.rows, block.terminated, block.lanes)
+        self._write_steps(block, 0, block.steps)
 
-    def _make_items(self, steps: int, codes: np.ndarray, rows: np.ndarray, terminated: np.ndarray,
+    def _write_steps(self, block: StepBlock, a: int, z: int) -> None:
+        """Write steps ``a .. z - 1`` of ``block`` (see :meth:`write`)."""
+        store = self.store
+        steps = z - a
+        plan = self._plan.fit(block.num_lanes, steps)
+        if block.num_lanes == self.num_lanes:
+            self._plan = plan  # kept for the next block of every lane
+        with store.lock:
+            bad = KS.plan_block(a, steps, block.packed, self._packed_store, plan.codes, plan.new_rows)
+            if bad >= 0:  # the block checked each step against the one before: a broken invariant
+                raise RuntimeError(f"write: step {a + bad} of {block!r} does not follow from its lanes' state")
+            store.before_write(block.lanes, plan.new_rows)
+            KS.write_block(a, steps, block.packed, plan.codes, self._packed_store, plan.rows)
+            if z == block.steps:  # the rows are written: the block is spent, whatever its items do
+                block.steps = 0
+            self._make_items(a, steps, plan.codes, plan.rows, block.terminated, block.lanes)
+
+    def _make_items(self, a: int, steps: int, codes: np.ndarray, rows: np.ndarray, terminated: np.ndarray,
                     lanes: np.ndarray) -> None:
-        """Turn ``steps`` written steps (codes and rows of :func:`rlflow.kernels.steps.write_block`, block
-        lanes ``lanes``) into items: here each step as :class:`StepEvents` for :meth:`_emit`."""
+        """Turn the written steps ``a .. a + steps - 1`` (codes and rows of
+        :func:`rlflow.kernels.steps.write_block`, from step ``a`` on; ``terminated`` the block's; block lanes
+        ``lanes``) into items: here each step as :class:`StepEvents` for :meth:`_emit`."""
         for s in range(steps):
             code, final, episode, new = codes[s], rows[s, 0], rows[s, 1], rows[s, 2]
             ended = np.flatnonzero((code == KS.END) | (code == KS.END_START))
             continued = np.flatnonzero(code == KS.CONTINUE)
             started = np.flatnonzero((code == KS.START) | (code == KS.END_START))
             self._emit(StepEvents(ended=lanes[ended], final_rows=final[ended], episode_starts=episode[ended],
-                                  terminated=terminated[s, ended], continued=lanes[continued],
+                                  terminated=terminated[a + s, ended], continued=lanes[continued],
                                   continued_rows=new[continued], continued_starts=episode[continued],
                                   started=lanes[started], started_rows=new[started]))
 

@@ -171,6 +171,7 @@ class StepBlock:
         self.first, self.terminated, self.truncated = (self._marks[:, 0], self._marks[:, 1], self._marks[:, 2])
         self.data = BlockData(_bytes(self.act, t, e), _bytes(self.observation, t, e), _bytes(self.final, t, e),
                               self.first, self.terminated, self.truncated, self.lanes)
+        self._packed: KS.Packed | None = None
         self._open = np.zeros(e, np.bool_)  # each lane's state after the steps put: an episode in progress
         self._at = np.zeros(1, np.int64)  # the lane a bad step's flags fault
         # Multi-agent rows (rlflow.envs.ParallelEnvironment): an agent not active at its open row takes no
@@ -180,21 +181,12 @@ class StepBlock:
                         and len(active.shape) == 1 and flags.shape == active.shape)
         self._active = np.ones((e, *(active.shape if self._agents else ())), np.bool_)
 
-    def part(self, a: int, z: int) -> StepBlock:
-        """Steps ``a .. z - 1`` as a block of their own (views of this block's arrays)."""
-        if not 0 <= a < z <= self.steps:
-            raise ValueError(f"part: expected 0 <= a < z <= {self.steps}, got {a}, {z}")
-        if a == 0 and z == self.steps:
-            return self
-        out = object.__new__(StepBlock)
-        out.__dict__.update(self.__dict__)
-        out.act, out.observation, out.final = ({k: v[a:z] for k, v in cols.items()}
-                                               for cols in (self.act, self.observation, self.final))
-        out.first, out.terminated, out.truncated = self.first[a:z], self.terminated[a:z], self.truncated[a:z]
-        out.data = BlockData(*(tuple(c[a:z] for c in cols) for cols in self.data[:3]), out.first, out.terminated,
-                             out.truncated, self.lanes)
-        out.max_steps = out.steps = z - a
-        return out
+    @property
+    def packed(self) -> KS.Packed:
+        """:attr:`data` as the block writer's one argument (made on first use)."""
+        if self._packed is None:
+            self._packed = KS.pack(self.data)
+        return self._packed
 
     def columns(self, key: str, value: Any, n: int, what: str) -> dict[str, np.ndarray]:
         """``n`` rows of part ``key`` of a step (``observation``, ``action``, ``reward``, ``extras``) as checked
@@ -435,7 +427,7 @@ class StepBlock:
         self._active[:] = state["active"]
         self.steps = s
 
-    def __getstate__(self) -> dict[str, Any]:
+    def __getstate__(self) -> dict[str, Any]:  # arrays only (a Packed holds compiled-code state)
         return {"spec": self.spec, "lanes": self.lanes, "max_steps": self.max_steps, "subset": self._subset,
                 "state": self.state_dict()}
 

@@ -82,6 +82,7 @@ class NStepTransition(Adder):
         self._rule = KS.NStep(self.n, self.discount ** np.arange(self.n + 1), store.column_rows("reward"),
                               store.capacity)
         self._out = _items_out(self.n * self.num_lanes * self.stage_steps, self._rule.rewards.shape[1])
+        self._packed_rule, self._packed_out = KS.pack(self._rule), KS.pack(self._out)
         self._one_lane: StepBlock | None = None  # add_steps's block
 
     def waiting_actions(self) -> np.ndarray:
@@ -135,7 +136,7 @@ class NStepTransition(Adder):
         block.put_steps(actions, rewards, next_observations, ends, term, first_observations, extras)
         # Written in blocks of at most max_block_steps: a block never overwrites rows of its own items.
         for a in range(0, t, self.max_block_steps):
-            self.write(block.part(a, min(a + self.max_block_steps, t)))
+            self._write_steps(block, a, min(a + self.max_block_steps, t))
 
     def _lane_block(self, lane: int, t: int) -> StepBlock:
         """An empty one-lane block of at least ``t`` steps for ``lane`` (kept for the next call)."""
@@ -158,20 +159,22 @@ class NStepTransition(Adder):
         rows[0, 0, events.ended] = events.final_rows
         rows[0, 1, events.ended] = events.episode_starts
         terminated[0, events.ended] = events.terminated
-        self._items(1, codes, rows, terminated, self._lanes, events.final_was_open)
+        self._items(0, 1, codes, rows, terminated, self._lanes, events.final_was_open)
 
-    def _make_items(self, steps: int, codes: np.ndarray, rows: np.ndarray, terminated: np.ndarray,
+    def _make_items(self, a: int, steps: int, codes: np.ndarray, rows: np.ndarray, terminated: np.ndarray,
                     lanes: np.ndarray) -> None:
-        self._items(steps, codes, rows, terminated, lanes, False)
+        self._items(a, steps, codes, rows, terminated, lanes, False)
 
-    def _items(self, steps: int, codes: np.ndarray, rows: np.ndarray, terminated: np.ndarray, lanes: np.ndarray,
-               final_was_open: bool) -> None:
+    def _items(self, a: int, steps: int, codes: np.ndarray, rows: np.ndarray, terminated: np.ndarray,
+               lanes: np.ndarray, final_was_open: bool) -> None:
         """The n-step items of written steps (:func:`rlflow.kernels.steps.nstep_items`), into every table."""
         size = self.n * lanes.size * steps
         if self._out.lanes.size < size:
             self._out = _items_out(size, self._rule.rewards.shape[1])
+            self._packed_out = KS.pack(self._out)
         out = self._out
-        m = KS.nstep_items(steps, codes, rows, terminated, lanes, final_was_open, self._rule, out)
+        m = KS.nstep_items(a, steps, codes, rows, terminated, lanes, final_was_open, self._packed_rule,
+                           self._packed_out)
         if m:
             # Views of the outputs: every table copies what it keeps before the next write.
             self._insert(out.lanes[:m], out.starts[:m], out.lengths[:m],

@@ -17,10 +17,11 @@ each block column a ``(T, E, row_bytes)`` one, so one compiled function serves e
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
-from numba import njit
+from numba import njit, types
+from numba.experimental import structref
 
 from rlflow.kernels.items import _mark_row, wrap
 from rlflow.kernels.prefetch import copy_bytes, prefetch_write
@@ -74,6 +75,37 @@ class LaneState(NamedTuple):
     episode_start: np.ndarray
 
 
+class Store(NamedTuple):
+    """What the block writer reads and writes of a store and an adder: the lanes' open rows, the rings, the
+    columns."""
+
+    state: LaneState
+    rings: Rings
+    cols: RowColumns
+
+
+@structref.register
+class _PackedType(types.StructRef):
+    def preprocess_fields(self, fields: Any) -> Any:
+        return tuple((name, types.unliteral(typ)) for name, typ in fields)
+
+
+class Packed(structref.StructRefProxy):
+    """One struct of arrays (a NamedTuple above) as one argument: a compiled call types and unboxes a
+    ``Packed`` at once, where it would take a NamedTuple's arrays one by one on every call. Made by
+    :func:`pack`; its struct is ``.value`` inside the kernels."""
+
+
+structref.define_proxy(Packed, _PackedType, ["value"])
+
+
+@njit(cache=True)
+def pack(value: Any) -> Packed:
+    """``value`` (a NamedTuple of arrays) as a :class:`Packed` (made by a cached compiled call: the proxy's own
+    constructor would compile in every process)."""
+    return Packed(value)
+
+
 class ItemsOut(NamedTuple):
     """Where :func:`nstep_items` writes its items (one entry per item)."""
 
@@ -94,20 +126,23 @@ class NStep(NamedTuple):
 
 
 @njit(**_OPTS)
-def plan_block(steps: int, block: BlockData, state: LaneState, count: np.ndarray, codes: np.ndarray,
+def plan_block(a: int, steps: int, packed_block: Packed, packed_store: Packed, codes: np.ndarray,
                new_rows: np.ndarray) -> int:
-    """Each step's kind per lane (``codes[s, e]``) and the rows each lane writes (``new_rows[e]``).
+    """Each kind of the block's steps ``a .. a + steps - 1`` per lane (``codes[s - a, e]``) and the rows each
+    lane writes (``new_rows[e]``); ``packed_block``: a :class:`BlockData`, ``packed_store``: a :class:`Store`.
 
     Returns -1 when every step follows from its lane's state, else the first step ``s`` that does not
     (a lane with no episode in progress that does not start one, a start while an episode goes on, or
     ``last`` and ``first`` that do not fit): nothing is changed then but the outputs.
     """
+    block = packed_block.value
+    state = packed_store.value.state
     for e in range(block.lanes.shape[0]):
         is_open = state.open_rows[block.lanes[e]] >= 0
         rows = 0
         for s in range(steps):
-            first = block.first[s, e]
-            last = block.terminated[s, e] or block.truncated[s, e]
+            first = block.first[a + s, e]
+            last = block.terminated[a + s, e] or block.truncated[a + s, e]
             if is_open:
                 if first and last:
                     codes[s, e] = END_START
@@ -138,9 +173,9 @@ def _copy_row(col: np.ndarray, i: int, data: np.ndarray, e: int) -> None:
 
 
 @njit(**_OPTS)
-def write_block(steps: int, block: BlockData, codes: np.ndarray, state: LaneState, rings: Rings,
-                cols: RowColumns, rows: np.ndarray) -> None:
-    """Write ``steps`` planned steps (:func:`plan_block`) of every block lane, lane after lane.
+def write_block(a: int, steps: int, packed_block: Packed, codes: np.ndarray, packed_store: Packed,
+                rows: np.ndarray) -> None:
+    """Write the planned steps ``a .. a + steps - 1`` (:func:`plan_block`) of every block lane, lane after lane.
 
     An open row gets its action columns (action, reward, extras) and flags; an ended lane gets its final
     row (the final observation, zero action columns, ``last``); a lane that goes on or starts gets a new
@@ -148,6 +183,8 @@ def write_block(steps: int, block: BlockData, codes: np.ndarray, state: LaneStat
     gets the step's final row, the first row of the episode its action belongs to (the ended one, or the
     one going on) and its new open row, each -1 if none.
     """
+    block = packed_block.value
+    state, rings, cols = packed_store.value.state, packed_store.value.rings, packed_store.value.cols
     capacity = rings.capacity
     for e in range(block.lanes.shape[0]):  # each lane's first lines requested at once: their misses overlap
         lane = block.lanes[e]
@@ -159,8 +196,9 @@ def write_block(steps: int, block: BlockData, codes: np.ndarray, state: LaneStat
     for e in range(block.lanes.shape[0]):
         lane = block.lanes[e]
         base = lane * capacity
-        for s in range(steps):
-            c = codes[s, e]
+        for k in range(steps):
+            s = a + k
+            c = codes[k, e]
             final = new = -1
             episode = state.episode_start[lane] if c != START else -1
             if c != START:
@@ -196,9 +234,9 @@ def write_block(steps: int, block: BlockData, codes: np.ndarray, state: LaneStat
                 state.open_rows[lane] = new
                 if begins:
                     state.episode_start[lane] = new
-            rows[s, 0, e] = final
-            rows[s, 1, e] = episode
-            rows[s, 2, e] = new
+            rows[k, 0, e] = final
+            rows[k, 1, e] = episode
+            rows[k, 2, e] = new
 
 
 @njit(inline="always", cache=True)
@@ -216,15 +254,19 @@ def _nstep_item(m: int, lane: int, start: int, k: int, discount: float, rule: NS
 
 
 @njit(**_OPTS)
-def nstep_items(steps: int, codes: np.ndarray, rows: np.ndarray, terminated: np.ndarray, lanes: np.ndarray,
-                final_was_open: bool, rule: NStep, out: ItemsOut) -> int:
-    """The n-step transition items that ``steps`` written steps complete; returns how many (``out`` sized
-    ``n E T``). Step after step, as separate steps would give them: first each lane that goes on and
-    whose window of ``n`` actions now ends at its new open row, then every start within ``n`` rows of
-    each ended lane's final row, with ``k = final - start`` and discount 0 on termination (after
-    :meth:`~rlflow.adders.Adder.truncate` the final row was the open row: ``final_was_open``, its
-    full-length window exists already). Returns are float64 sums of ``g^j r_(start+j)``, stored as float32.
+def nstep_items(a: int, steps: int, codes: np.ndarray, rows: np.ndarray, terminated: np.ndarray, lanes: np.ndarray,
+                final_was_open: bool, packed_rule: Packed, packed_out: Packed) -> int:
+    """The n-step transition items that the written steps ``a .. a + steps - 1`` complete (``codes`` and
+    ``rows`` from step ``a`` on, ``terminated`` the block's); returns how many (``packed_out``, an
+    :class:`ItemsOut`, sized ``n E T``; ``packed_rule`` an :class:`NStep`). Step after step, as separate
+    steps would give them: first each lane that goes on and whose window of ``n`` actions now ends at its
+    new open row, then every start within ``n`` rows of each ended lane's final row, with
+    ``k = final - start`` and discount 0 on termination (after :meth:`~rlflow.adders.Adder.truncate` the
+    final row was the open row: ``final_was_open``, its full-length window exists already). Returns are
+    float64 sums of ``g^j r_(start+j)``, stored as float32.
     """
+    rule = packed_rule.value
+    out = packed_out.value
     n = rule.n
     m = 0
     for s in range(steps):
@@ -239,7 +281,7 @@ def nstep_items(steps: int, codes: np.ndarray, rows: np.ndarray, terminated: np.
                 final = rows[s, 0, e]
                 for start in range(max(rows[s, 1, e], final - n + (1 if final_was_open else 0)), final):
                     k = min(n, final - start)
-                    disc = 0.0 if terminated[s, e] and start + k == final else rule.powers[k]
+                    disc = 0.0 if terminated[a + s, e] and start + k == final else rule.powers[k]
                     _nstep_item(m, lanes[e], start, k, disc, rule, out)
                     m += 1
     return m
