@@ -8,16 +8,20 @@ the kernels are loaded from disk. Python's own bytecode cache is left as it is i
 The program is ``benchmarks/replay.py``'s one-env case: a ``ReplayBuffer`` of 17-float observations
 (``Box(-1, 1, (17,), float32)``) and ``Discrete(6)`` actions, ``--adds`` transitions added one at a time
 as a training loop adds them (``obs = next_obs``, an episode end every ``--episode`` steps), then one
-``sample(256)``. gymnasium is imported before the clock starts (it only provides the two spaces); the
-clock covers importing rlflow (numba and numpy included), building the buffer, the adds and the sample.
+``sample(256)`` (``--prioritized``: the buffer samples by priority, a sum tree and a FIFO remover). gymnasium
+is imported before the clock starts (it only provides the two spaces); the clock covers importing rlflow
+(numba and numpy included), building the buffer, the adds and the sample. Besides the wall-clock phases,
+``cpu`` is the process's CPU time over the same span: compiling is single-threaded and CPU-bound, so on a
+machine shared with other work ``cpu`` moves less than ``total`` does.
 
     python benchmarks/cold_start.py                    # 3 cold and 3 warm runs, medians
     python benchmarks/cold_start.py --per-kernel       # also each numba function compiled, slowest first
+    python benchmarks/cold_start.py --prioritized      # the prioritized buffer
 
 ``--per-kernel`` listens to numba's ``numba:compile`` events (``numba.core.event``), which numba emits
 only when it compiles (not when it loads a kernel from its cache). A kernel that calls another compiles
-the callee inside its own compile: the table shows each function's own time (``self``, nested compiles
-left out) and its time with them (``total``), medians over the cold runs.
+the callee inside its own compile: the table shows each function's own CPU time (``self``, nested
+compiles left out) and its CPU time with them (``total``), medians over the cold runs.
 """
 
 from __future__ import annotations
@@ -39,19 +43,19 @@ import json, sys, time
 from gymnasium import spaces
 import numpy as np
 
-adds, episode, n_step = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+adds, episode, n_step, prioritized = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
 events, stack = [], []
 
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.process_time()
 import numba.core.event as ev
 
 class CompileListener(ev.Listener):
     def on_start(self, event):
-        stack.append([event.data["dispatcher"], time.perf_counter(), 0.0])
+        stack.append([event.data["dispatcher"], time.thread_time(), 0.0])
 
     def on_end(self, event):
         dispatcher, start, nested = stack.pop()
-        total = time.perf_counter() - start
+        total = time.thread_time() - start
         if stack:
             stack[-1][2] += total
         fn = dispatcher.py_func
@@ -63,37 +67,39 @@ import rlflow
 from rlflow import ReplayBuffer
 t_import = time.perf_counter()
 
-buffer = ReplayBuffer(spaces.Box(-1, 1, (17,), np.float32), spaces.Discrete(6), capacity=100_000, n_step=n_step)
-t_build = time.perf_counter()
+buffer = ReplayBuffer(spaces.Box(-1, 1, (17,), np.float32), spaces.Discrete(6), capacity=100_000, n_step=n_step,
+                      prioritized=prioritized)
+t_build, c_build = time.perf_counter(), time.process_time()
 
 rng = np.random.default_rng(0)
 observations = rng.uniform(-1, 1, (adds + 1, 17)).astype(np.float32)
 actions = rng.integers(0, 6, adds)
 rewards = rng.normal(size=adds).astype(np.float32)
 obs = observations[0]
-t_data = time.perf_counter()
+t_data, c_data = time.perf_counter(), time.process_time()
 for i in range(adds):
     next_obs = observations[i + 1]
     buffer.add(obs, int(actions[i]), float(rewards[i]), next_obs, (i + 1) % episode == 0, False)
     obs = next_obs
 t_adds = time.perf_counter()
 sample = buffer.sample(256)
-t_sample = time.perf_counter()
+t_sample, c_sample = time.perf_counter(), time.process_time()
 assert sample.data.observation.shape == (256, 17)
 
 print(json.dumps({"import": t_import - t0, "build": t_build - t_import, "adds": t_adds - t_data,
                   "sample": t_sample - t_adds, "total": (t_sample - t0) - (t_data - t_build),
-                  "compiles": events}))
+                  "cpu": (c_sample - c0) - (c_data - c_build), "compiles": events}))
 """
 
-PHASES = ("import", "build", "adds", "sample", "total")
+PHASES = ("import", "build", "adds", "sample", "total", "cpu")
 
 
 def run_child(cache_dir: str, args: argparse.Namespace) -> dict:
     """One fresh interpreter with ``NUMBA_CACHE_DIR=cache_dir``; the child's JSON result."""
     env = dict(os.environ, NUMBA_CACHE_DIR=cache_dir, PYTHONPATH=os.pathsep.join(
         [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
-    done = subprocess.run([sys.executable, "-c", CHILD, str(args.adds), str(args.episode), str(args.n_step)],
+    done = subprocess.run([sys.executable, "-c", CHILD, str(args.adds), str(args.episode), str(args.n_step),
+                           str(int(args.prioritized))],
                           env=env, cwd=ROOT, capture_output=True, text=True, timeout=args.timeout)
     if done.returncode != 0:
         raise SystemExit(f"the measured program failed (exit {done.returncode}):\n{done.stderr[-4000:]}")
@@ -114,7 +120,7 @@ def per_kernel(cold: list[dict], top: int) -> str:
             by_name.setdefault(name, []).append((own, total, count))
     rows = sorted(((statistics.median(s for s, _, _ in v), statistics.median(t for _, t, _ in v),
                     max(c for _, _, c in v), name) for name, v in by_name.items()), reverse=True)
-    lines = [f"{'self s':>7} {'total s':>8} {'sigs':>4}  function (numba compiles, cold runs, medians)"]
+    lines = [f"{'self s':>7} {'total s':>8} {'sigs':>4}  function (numba compiles, CPU seconds, cold runs, medians)"]
     for own, total, count, name in rows[:top]:
         lines.append(f"{own:7.2f} {total:8.2f} {count:4d}  {name.removeprefix('rlflow.')}")
     if len(rows) > top:
@@ -130,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--adds", type=int, default=200, help="transitions added before the sample")
     parser.add_argument("--episode", type=int, default=50, help="an episode ends every this many adds")
     parser.add_argument("--n-step", type=int, default=1, help="the buffer's n_step")
+    parser.add_argument("--prioritized", action="store_true", help="a prioritized buffer (default: uniform)")
     parser.add_argument("--per-kernel", action="store_true", help="list each numba function compiled cold")
     parser.add_argument("--top", type=int, default=15, help="functions listed by --per-kernel")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds allowed to one run")
@@ -146,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
               flush=True)
 
     print(f"import rlflow -> first ReplayBuffer.sample: seconds, medians of {args.repeats} runs "
-          f"({args.adds} adds, an episode end every {args.episode}, n_step={args.n_step})")
+          f"({args.adds} adds, an episode end every {args.episode}, n_step={args.n_step}"
+          f"{', prioritized' if args.prioritized else ''})")
     print(f"{'':6}" + "".join(f"{p:>9}" for p in PHASES) + f"{'compiles':>10}")
     for label, runs in (("cold", cold), ("warm", warm)):
         medians = [statistics.median(r[p] for r in runs) for p in PHASES]

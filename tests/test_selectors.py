@@ -277,9 +277,36 @@ def test_sum_tree_levels_share_cache_lines(capacity):
 
 def test_kernels_prefetch_on_this_platform():
     """The batched kernels get the real prefetch intrinsic here (a fallback would cost speed silently)."""
-    from rlflow.kernels import prefetch as _prefetch
+    from numba import njit
 
-    assert _prefetch.prefetch is _prefetch._llvm_prefetch
+    from rlflow.kernels.prefetch import prefetch, prefetch_available, prefetch_write
+
+    @njit
+    def touch(a):
+        prefetch(a, 3)
+        prefetch_write(a, 5)
+        return a[0]
+
+    assert prefetch_available()
+    assert touch(np.arange(8.0)) == 0.0
+    llvm = next(iter(touch.inspect_llvm().values()))
+    assert llvm.count("call void @llvm.prefetch") == 2
+
+
+@pytest.mark.parametrize("cls", [Fifo, Lifo])
+def test_insertion_ring_compacts_dead_entries_between_live_ends(cls):
+    """An oldest item that stays while others come and go keeps the ring's head live, and the newest keeps its
+    tail live: the dead entries between them fill the ring (twice the capacity, 32 entries here) several
+    times over and are compacted away, and the order stays insertion order."""
+    sel = cls()
+    sel.bind(CAP)
+    churn = []
+    for i in range(1, 81):  # insert one slot, then delete the one inserted before it: one dead entry a round
+        churn += [(0, 3 + 4 * (i % 2), 1.0), (2, 3 + 4 * ((i - 1) % 2), 1.0)]
+    ref = apply(sel, [(0, 0, 1.0), (0, 3, 1.0), *churn, (0, 5, 1.0), (0, 9, 1.0)])
+    order = sorted(ref, key=lambda s: ref[s][1])
+    assert order == [0, 3, 5, 9]
+    assert sel.sample(CAP)[0].tolist() == (order if cls is Fifo else order[::-1])
 
 
 @settings(max_examples=80, deadline=None)

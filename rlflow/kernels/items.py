@@ -16,9 +16,13 @@ _OPTS = {"cache": True, "nogil": True}
 KEY, LANE, START, LENGTH, VALID, TIMES = range(6)
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True)
 def wrap(x: int, capacity: int) -> int:
-    """``x % capacity`` for ``x >= 0``, by a float reciprocal instead of an integer division (exact below 2**52)."""
+    """``x % capacity`` for ``x >= 0``, by a float reciprocal instead of an integer division (exact below 2**52).
+
+    A plain call, not inlined by numba: compiled once, and inlined by LLVM into every kernel that calls it
+    (no call is left in their machine code), where numba-level inlining typed it anew at each call site.
+    """
     if x >= 4503599627370496:
         return x % capacity
     r = x - np.int64(x * (1.0 / capacity)) * capacity
@@ -111,7 +115,7 @@ def evict_range(meta: np.ndarray, row_slot: np.ndarray, free: np.ndarray, num_fr
     return out[:m], total
 
 
-@njit(**_OPTS)
+@njit(inline="always", cache=True, nogil=True)
 def check_windows(count: np.ndarray, episode_id: np.ndarray, capacity: int, lanes: np.ndarray,
                   starts: np.ndarray, lengths: np.ndarray, cross_episodes: bool,
                   valid: np.ndarray) -> int:
@@ -120,6 +124,8 @@ def check_windows(count: np.ndarray, episode_id: np.ndarray, capacity: int, lane
     Valid length: rows from the window's start that belong to its first row's episode (all rows
     when ``cross_episodes``). Bad (valid length 0): lane out of range, length outside ``[1, capacity]``,
     or a row not stored (before ``count - capacity`` or at/after ``count``). Returns -1 if none is bad.
+    Inlined into the kernel that checks and places items in one call (a function fewer to compile on the
+    way to a first sample); called from Python, it compiles on its own.
     """
     n_lanes, n = count.shape[0], lanes.shape[0]
     first_bad = -1
@@ -299,7 +305,6 @@ def within(flat: np.ndarray, low: float, high: float) -> bool:
     return True
 
 
-@njit(**_OPTS)
 def check_add_items(count: np.ndarray, episode_id: np.ndarray, capacity: int, cross_episodes: bool,
                     meta: np.ndarray, priority: np.ndarray, row_slot: np.ndarray, free: np.ndarray, num_free: int,
                     next_seq: int, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
@@ -307,7 +312,8 @@ def check_add_items(count: np.ndarray, episode_id: np.ndarray, capacity: int, cr
                     clash: np.ndarray) -> tuple[int, int]:
     """``check_windows`` then, if every window is stored, ``add_items``: (first bad item or -1, clashes).
 
-    Nothing changes when a window is bad.
+    Nothing changes when a window is bad. Plain Python over the two kernels: a compiled wrapper of
+    seventeen arguments costs more to compile than the second call costs at run time.
     """
     valid = np.empty(lanes.shape[0], np.int64)
     bad = check_windows(count, episode_id, capacity, lanes, starts, lengths, cross_episodes, valid)

@@ -7,40 +7,71 @@ latencies overlap: on the replay benchmark's million-leaf tree a descent of 256 
 time with it. A prefetch is only a hint: it never faults (not even for an address outside the array) and never
 changes a result.
 
-``prefetch_write`` is the same for a line about to be written. Where this llvmlite cannot emit LLVM's
-prefetch intrinsic, both are no-ops.
+``prefetch_write`` is the same for a line about to be written. Both emit LLVM's ``llvm.prefetch`` intrinsic,
+named by llvmlite for its pointer model (typed ``p0i8`` or opaque ``p0``); where this llvmlite's LLVM does
+not take it (:func:`prefetch_available`, asked once when the first kernel using a prefetch is compiled, on
+a one-function module: no numba compile), both emit nothing. Importing this module compiles nothing.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-from numba import njit, types
+from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-__all__ = ["AHEAD", "copy_bytes", "prefetch", "prefetch_write"]
+__all__ = ["AHEAD", "copy_bytes", "prefetch", "prefetch_available", "prefetch_write"]
 
 # How many elements ahead a kernel walking scattered slots or rows one by one requests their lines: enough
 # misses in flight to overlap, few enough to be used before they are evicted.
 AHEAD = 16
 
+_available: bool | None = None
+
+
+def _emit(builder: Any, address: Any, write: int) -> None:
+    """A call of ``llvm.prefetch`` on ``address`` (an ``i8*``): keep in all cache levels, a data line."""
+    from llvmlite import ir
+
+    i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
+    fn = builder.module.declare_intrinsic("llvm.prefetch", [i8p], ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]))
+    builder.call(fn, [address, i32(write), i32(3), i32(1)])
+
+
+def prefetch_available() -> bool:
+    """Whether this llvmlite's LLVM takes the prefetch call :func:`prefetch` emits: a one-function module
+    calling it is parsed and verified by LLVM once per process (no numba compile); False means that
+    :func:`prefetch` and :func:`prefetch_write` emit nothing (prefetching is only an optimisation)."""
+    global _available
+    if _available is None:
+        from llvmlite import binding, ir
+
+        try:
+            module = ir.Module()
+            fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer()]), "probe")
+            builder = ir.IRBuilder(fn.append_basic_block())
+            _emit(builder, fn.args[0], 0)
+            builder.ret_void()
+            binding.parse_assembly(str(module)).verify()
+            _available = True
+        except Exception:  # an llvmlite whose LLVM rejects the call: kernels compile without prefetches
+            _available = False
+    return _available
+
 
 def _intrinsic(write: int) -> Any:
     @intrinsic
     def llvm_prefetch(typingctx: Any, array: Any, index: Any) -> Any:
-        from llvmlite import ir
-
         sig = types.void(array, index)
 
         def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-            arr = context.make_array(signature.args[0])(context, builder, args[0])
-            ptr = builder.gep(arr.data, [args[1]])  # element ``index`` of the flat (C-ordered) buffer
-            i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
-            fn = cgutils.get_or_insert_function(
-                builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]), "llvm.prefetch.p0i8")
-            builder.call(fn, [builder.bitcast(ptr, i8p), i32(write), i32(3), i32(1)])  # keep in all levels; data
+            if prefetch_available():
+                from llvmlite import ir
+
+                arr = context.make_array(signature.args[0])(context, builder, args[0])
+                ptr = builder.gep(arr.data, [args[1]])  # element ``index`` of the flat (C-ordered) buffer
+                _emit(builder, builder.bitcast(ptr, ir.IntType(8).as_pointer()), write)
             return context.get_dummy_value()
 
         return sig, codegen
@@ -48,38 +79,8 @@ def _intrinsic(write: int) -> Any:
     return llvm_prefetch
 
 
-_llvm_prefetch = _intrinsic(0)
-_llvm_prefetch_write = _intrinsic(1)
-
-
-@njit(inline="always")
-def _no_prefetch(array: np.ndarray, index: int) -> None:
-    pass
-
-
-@njit(cache=True)
-def _touch(a: np.ndarray) -> float:
-    _llvm_prefetch(a, 1)
-    return a[0]
-
-
-@njit(cache=True)
-def _touch_write(a: np.ndarray) -> float:
-    _llvm_prefetch_write(a, 1)
-    return a[0]
-
-
-def _probe(touch: Any, hint: Any) -> Any:
-    """``hint`` if a function using it compiles and runs here (cached on disk after the first time)."""
-    try:
-        touch(np.zeros(2))
-    except Exception:  # an llvmlite without the typed-pointer intrinsic: prefetching is only an optimisation
-        return _no_prefetch
-    return hint
-
-
-prefetch = _probe(_touch, _llvm_prefetch)
-prefetch_write = _probe(_touch_write, _llvm_prefetch_write)
+prefetch = _intrinsic(0)
+prefetch_write = _intrinsic(1)
 
 
 @intrinsic

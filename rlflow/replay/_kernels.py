@@ -127,21 +127,26 @@ def dense_delete(items: np.ndarray, where: np.ndarray, live: np.ndarray, count: 
 
 @njit(**_OPTS)
 def ring_push(ring_slot: np.ndarray, ring_seq: np.ndarray, ht: np.ndarray, seq_of: np.ndarray,
-              slots: np.ndarray, seqs: np.ndarray) -> None:
-    """Append items to an insertion-ordered ring (``ht = [head, tail]`` absolute positions)."""
+              slots: np.ndarray, seqs: np.ndarray) -> bool:
+    """Append items to an insertion-ordered ring (``ht = [head, tail]`` absolute positions); True when done.
+
+    Without room, dead entries at the head (oldest items leave first) are dropped; when there is still no
+    room, nothing is appended and False returned: :func:`ring_compact`, then this again. (Compaction is
+    a call of its own, so that it is compiled only for a ring that fills.)
+    """
     r = ring_slot.shape[0]
     if ht[1] - ht[0] + slots.shape[0] > r:
-        # Dead entries gather at the head (oldest items leave first): drop those before compacting.
         while ht[1] > ht[0] and seq_of[ring_slot[ht[0] & (r - 1)]] != ring_seq[ht[0] & (r - 1)]:
             ht[0] += 1
         if ht[1] - ht[0] + slots.shape[0] > r:
-            ring_compact(ring_slot, ring_seq, ht, seq_of)
+            return False
     t = ht[1]
     for j in range(slots.shape[0]):
         ring_slot[(t + j) & (r - 1)] = slots[j]
         ring_seq[(t + j) & (r - 1)] = seqs[j]
         seq_of[slots[j]] = seqs[j]
     ht[1] = t + slots.shape[0]
+    return True
 
 
 @njit(**_OPTS)
@@ -157,8 +162,9 @@ def ring_compact(ring_slot: np.ndarray, ring_seq: np.ndarray, ht: np.ndarray, se
             keep_slot[m] = s
             keep_seq[m] = ring_seq[q & (r - 1)]
             m += 1
-    ring_slot[:m] = keep_slot[:m]
-    ring_seq[:m] = keep_seq[:m]
+    for q in range(m):  # element by element: a slice assignment compiles its shape-mismatch error formatting
+        ring_slot[q] = keep_slot[q]
+        ring_seq[q] = keep_seq[q]
     ht[0] = 0
     ht[1] = m
 

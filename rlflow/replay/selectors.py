@@ -352,8 +352,14 @@ class _Insertion(Selector):
         self._seq_of = np.full(self.capacity, -1, np.int64)
 
     def insert(self, slots: np.ndarray, priorities: np.ndarray, seqs: np.ndarray) -> None:
-        K.ring_push(self._ring_slot, self._ring_seq, self._ht, self._seq_of, slots, seqs)
+        self._push(slots, seqs)
         self.size += slots.size
+
+    def _push(self, slots: np.ndarray, seqs: np.ndarray) -> None:
+        """Append entries ``(slot, seq)``, compacting the ring first when it is full of dead entries."""
+        if not K.ring_push(self._ring_slot, self._ring_seq, self._ht, self._seq_of, slots, seqs):
+            K.ring_compact(self._ring_slot, self._ring_seq, self._ht, self._seq_of)
+            K.ring_push(self._ring_slot, self._ring_seq, self._ht, self._seq_of, slots, seqs)
 
     def update(self, slots: np.ndarray, priorities: np.ndarray) -> None:
         pass
@@ -373,8 +379,7 @@ class _Insertion(Selector):
     def _load_arrays(self, state: dict[str, Any]) -> None:
         self._seq_of[:] = -1
         self._ht[:] = 0
-        K.ring_push(self._ring_slot, self._ring_seq, self._ht, self._seq_of,
-                    np.asarray(state["order"], np.int64), np.asarray(state["seqs"], np.int64))
+        self._push(np.asarray(state["order"], np.int64), np.asarray(state["seqs"], np.int64))
 
 
 class Fifo(_Insertion):
