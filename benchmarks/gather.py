@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from rlflow.replay import StepStore, storage
 from rlflow.kernels import items as KI
+from rlflow.replay import StepStore, storage
 from rlflow.specs import Field
 
 ROWS, POOL = 1_000_000, 2_000

@@ -25,8 +25,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 import rlflow
-from rlflow import adders, envs
-from rlflow import ReplayBuffer
+from rlflow import ReplayBuffer, adders, envs
 from rlflow.replay import Fifo, MinSize, StepStore, Table, Uniform
 
 _INT64 = np.dtype(np.int64)

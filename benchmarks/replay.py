@@ -31,8 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import peers
 from peers import ADAPTERS, CASES, Case, get_pool
 
-from rlflow import adders, specs
-from rlflow import ReplayBuffer
+from rlflow import ReplayBuffer, adders, specs
 from rlflow.replay import Fifo, MinSize, Prioritized, RowTable, StepStore, Table, Uniform
 from rlflow.types import TimeStep, step_spec
 

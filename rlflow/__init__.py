@@ -13,5 +13,18 @@ from rlflow.plots import plot_run
 
 __version__ = "0.1.0"
 
-__all__ = ["Actor", "Learner", "LearnerUpdate", "Policy", "ReplayBuffer", "RunConfig", "RunResult", "VariableClient", "__version__", "evaluate",
-           "plot_run", "run", "specs"]
+__all__ = [
+    "Actor",
+    "Learner",
+    "LearnerUpdate",
+    "Policy",
+    "ReplayBuffer",
+    "RunConfig",
+    "RunResult",
+    "VariableClient",
+    "__version__",
+    "evaluate",
+    "plot_run",
+    "run",
+    "specs",
+]

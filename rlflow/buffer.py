@@ -24,7 +24,6 @@ saying why.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -42,7 +41,6 @@ from rlflow.replay.storage import StepStore
 from rlflow.replay.table import RateLimitTimeout, Table
 from rlflow.specs import Spec, SpecError
 from rlflow.types import TimeStep, step_spec
-
 
 __all__ = ["ReplayBuffer"]
 

@@ -11,8 +11,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from rlflow import adders, specs
-from rlflow.replay import Fifo, Prioritized, RowTable, StepStore, Table, Uniform
 from rlflow.kernels.items import LANE, LENGTH, START, VALID
+from rlflow.replay import Fifo, Prioritized, RowTable, StepStore, Table, Uniform
 from rlflow.specs import SpecError
 from rlflow.types import ONE_LANE_NO, ONE_LANE_YES, TimeStep, step_spec
 
@@ -792,7 +792,6 @@ def test_staged_blocks_leave_the_state_of_one_add_a_step(cfg, n, prioritized, ma
         adder = adders.NStepTransition(store, [table], n=n, discount=G)
         write = adder.stage if direct else adder.add  # staged blocks, or a block of one step a call
         stream = Stream(cfg["lanes"], np.random.default_rng(cfg["seed"]), cfg["same_step"])
-        rng = np.random.default_rng(cfg["seed"])
         adder.add_first(stream.reset())
         drawn = []
         for step in range(cfg["steps"]):

@@ -8,8 +8,8 @@ from ma_envs import TurnGame
 
 from rlflow import adders
 from rlflow.envs import AECEnvironment
-from rlflow.replay import Fifo, MinSize, StepStore, Table, Uniform
 from rlflow.kernels.items import LANE, LENGTH, START, VALID
+from rlflow.replay import Fifo, MinSize, StepStore, Table, Uniform
 from rlflow.specs import SpecError
 
 G = 0.9

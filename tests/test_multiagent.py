@@ -10,8 +10,8 @@ from ma_envs import DyingAgents, RandomAgents
 
 from rlflow import adders
 from rlflow.envs import ParallelEnvironment
-from rlflow.replay import Fifo, MinSize, StepStore, Table, Uniform
 from rlflow.kernels.items import LANE, LENGTH, START, VALID
+from rlflow.replay import Fifo, MinSize, StepStore, Table, Uniform
 from rlflow.specs import SpecError
 
 

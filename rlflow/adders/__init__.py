@@ -11,5 +11,15 @@ from rlflow.adders.multiagent import MultiAgentTransition, flatten_agents, squee
 from rlflow.adders.sequence import EndBehavior, Sequence
 from rlflow.adders.transition import NStepTransition
 
-__all__ = ["Adder", "EndBehavior", "Episode", "MultiAgentTransition", "NStepTransition", "Sequence", "StepBlock", "StepEvents",
-           "flatten_agents", "squeeze_agents"]
+__all__ = [
+    "Adder",
+    "EndBehavior",
+    "Episode",
+    "MultiAgentTransition",
+    "NStepTransition",
+    "Sequence",
+    "StepBlock",
+    "StepEvents",
+    "flatten_agents",
+    "squeeze_agents",
+]

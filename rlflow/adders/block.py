@@ -91,7 +91,7 @@ class _Part:
         for name, v in flat.items():
             dtype, shape, check = self._plans[name]
             if (check is not None and type(v) is np.ndarray and v.dtype == dtype and v.shape[:1] == (n,)
-                    and v.shape[1:] == shape and KS.copy_checked(dest[name][s], v, *check)):
+                    and v.shape[1:] == shape and KS.copy_checked(dest[name], s, v, *check)):
                 continue
             try:
                 dest[name][s] = _specs.validate({name: self.fields[name]}, {name: v}, (n,))[name]
@@ -422,7 +422,9 @@ class StepBlock:
         for key, mine in (("act", self.act), ("observation", self.observation), ("final", self.final)):
             for name, col in mine.items():
                 col[:s] = state[key][name]
-        self.first[:s], self.terminated[:s], self.truncated[:s] = state["first"], state["terminated"], state["truncated"]
+        self.first[:s] = state["first"]
+        self.terminated[:s] = state["terminated"]
+        self.truncated[:s] = state["truncated"]
         self._open[:] = state["open"]
         self._active[:] = state["active"]
         self.steps = s

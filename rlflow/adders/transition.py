@@ -121,7 +121,8 @@ class NStepTransition(Adder):
         term, trunc = _end_flags("terminated", terminated, t), _end_flags("truncated", truncated, t)
         both = np.flatnonzero(term & trunc)
         if both.size:
-            raise ValueError(f"add_steps: step {int(both[0])} is both terminated and truncated; an episode ends one way")
+            raise ValueError(f"add_steps: step {int(both[0])} is both terminated and truncated; an episode ends one "
+                             "way")
         ends = term | trunc
         inner = int(ends[:-1].sum())
         block = self._lane_block(lane, t)

@@ -393,27 +393,27 @@ NO_CHECK, FINITE, BOUNDS = 0, 1, 2
 
 
 @njit(**_OPTS)
-def copy_checked(dst: np.ndarray, src: np.ndarray, mode: int, low: float, high: float) -> bool:
-    """Copy ``src`` into ``dst`` (one dtype, one size) if every value passes the check (``FINITE``: not NaN or
-    infinite; ``BOUNDS``: within ``[low, high]`` compared as float64); whether it did (False: ``dst`` is
-    partly written)."""
-    d = dst.ravel()
-    s = src.ravel()
+def copy_checked(dst: np.ndarray, s: int, src: np.ndarray, mode: int, low: float, high: float) -> bool:
+    """Copy ``src`` into row ``s`` of ``dst`` (one dtype; ``src`` the size of a row) if every value passes
+    the check (``FINITE``: not NaN or infinite; ``BOUNDS``: within ``[low, high]`` compared as float64);
+    whether it did (False: the row is partly written)."""
+    d = dst[s].ravel()
+    v = src.ravel()
     if mode == FINITE:
-        acc = s.dtype.type(0)
-        for i in range(s.shape[0]):
-            acc += s[i] * 0
-            d[i] = s[i]
+        acc = v.dtype.type(0)
+        for i in range(v.shape[0]):
+            acc += v[i] * 0
+            d[i] = v[i]
         return acc == 0
     if mode == BOUNDS:
-        for i in range(s.shape[0]):
-            x = float(s[i])
+        for i in range(v.shape[0]):
+            x = float(v[i])
             if x < low or x > high:
                 return False
-            d[i] = s[i]
+            d[i] = v[i]
         return True
-    for i in range(s.shape[0]):
-        d[i] = s[i]
+    for i in range(v.shape[0]):
+        d[i] = v[i]
     return True
 
 

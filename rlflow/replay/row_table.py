@@ -35,12 +35,12 @@ from typing import Any
 
 import numpy as np
 
-from rlflow.replay import _row_kernels as KR
 from rlflow.kernels.items import KEY, LANE, LENGTH, START, TIMES, VALID
+from rlflow.replay import _row_kernels as KR
 from rlflow.replay.items import META_WIDTH, Items
 from rlflow.replay.rate_limiters import RateLimiter
 from rlflow.replay.storage import StepStore
-from rlflow.replay.table import Table, check_priorities, _int_array
+from rlflow.replay.table import Table, _int_array, check_priorities
 from rlflow.specs import Field, Spec
 
 __all__ = ["RowTable"]

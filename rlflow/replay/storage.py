@@ -35,8 +35,8 @@ import numpy as np
 from rlflow import specs as _specs
 from rlflow.kernels import items as KI
 from rlflow.kernels import steps as KS
-from rlflow.kernels.steps import Rings, RowColumns
 from rlflow.kernels.items import LANE, LENGTH, START, VALID
+from rlflow.kernels.steps import Rings, RowColumns
 from rlflow.specs import Field, Spec, SpecError
 
 # bytes: rows up to this size are gathered by the compiled, prefetching kernel; np.take copies larger rows
