@@ -54,18 +54,6 @@ def place(count: np.ndarray, episode_id: np.ndarray, capacity: int, cross_episod
 
 
 @njit(**_OPTS)
-def unplace(meta: np.ndarray, capacity: int, lanes: np.ndarray, starts: np.ndarray, seq: int) -> None:
-    """Empty the slots of items ``0 .. m-1`` (``lanes``, ``starts``) placed keyed from ``seq`` on (as
-    :func:`rlflow.replay._direct.place_rows` keys them) that still hold them: the slots were empty before."""
-    total = meta.shape[0]
-    nl = total // capacity
-    for j in range(lanes.shape[0]):
-        s = wrap(starts[j], capacity) * nl + lanes[j]
-        if meta[s, KEY] == item_key(seq + j, total, s):
-            meta[s, KEY] = -1
-
-
-@njit(**_OPTS)
 def evict_rows(meta: np.ndarray, lanes: np.ndarray, rows: np.ndarray, capacity: int) -> tuple[int, int]:
     """Empty the slots of rows ``rows[i]`` of ``lanes[i]``; return how many held an item, and their times sampled."""
     removed = times = 0
