@@ -19,12 +19,21 @@ from rlflow.types import ONE_LANE_NO, ONE_LANE_YES, TimeStep, step_spec
 G = 0.9
 
 
+def make_table(store, rows, cross_episodes=False):
+    """A RowTable (``rows``) or a uniform Table with room for every item the tests write."""
+    if rows:
+        return RowTable(store, seed=0, cross_episodes=cross_episodes)
+    return Table(store, sampler=Uniform(seed=0), remover=Fifo(), max_size=10 * store.capacity * store.num_lanes,
+                 cross_episodes=cross_episodes)
+
+
 def run_stream(adder_factory, *, lanes, capacity, steps, p_end, same_step, seed, cross_episodes=False,
-               directory=None):
+               directory=None, rows=False):
+    """Feed a reference stream of ``steps`` random steps through the adder ``adder_factory(store, table)`` makes,
+    into a Table, or a RowTable if ``rows``."""
     store = StepStore(SPEC, capacity=capacity, lanes=lanes, **({} if directory is None else
                                                                {"backend": "disk", "directory": directory}))
-    table = Table(store, sampler=Uniform(seed=0), remover=Fifo(), max_size=10 * capacity * lanes,
-                  cross_episodes=cross_episodes)
+    table = make_table(store, rows, cross_episodes)
     adder = adder_factory(store, table)
     stream = Stream(lanes, np.random.default_rng(seed), same_step)
     adder.add_first(stream.reset())
@@ -65,11 +74,11 @@ streams = st.fixed_dictionaries({
 
 
 @settings(max_examples=60, deadline=None)
-@given(streams, st.integers(1, 5))
-def test_nstep_matches_reference(cfg, n):
+@given(streams, st.integers(1, 5), st.booleans())
+def test_nstep_matches_reference(cfg, n, rows):
     capacity = n + 1 + cfg.pop("slack")
     store, table, stream = run_stream(lambda s, t: adders.NStepTransition(s, [t], n=n, discount=G),
-                                      capacity=capacity, **cfg)
+                                      capacity=capacity, rows=rows, **cfg)
     check_rows(store, stream)
     items, meta = live_meta(table)
     got = {(int(lane), int(s)): i for i, (lane, s) in enumerate(zip(items["lane"], items["start"], strict=True))}
@@ -92,12 +101,13 @@ def test_nstep_matches_reference(cfg, n):
 
 
 @settings(max_examples=80, deadline=None)
-@given(streams, st.integers(1, 5), st.integers(1, 6), st.sampled_from(["write", "zero_pad", "truncate", "continue"]))
-def test_sequence_matches_reference(cfg, length, period, behavior):
+@given(streams, st.integers(1, 5), st.integers(1, 6), st.sampled_from(["write", "zero_pad", "truncate", "continue"]),
+       st.booleans())
+def test_sequence_matches_reference(cfg, length, period, behavior, rows):
     capacity = length + 1 + cfg.pop("slack")
     store, table, stream = run_stream(
         lambda s, t: adders.Sequence(s, [t], length=length, period=period, end_behavior=behavior),
-        capacity=capacity, cross_episodes=behavior == "continue", **cfg)
+        capacity=capacity, cross_episodes=behavior == "continue", rows=rows, **cfg)
     check_rows(store, stream)
     items, meta = live_meta(table)
     got = {(int(lane), int(s)): int(n) for lane, s, n in zip(items["lane"], items["start"], items["length"],
@@ -138,10 +148,10 @@ def assert_rows(columns: dict, rows, what: str = "") -> None:
         np.testing.assert_array_equal(got, v, err_msg=f"{what} {k}")
 
 
-def run_episode_stream(*, lanes, capacity, steps, p_end, same_step, seed, max_length, ragged, check):
+def run_episode_stream(*, lanes, capacity, steps, p_end, same_step, seed, max_length, ragged, check, rows=False):
     """``run_stream`` for the Episode adder: episodes end by their ``max_length`` rows; ``check`` after each step."""
     store = StepStore(SPEC, capacity=capacity, lanes=lanes)
-    table = Table(store, sampler=Uniform(seed=0), remover=Fifo(), max_size=10 * capacity * lanes)
+    table = make_table(store, rows)
     adder = adders.Episode(store, [table], max_length=max_length, ragged=ragged)
     stream = Stream(lanes, np.random.default_rng(seed), same_step)
     adder.add_first(stream.reset())
@@ -185,10 +195,10 @@ WRAPS = {"lanes": 2, "steps": 40, "p_end": 0.2, "same_step": False, "seed": 1, "
 
 
 @settings(max_examples=50, deadline=None)
-@given(streams, st.integers(2, 8), st.booleans())
-@example(WRAPS, 5, True)
-@example(WRAPS, 6, False)
-def test_episode_matches_reference(cfg, max_length, ragged):
+@given(streams, st.integers(2, 8), st.booleans(), st.booleans())
+@example(WRAPS, 5, True, False)
+@example(WRAPS, 6, False, True)
+def test_episode_matches_reference(cfg, max_length, ragged, rows):
     """After every step: the live episode items and every row they gather, against the reference.
 
     Rings of ``max_length + slack`` rows (``slack >= 1``: Episode needs ``max_length + 1``) wrap, so episodes
@@ -196,7 +206,7 @@ def test_episode_matches_reference(cfg, max_length, ragged):
     """
     cfg = dict(cfg)
     capacity = max_length + cfg.pop("slack")
-    run_episode_stream(capacity=capacity, max_length=max_length, ragged=ragged, **cfg,
+    run_episode_stream(capacity=capacity, max_length=max_length, ragged=ragged, rows=rows, **cfg,
                        check=lambda store, table, stream: check_episodes(store, table, stream, max_length, ragged))
 
 
@@ -1023,7 +1033,7 @@ def test_staged_steps_write_what_separate_adds_write(cfg, n, stage_steps, flush_
     adder's state equal those of one add per step, whatever the block size, the flush points, the ring's
     wrap-arounds and the lanes' ends; with extras (the general staging path) and without (one compiled
     call per step; for one lane, rows staged for add_steps), with fresh flag arrays or the shared ones, into
-    a Table or a RowTable (which a block without extras fills inside its write)."""
+    a Table or a RowTable."""
     capacity = n + 2 + 2 * cfg.pop("slack")
     spec = SPEC if with_extras else step_spec(OBS, ACT)
     results = []

@@ -1,7 +1,12 @@
-"""RowTable: the items a Table would hold, kept in their start rows' slots, drawn uniformly."""
+"""RowTable: items kept in their start rows' slots, drawn uniformly (its adders' items are also checked
+against the reference in test_adders.py)."""
 
 import numpy as np
 import pytest
+from adder_reference import ACT as REF_ACT
+from adder_reference import OBS as REF_OBS
+from adder_reference import SPEC as REF_SPEC
+from adder_reference import Stream, alive, nstep_items
 from checkpointed_parts import assert_same
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -31,7 +36,7 @@ ACT = specs.Field((), np.int64, low=0, high=3)
 def snapshot(table):
     lim = table.rate_limiter.state_dict()
     return {**table.items(), "size": table.size, "limiter": (lim["inserts"], lim["samples"], lim["deletes"]),
-            "rng": str(table.sampler.rng.bit_generator.state)}
+            "rng": str(table.role_states()["sampler"]["rng"])}
 
 
 def by_row(items):
@@ -40,7 +45,6 @@ def by_row(items):
     return {k: v[order] for k, v in items.items() if k not in ("key", "priority")}
 
 
-# ---------------------------------------------------------------------------------------------- against a Table
 def drive(adder, events, lanes, rng_seed):
     """Feed ``events`` (per step, per lane: 'go', 'term' or 'trunc') through ``adder`` via add or stage."""
     rng = np.random.default_rng(rng_seed)
@@ -59,77 +63,56 @@ def drive(adder, events, lanes, rng_seed):
     adder.flush()
 
 
+# ---------------------------------------------------------------------------------------------- against the reference
+G = 0.9
+
+
 @settings(max_examples=60, deadline=None)
 @given(
-    lanes=st.integers(1, 3), capacity=st.integers(6, 14), n=st.integers(1, 4),
-    steps=st.lists(st.tuples(st.lists(st.sampled_from([0, 0, 0, 0, 1, 2]), min_size=3, max_size=3), st.booleans()),
-                   max_size=60),
-    draws=st.integers(0, 3),
+    lanes=st.integers(1, 3), slack=st.integers(1, 10), n=st.integers(1, 4), same_step=st.booleans(),
+    extras=st.booleans(), seed=st.integers(0, 2**16),
+    steps=st.lists(st.tuples(st.lists(st.sampled_from(["mid"] * 4 + ["term", "trunc"]), min_size=3, max_size=3),
+                             st.booleans()), max_size=60),
 )
-def test_holds_the_items_a_table_holds(lanes, capacity, n, steps, draws):
-    """N-step transitions through add and stage (episodes ending by termination and truncation, the rings
-    wrapping): a RowTable holds the same windows and fields as a Table, counts the same inserts and
-    deletes, and its draws return the rows their items name."""
-    events = [(ev[:lanes], staged) for ev, staged in steps]
-    spec = step_spec(OBS, ACT)
-    tables = []
-    for kind in (Table, RowTable):
-        store = StepStore(spec, capacity=capacity, lanes=lanes)
-        table = Table(store, sampler=Uniform(seed=0), remover=Fifo()) if kind is Table else RowTable(store, seed=0)
-        adder = adders.NStepTransition(store, [table], n=n, discount=0.9, stage_steps=5)
-        drive(adder, events, lanes, 7)
-        tables.append((store, table))
-    (_, t0), (_, t1) = tables
-    assert_same(by_row(t0.items()), by_row(t1.items()))
-    l0, l1 = t0.rate_limiter, t1.rate_limiter
-    assert (l0.inserts, l0.deletes, t0.size) == (l1.inserts, l1.deletes, t1.size)
-    if t1.size and draws:
-        sample = t1.sample(16)
-        live = {(lane, start): i for i, (lane, start) in enumerate(zip(t1.items()["lane"], t1.items()["start"],
-                                                                        strict=True))}
-        assert all((a, b) in live for a, b in zip(sample.lanes, sample.starts, strict=True))
-        # The drawn transition is the one a Table sample of that item returns.
-        keys0 = {(int(a), int(b)): int(k) for a, b, k in zip(t0.items()["lane"], t0.items()["start"],
-                                                              t0.items()["key"], strict=True)}
-        for i in range(16):
-            want = t0.sample(1)
-            while (int(want.lanes[0]), int(want.starts[0])) != (int(sample.lanes[i]), int(sample.starts[i])):
-                want = t0.sample(1)
-            for name in ("observation", "action", "reward", "discount", "next_observation"):
-                np.testing.assert_array_equal(getattr(want.data, name)[0], getattr(sample.data, name)[i])
-            assert keys0[(int(want.lanes[0]), int(want.starts[0]))] == int(want.keys[0])
-
-
-@settings(max_examples=40, deadline=None)
-@given(
-    adder=st.sampled_from(["sequence", "write", "continue", "episode"]), length=st.integers(1, 4),
-    period=st.integers(1, 4),
-    steps=st.lists(st.lists(st.sampled_from([0, 0, 0, 0, 1, 2]), min_size=2, max_size=2), min_size=1, max_size=40),
-)
-def test_sequences_and_episodes_go_in_too(adder, length, period, steps):
-    """Any adder whose items start at distinct rows (sequences with a period, every end behaviour; whole
-    episodes), on random episodes and wrapping rings: the same items as in a Table."""
-    spec = step_spec(OBS, ACT)
-    events = [(ev, False) for ev in steps]
-    make = {
-        "sequence": lambda s, ts: adders.Sequence(s, ts, length=length, period=period),
-        "write": lambda s, ts: adders.Sequence(s, ts, length=length, period=period, end_behavior="write"),
-        "continue": lambda s, ts: adders.Sequence(s, ts, length=length, period=period, end_behavior="continue"),
-        "episode": lambda s, ts: adders.Episode(s, ts, max_length=6),
-    }[adder]
-    cross = adder == "continue"
-    held = []
-    for kind in (Table, RowTable):
-        store = StepStore(spec, capacity=9, lanes=2)
-        table = (Table(store, sampler=Uniform(seed=0), remover=Fifo(), cross_episodes=cross) if kind is Table
-                 else RowTable(store, cross_episodes=cross))
-        if adder == "episode":  # episodes longer than max_length are refused: end them in time
-            events = [([1 if (t % 5 == 4) else e for e in ev], staged) for t, (ev, staged) in enumerate(events)]
-        drive(make(store, [table]), events, 2, 3)
-        held.append(by_row(table.items()))
-    if len(steps) >= 12:  # rows enough for some item to be held (the stream is not vacuous)
-        assert held[0]["start"].size > 0
-    assert_same(*held)
+def test_holds_the_reference_items_and_draws_their_rows(lanes, slack, n, same_step, extras, seed, steps):
+    """N-step transitions through add and stage (with extras and without), episodes ending by termination
+    and truncation, the rings wrapping: the table holds exactly the reference's live items (windows,
+    returns, discounts), counts every item made as an insert and every one gone as a delete, and each draw
+    is a live item, at probability ``1 / size``, showing its rows."""
+    capacity = n + 1 + slack
+    store = StepStore(REF_SPEC if extras else step_spec(REF_OBS, REF_ACT), capacity=capacity, lanes=lanes)
+    table = RowTable(store, seed=seed)
+    adder = adders.NStepTransition(store, [table], n=n, discount=G, stage_steps=5)
+    stream = Stream(lanes, np.random.default_rng(seed), same_step)
+    adder.add_first(stream.reset())
+    for events, staged in steps:
+        actions, ts, ex = stream.step(events[:lanes])
+        (adder.stage if staged else adder.add)(actions, ts, ex if extras else None)
+    adder.flush()
+    made = {(e, s): item for e, lane in enumerate(stream.lanes) for s, item in nstep_items(lane, n, G).items()}
+    want = {key: item for key, item in made.items() if alive(stream.lanes[key[0]], key[1], capacity)}
+    items = table.items()
+    got = {(int(e), int(s)): i for i, (e, s) in enumerate(zip(items["lane"], items["start"], strict=True))}
+    assert set(got) == set(want)
+    for key, i in got.items():
+        length, ret, disc = want[key]
+        assert items["length"][i] == length
+        np.testing.assert_allclose(items["field/return"][i], ret, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(items["field/discount"][i], disc, rtol=1e-6)
+    lim = table.rate_limiter
+    assert (lim.inserts, lim.deletes, table.size) == (len(made), len(made) - len(want), len(want))
+    if want:
+        sample = table.sample(16)
+        assert np.all(sample.probabilities == 1 / len(want)) and np.all(sample.weights == 1)
+        for i, (e, s) in enumerate(zip(sample.lanes.tolist(), sample.starts.tolist(), strict=True)):
+            length, ret, disc = want[(e, s)]
+            rows = stream.lanes[e].rows
+            assert sample.keys[i] == items["key"][got[(e, s)]]
+            assert tuple(sample.data.observation[i]) == rows[s].obs
+            assert tuple(sample.data.next_observation[i]) == rows[s + length - 1].obs
+            assert sample.data.action[i] == rows[s].action
+            np.testing.assert_allclose(sample.data.reward[i], ret, rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(sample.data.discount[i], disc, rtol=1e-6)
 
 
 # ---------------------------------------------------------------------------------------------- draws
@@ -232,10 +215,9 @@ def _staged_adder(limiter=None, n=1):
 
 @pytest.mark.parametrize("blocks", [1, 6])
 def test_a_block_meeting_a_taken_start_row_places_none_of_its_items(blocks):
-    """A block flush writes a RowTable's items in place; an item whose start row holds one inserted by hand
-    makes the table's own insert refuse the block's items: none of them is placed (those placed before it
-    are taken back, also into slots the block emptied by overwriting their rows), the rows stay written and
-    their old items gone, the hand-made item stays."""
+    """A block flush inserts its items in one call; an item whose start row holds one inserted by hand makes
+    the table refuse the call: none of the block's items is placed (also none in the slots the block emptied
+    by overwriting their rows), the rows stay written and their old items gone, the hand-made item stays."""
     store, table, adder = _staged_adder()  # 40 rows a lane, blocks of 8 steps
     drive(adder, [([0, 0, 0], True)] * (8 * blocks), 3, 5)  # items start at every row but the open one
     rows = 8 * blocks + 1
@@ -261,7 +243,7 @@ def test_a_block_meeting_a_taken_start_row_places_none_of_its_items(blocks):
 
 def test_a_block_the_rate_limiter_admits_is_placed_whole():
     """A limiter that admits the block's items (20) but not the most a block could make (n * lanes * steps =
-    72): the flush places them in the write, and the table ends as one fed step by step does."""
+    72): the flush's one insert is admitted whole, and the table ends as one fed step by step does."""
     made = []
     for staged in (True, False):
         _, table, adder = _staged_adder(SampleToInsertRatio(1.0, 1, (-100.0, 60.0)), n=3)
@@ -273,9 +255,9 @@ def test_a_block_the_rate_limiter_admits_is_placed_whole():
 
 
 def test_a_block_the_rate_limiter_holds_back_goes_through_the_table_insert_as_samples_free_it():
-    """A limiter that admits 5 inserts ahead of the samples: a flush of 24 items takes its placements back
-    and leaves them to the table's insert, which admits them as a sampler thread samples; the table then
-    holds what a table without a limiter holds, and every insert was admitted."""
+    """A limiter that admits 5 inserts ahead of the samples: a flush of 24 items is admitted in parts as a
+    sampler thread samples; the table then holds what a table without a limiter holds, and every insert
+    was admitted."""
     import threading
 
     held = []
@@ -305,6 +287,9 @@ def test_a_block_the_rate_limiter_holds_back_goes_through_the_table_insert_as_sa
         if limiter is not None:  # never more than 5 inserts ahead of the samples
             assert ahead[0] <= 5 and lim.inserts - lim.samples <= 5
         held.append(by_row({k: v for k, v in table.items().items() if k != "times_sampled"}))
+    for items in held:  # an n-step item (n = 1: two rows) at each of the 8 steps' first rows of each lane
+        assert items["lane"].tolist() == [lane for lane in range(3) for _ in range(8)]
+        assert items["start"].tolist() == list(range(8)) * 3 and np.all(items["length"] == 2)
     assert_same(*held)
 
 
@@ -326,6 +311,9 @@ def test_a_subclass_of_row_table_gets_its_own_overwrite_and_insert_called():
 
 
 def test_an_insert_let_in_by_parts_refuses_shared_rows_before_any_part():
+    """A limiter admitting two inserts ahead of the samples: a call sharing a start row is refused whole
+    before any part goes in; a call without one places the parts admitted before its timeout (as a Table
+    does) and raises."""
     store = StepStore(SPEC, capacity=8)
     table = RowTable(store, rate_limiter=SampleToInsertRatio(1.0, 1, (-2.0, 2.0)))
     for _ in range(8):
@@ -336,13 +324,9 @@ def test_an_insert_let_in_by_parts_refuses_shared_rows_before_any_part():
     assert_same(before, snapshot(table))
     with pytest.raises(RateLimitTimeout):
         table.insert([0] * 5, [0, 1, 2, 3, 4], 1, timeout=0.01)
-    twin = Table(StepStore(SPEC, capacity=8), rate_limiter=SampleToInsertRatio(1.0, 1, (-2.0, 2.0)))
-    for _ in range(8):
-        write(twin.store)
-    with pytest.raises(RateLimitTimeout):
-        twin.insert([0] * 5, [0, 1, 2, 3, 4], 1, timeout=0.01)
-    assert table.size == twin.size == 2  # the parts the limiter let in stay, as in a Table
-    assert table.items()["start"].tolist() == twin.items()["start"].tolist()
+    assert table.size == table.rate_limiter.inserts == 2  # the parts the limiter let in stay
+    assert table.items()["start"].tolist() == [0, 1]
+    check_sample_data(table.sample(2))
 
 
 def test_priorities_are_checked_and_change_nothing():

@@ -6,7 +6,7 @@ from rlflow.replay.row_table import RowTable
 from rlflow.replay.sample import Sample
 from rlflow.replay.selectors import Fifo, Lifo, MaxHeap, MinHeap, Prioritized, Selector, Uniform
 from rlflow.replay.storage import StepStore
-from rlflow.replay.table import RateLimitTimeout, Table
+from rlflow.replay.table import RateLimitTimeout, Table, TableBase
 from rlflow.replay.views import Transition
 
 __all__ = [
@@ -27,6 +27,7 @@ __all__ = [
     "Stack",
     "StepStore",
     "Table",
+    "TableBase",
     "Transition",
     "Uniform",
     "load",

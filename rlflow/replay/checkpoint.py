@@ -39,7 +39,7 @@ import numpy as np
 
 from rlflow._tempfiles import atomic_write
 from rlflow.replay.storage import StepStore
-from rlflow.replay.table import Table
+from rlflow.replay.table import TableBase
 
 __all__ = ["FORMAT", "VERSION", "CheckpointError", "load", "save"]
 
@@ -69,7 +69,7 @@ def _json(value: Any) -> Any:
     return json.loads(json.dumps(value))
 
 
-def save(path: str | os.PathLike[str], store: StepStore, tables: Sequence[Table] = ()) -> Path:
+def save(path: str | os.PathLike[str], store: StepStore, tables: Sequence[TableBase] = ()) -> Path:
     """Write ``store`` and ``tables`` (which must all reference ``store``) to ``path`` atomically."""
     path = Path(path)
     for t in tables:
@@ -182,7 +182,7 @@ def _sub(arrays: dict[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
     return {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix) and "/" not in k[len(prefix):]}
 
 
-def load(path: str | os.PathLike[str], store: StepStore, tables: Sequence[Table] = ()) -> None:
+def load(path: str | os.PathLike[str], store: StepStore, tables: Sequence[TableBase] = ()) -> None:
     """Restore ``store`` and ``tables`` from ``path`` (written by :func:`save` for the same set-up).
 
     Everything is read and checked before anything changes: on any error the objects stay as they were.
@@ -202,7 +202,7 @@ def load(path: str | os.PathLike[str], store: StepStore, tables: Sequence[Table]
 
 
 def _prepare(manifest: dict[str, Any], arrays: dict[str, np.ndarray], store: StepStore,
-             tables: Sequence[Table]) -> tuple[dict[str, np.ndarray], list[dict[str, Any]]]:
+             tables: Sequence[TableBase]) -> tuple[dict[str, np.ndarray], list[dict[str, Any]]]:
     """The states to apply, after checking every one of them against the objects."""
     _expect("store", store.config(), manifest["store"])
     if len(tables) != len(manifest["tables"]):
@@ -223,8 +223,10 @@ def _prepare(manifest: dict[str, Any], arrays: dict[str, np.ndarray], store: Ste
         table_arrays = _sub(arrays, f"table/{i}/")
         table_arrays.update({f"field/{k}": v for k, v in _sub(arrays, f"table/{i}/field/").items()})
         _check_table_arrays(t, table_arrays, store_state)
+        current = t.role_states()
         for role in ("sampler", "remover"):
-            _check_selector_arrays(t, role, entry[role], _sub(arrays, f"table/{i}/{role}/"), table_arrays["slot"])
+            _check_role_arrays(t, role, current[role], entry[role], _sub(arrays, f"table/{i}/{role}/"),
+                               table_arrays["slot"])
         states.append({
             "config": entry["config"], "next_seq": int(entry["next_seq"]), "arrays": table_arrays,
             "rate_limiter": entry["rate_limiter"],
@@ -238,7 +240,7 @@ def _config_of(limiter_state: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in limiter_state.items() if k not in ("inserts", "samples", "deletes")}
 
 
-def _check_table_arrays(t: Table, a: dict[str, np.ndarray], store_state: dict[str, np.ndarray]) -> None:
+def _check_table_arrays(t: TableBase, a: dict[str, np.ndarray], store_state: dict[str, np.ndarray]) -> None:
     names = ["slot", "meta", "priority", "free"]
     missing = [n for n in names if n not in a] + [f"field/{n}" for n in t.item_fields if f"field/{n}" not in a]
     if missing:
@@ -270,10 +272,10 @@ def _check_table_arrays(t: Table, a: dict[str, np.ndarray], store_state: dict[st
                                   f"got {arr.dtype}{arr.shape}")
 
 
-def _check_selector_arrays(t: Table, role: str, meta: dict[str, Any], a: dict[str, np.ndarray],
-                           live: np.ndarray) -> None:
-    selector = getattr(t, role)
-    current = {k: v for k, v in selector.state_dict().items() if isinstance(v, np.ndarray)}
+def _check_role_arrays(t: TableBase, role: str, state: dict[str, Any], meta: dict[str, Any],
+                       a: dict[str, np.ndarray], live: np.ndarray) -> None:
+    """Check the file's ``role`` entry (``meta``, arrays ``a``) against the table's current ``state`` of it."""
+    current = {k: v for k, v in state.items() if isinstance(v, np.ndarray)}
     size = meta.get("size")
     if set(a) != set(current) or not isinstance(size, int) or size != live.size:
         raise CheckpointError(f"checkpoint table {t.name!r} {role}: expected arrays {sorted(current)} and size "
@@ -286,6 +288,6 @@ def _check_selector_arrays(t: Table, role: str, meta: dict[str, Any], a: dict[st
     for k in ("items", "order"):
         if k in a and not np.array_equal(np.sort(a[k]), np.sort(live)):
             raise CheckpointError(f"checkpoint table {t.name!r} {role}: {k} do not match the live items")
-    if selector.rng is not None:
-        generator = type(selector.rng.bit_generator)()
+    if "rng" in state:
+        generator = getattr(np.random, state["rng"]["bit_generator"])()
         generator.state = meta["rng"]  # raises on a malformed state

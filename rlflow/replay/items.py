@@ -1,13 +1,17 @@
-"""Items: a table's slots and their bookkeeping, indexed by the store row each item starts at.
+"""A table's item slots: their 64-byte records (:class:`Records`) and, for a :class:`~rlflow.replay.Table`,
+the free list, priorities and row index around them (:class:`Items`).
 
-A table holds up to ``max_size`` items, each in a *slot*. Per slot: the item's key, its window
-``(lane, start, length)``, ``valid`` (how many of the window's rows belong to the episode of its first
-row), priority, times sampled and item fields. Keys are ``seq * max_size + slot`` where ``seq`` counts
-inserts: unique for the table's life, and a key names its slot without a lookup, so stale keys are
-recognised at once (``key[slot] != key``).
+Per slot, a record holds the item's key, its window ``(lane, start, length)``, ``valid`` (how many of the
+window's rows belong to the episode of its first row), times sampled and small item fields; larger item
+fields get arrays of their own. Keys are ``seq * slots + slot`` where ``seq`` counts inserts: unique for
+the table's life, and a key names its slot without a lookup, so stale keys are recognised at once
+(``key[slot] != key``). An empty slot has key -1.
 
-The row index finds every item starting at a given store row, which is what an overwrite needs: one
-slot per row in an array, plus an overflow dict for rows where several items start.
+A :class:`~rlflow.replay.Table` puts an item in any free slot, so :class:`Items` adds a free list, priorities and the
+row index that finds every item starting at a given store row (what an overwrite needs): one slot per
+row in an array, plus an overflow dict for rows where several items start. A
+:class:`~rlflow.replay.RowTable` puts an item in the slot of its start row, so its :class:`Records` need
+neither.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from rlflow.kernels import items as KI
 from rlflow.kernels.items import KEY, LANE, START, TIMES
 from rlflow.specs import Field
 
-__all__ = ["Items"]
+__all__ = ["META_WIDTH", "Items", "Records"]
 
 
 META_WIDTH = 8  # int64 columns per slot: the six of the item kernels, then 16 bytes of inline fields
@@ -62,22 +66,17 @@ def _line_aligned(rows: int, width: int) -> np.ndarray:
     return raw[skip:skip + rows * width * 8].view(np.int64).reshape(rows, width)
 
 
-class Items:
-    def __init__(self, max_size: int, lanes: int, capacity: int, fields: dict[str, Field]) -> None:
-        self._init_records(max_size, capacity, fields)
-        self.priority = np.zeros(max_size, np.float64)
-        self.free = np.arange(max_size - 1, -1, -1, dtype=np.int64)  # a stack; the top is at num_free - 1
-        self.row_slot = np.full((lanes, capacity), -1, np.int64)
-        self.has_overflow = np.zeros((lanes, capacity), np.bool_)
+class Records:
+    """The records and item fields of ``slots`` slots (``max_size``), all empty (key -1), and the counters
+    every kind of table keeps: ``next_seq`` (inserts so far, what keys are made of) and ``times_total``
+    (times sampled, summed over live items)."""
 
-    def _init_records(self, max_size: int, capacity: int, fields: dict[str, Field]) -> None:
-        """Empty slots' records and item fields, and the counters (what every kind of items keeps)."""
-        self.max_size = max_size
-        self.capacity = capacity
+    def __init__(self, slots: int, fields: dict[str, Field]) -> None:
+        self.max_size = slots
         # One 64-byte row per slot, so that a draw reads one cache line: KEY, LANE, START, LENGTH, VALID,
         # TIMES, then 16 bytes where small item fields live (e.g. an n-step return and discount), so that
         # gathering them costs no further cache miss.
-        self.meta = _line_aligned(max_size, META_WIDTH)
+        self.meta = _line_aligned(slots, META_WIDTH)
         self.meta[:, KEY] = -1
         self.fields = fields
         self.columns = _field_columns(self.meta, fields)
@@ -86,14 +85,8 @@ class Items:
         self._inline_at = {n: (f.dtype, off // f.dtype.itemsize, (off + f.nbytes) // f.dtype.itemsize,
                                None if not f.shape else (-1, *f.shape))
                            for n, f in fields.items() for off in [(self.inline or {}).get(n, 0)]}
-        self.num_free = max_size
         self.next_seq = 0
-        self.times_total = 0  # times sampled, summed over live items
-        self.overflow: dict[tuple[int, int], list[int]] = {}  # further items starting at a taken row
-
-    @property
-    def size(self) -> int:
-        return self.max_size - self.num_free
+        self.times_total = 0
 
     @property
     def keys(self) -> np.ndarray:
@@ -119,6 +112,56 @@ class Items:
         """Slots of ``keys`` and whether each key is still live."""
         slots = keys % self.max_size
         return slots, (keys >= 0) & (self.meta[slots, KEY] == keys)
+
+    def live_slots(self) -> np.ndarray:
+        """Slots holding an item, in slot order."""
+        return np.flatnonzero(self.meta[:, KEY] >= 0)
+
+    def live_in_order(self) -> np.ndarray:
+        """Live slots in insertion order."""
+        slots = self.live_slots()
+        return slots[np.argsort(self.meta[slots, KEY] // self.max_size, kind="stable")]
+
+    def checkpoint_state(self, live: np.ndarray, priority: np.ndarray, free: np.ndarray) -> dict[str, Any]:
+        """What a checkpoint keeps of the items in slots ``live`` (with their ``priority``) and of the
+        ``free`` slots: ``next_seq`` and the arrays ``slot, meta, priority, free, field/<name>...``, in that
+        order (:mod:`rlflow.replay.checkpoint` stores them so)."""
+        arrays = {"slot": live, "meta": self.meta[live, :6], "priority": priority, "free": free}
+        arrays.update({f"field/{n}": c[live] for n, c in self.columns.items()})
+        return {"next_seq": self.next_seq, "arrays": arrays}
+
+    def load_records(self, state: dict[str, Any]) -> np.ndarray:
+        """Restore the records, item fields and counters of :meth:`checkpoint_state`'s output (every other
+        slot emptied); return the live slots."""
+        a = state["arrays"]
+        live = np.asarray(a["slot"], np.int64)
+        self.meta[:] = 0
+        self.meta[:, KEY] = -1
+        self.meta[live, :6] = a["meta"]
+        for n, c in self.columns.items():
+            c[live] = a[f"field/{n}"]
+        self.next_seq = int(state["next_seq"])
+        self.times_total = int(self.meta[live, TIMES].sum())
+        return live
+
+
+class Items(Records):
+    """A :class:`~rlflow.replay.Table`'s ``max_size`` slots: records, priorities, a free list (a stack whose
+    top is at ``num_free - 1``) and the index from store rows to the items starting there."""
+
+    def __init__(self, max_size: int, lanes: int, capacity: int, fields: dict[str, Field]) -> None:
+        super().__init__(max_size, fields)
+        self.capacity = capacity
+        self.priority = np.zeros(max_size, np.float64)
+        self.free = np.arange(max_size - 1, -1, -1, dtype=np.int64)
+        self.num_free = max_size
+        self.row_slot = np.full((lanes, capacity), -1, np.int64)
+        self.has_overflow = np.zeros((lanes, capacity), np.bool_)
+        self.overflow: dict[tuple[int, int], list[int]] = {}  # further items starting at a taken row
+
+    @property
+    def size(self) -> int:
+        return self.max_size - self.num_free
 
     def add(self, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray, valid: np.ndarray,
             priorities: np.ndarray, cols: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -225,41 +268,17 @@ class Items:
         out.extend(s for s in direct[start:].tolist() if s >= 0)
         return np.asarray(out, np.int64)
 
-    def live_slots(self) -> np.ndarray:
-        """Slots holding an item, in slot order."""
-        return np.flatnonzero(self.meta[:, KEY] >= 0)
-
-    def live_in_order(self) -> np.ndarray:
-        """Live slots in insertion order."""
-        slots = self.live_slots()
-        return slots[np.argsort(self.meta[slots, KEY] // self.max_size, kind="stable")]
-
     # ------------------------------------------------------------------ checkpoint state
     def state_dict(self) -> dict[str, Any]:
-        live = np.flatnonzero(self.meta[:, KEY] >= 0)
-        arrays = {"slot": live, "meta": self.meta[live, :6], "priority": self.priority[live],
-                  "free": self.free[: self.num_free].copy()}
-        arrays.update({f"field/{n}": c[live] for n, c in self.columns.items()})
-        return {"next_seq": self.next_seq, "arrays": arrays}
-
-    def _load_records(self, a: dict[str, Any]) -> np.ndarray:
-        """Every slot's record and item fields from checkpoint arrays ``a`` (the others emptied); the live slots."""
-        live = np.asarray(a["slot"], np.int64)
-        self.meta[:] = 0
-        self.meta[:, KEY] = -1
-        self.meta[live, :6] = a["meta"]
-        for n, c in self.columns.items():
-            c[live] = a[f"field/{n}"]
-        return live
+        live = self.live_slots()
+        return self.checkpoint_state(live, self.priority[live], self.free[: self.num_free].copy())
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         a = state["arrays"]
-        live = self._load_records(a)
+        live = self.load_records(state)
         self.priority[live] = a["priority"]
         self.num_free = int(a["free"].size)
         self.free[: self.num_free] = a["free"]
-        self.next_seq = int(state["next_seq"])
-        self.times_total = int(self.meta[live, TIMES].sum())
         self.row_slot[:] = -1
         self.overflow = {}
         self.has_overflow[:] = False

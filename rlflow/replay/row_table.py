@@ -10,11 +10,12 @@ the row empties it, and a draw picks a stored row at random and takes it when an
 Slots are numbered position-major, so a step of every lane (a vector env's) writes one contiguous run
 of records while the lanes are at the same ring position.
 
-Semantics (the :class:`Table` ones, less the selectors):
+Semantics (the :class:`~rlflow.replay.Table` ones, less the selectors; what both kinds share is
+:class:`~rlflow.replay.table.TableBase`):
 
 - ``insert`` checks each window as ``Table.insert`` does; an item whose start row already starts a
   live item of the table (or starts another item of the same call) is refused with a ValueError, and the
-  call changes nothing. Rate limiting, blocking and timeouts are the Table's.
+  call changes nothing. Rate limiting, blocking and timeouts are those of every table.
 - Items leave when the store overwrites their first row (which every later row of the window outlives),
   on ``delete``, and after ``max_times_sampled`` samples. There is no ``max_size`` below one item per row.
 - ``sample(B)`` makes ``B`` draws with replacement, each uniform over the live items
@@ -26,7 +27,9 @@ Semantics (the :class:`Table` ones, less the selectors):
   (exactly the sequential draws).
 - ``update_priorities`` checks its input and counts the live keys, as a Table with a uniform sampler
   does; priorities do not change the draws.
-- Draws use a seeded ``numpy.random.Generator``; its state is in checkpoints (:mod:`rlflow.replay.checkpoint`).
+- Draws use a seeded ``numpy.random.Generator``; its state is in checkpoints (:mod:`rlflow.replay.checkpoint`),
+  which hold the arrays a Table's do: the draws' generator and the item count where a Table keeps its
+  sampler's state, the item count where it keeps its remover's, priorities 1.
 """
 
 from __future__ import annotations
@@ -35,83 +38,22 @@ from typing import Any
 
 import numpy as np
 
-from rlflow.kernels.items import KEY, LANE, LENGTH, START, TIMES, VALID
+from rlflow.kernels.items import KEY, TIMES
 from rlflow.replay import _row_kernels as KR
-from rlflow.replay.items import META_WIDTH, Items
+from rlflow.replay.items import META_WIDTH, Records
 from rlflow.replay.rate_limiters import RateLimiter
 from rlflow.replay.storage import StepStore
-from rlflow.replay.table import Table, _int_array, check_priorities
+from rlflow.replay.table import TableBase
 from rlflow.specs import Field, Spec
 
 __all__ = ["RowTable"]
 
-
-class _RowUniform:
-    """A RowTable's draws: the seeded generator and the live item count (what checkpoints keep of it)."""
-
-    def __init__(self, seed: int | None) -> None:
-        self.seed = seed
-        self.rng = np.random.default_rng(seed)
-        self.size = 0
-
-    def config(self) -> dict[str, Any]:
-        return {"seed": self.seed}
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"rng": self.rng.bit_generator.state, "size": self.size}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.rng.bit_generator.state = state["rng"]
-        self.size = int(state["size"])
-
-    def __repr__(self) -> str:
-        return f"RowUniform(seed={self.seed})"
+# The names a checkpoint's configuration gives a RowTable's draws and overwrites, where a Table's names
+# its sampler's and remover's types (checkpoint format version 1).
+_DRAWS, _OVERWRITES = "_RowUniform", "_Overwrite"
 
 
-class _Overwrite:
-    """A RowTable's remover: the store's overwrites (it has no state beyond the item count)."""
-
-    rng = None
-
-    def __init__(self) -> None:
-        self.size = 0
-
-    def config(self) -> dict[str, Any]:
-        return {}
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"size": self.size}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.size = int(state["size"])
-
-    def __repr__(self) -> str:
-        return "Overwrite()"
-
-
-class _RowItems(Items):
-    """The items of a RowTable: :class:`Items`' meta rows and item fields, one slot per store row."""
-
-    def __init__(self, lanes: int, capacity: int, fields: dict[str, Field]) -> None:
-        self._init_records(lanes * capacity, capacity, fields)
-
-    def state_dict(self) -> dict[str, Any]:
-        live = self.live_in_order()
-        free = np.ones(self.max_size, bool)
-        free[live] = False
-        arrays = {"slot": live, "meta": self.meta[live, :6], "priority": np.ones(live.size),
-                  "free": np.flatnonzero(free)}
-        arrays.update({f"field/{n}": c[live] for n, c in self.columns.items()})
-        return {"next_seq": self.next_seq, "arrays": arrays}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        live = self._load_records(state["arrays"])
-        self.num_free = self.max_size - live.size
-        self.next_seq = int(state["next_seq"])
-        self.times_total = int(self.meta[live, TIMES].sum())
-
-
-class RowTable(Table):
+class RowTable(TableBase):
     """A uniform replay table holding at most one item per start row (see the module docstring).
 
     Args:
@@ -135,28 +77,30 @@ class RowTable(Table):
         cross_episodes: bool = False,
         name: str = "table",
     ) -> None:
-        self.sampler: Any = _RowUniform(seed)
-        self.remover: Any = _Overwrite()
-        self._setup(store, None, max_times_sampled, rate_limiter, item_spec, cross_episodes, name)
-        self._items: _RowItems = self._new_items(self.item_fields)
-        self._acc = np.zeros(3, np.int64)
-        self._retired = 0
+        super().__init__(store, max_size=None, max_times_sampled=max_times_sampled, rate_limiter=rate_limiter,
+                         item_spec=item_spec, cross_episodes=cross_episodes, name=name)
+        self.seed = seed
+        self._rng = np.random.default_rng(seed)
+        self._size = 0
+        self._acc = np.zeros(3, np.int64)  # what a draw kernel reports: [items left, retired, their times sampled]
+        self._retired = 0  # items the draws of the current sample retired
         self._stored = 0  # rows the store holds, as of the last draw
+        self._items = self._new_items(self.item_fields)
         store.subscribe(self)
 
-    def _new_items(self, fields: dict[str, Field]) -> _RowItems:
-        return _RowItems(self.store.num_lanes, self.store.capacity, fields)
+    def _new_items(self, fields: dict[str, Field]) -> Records:
+        """One slot per store row: slot ``(row % capacity) * lanes + lane``."""
+        return Records(self.store.capacity * self.store.num_lanes, fields)
 
-    def _counted(self, delta: int) -> None:
-        """The item count changed by ``delta``: tell the sampler's and remover's records."""
-        self._items.num_free -= delta
-        self.sampler.size += delta
-        self.remover.size += delta
+    @property
+    def size(self) -> int:
+        return self._size
 
-    # ------------------------------------------------------------------ eviction
+    # ------------------------------------------------------------------ removal
     def _evicted(self, removed: int, times: int) -> None:
+        """``removed`` items, sampled ``times`` times in all, left their slots: count them as deletes."""
         if removed:
-            self._counted(-removed)
+            self._size -= removed
             self._items.times_total -= times
             self.rate_limiter.delete(removed)
             self._wake()
@@ -178,23 +122,28 @@ class RowTable(Table):
         self._evicted(int(slots.size), times)
 
     # ------------------------------------------------------------------ insert
-    def insert_many(self, lanes_arr: np.ndarray, starts_arr: np.ndarray, lengths_arr: np.ndarray,
-                    prios: np.ndarray, cols: dict[str, np.ndarray], timeout: float | None = None) -> np.ndarray:
-        with self._cond:
-            n = starts_arr.size
-            if self.rate_limiter.can_insert(n):
-                return self._insert_now(lanes_arr, starts_arr, lengths_arr, None, prios, cols)
-            # Admitted in parts as the rate limiter allows: refuse shared start rows before any part goes in.
-            self._check_windows(lanes_arr, starts_arr, lengths_arr)
-            slots = starts_arr % self.store.capacity * self.store.num_lanes + lanes_arr
-            taken = self._items.meta[slots, KEY] >= 0
-            uniq, first = np.unique(slots, return_index=True)
-            if taken.any() or uniq.size < n:
-                again = np.ones(n, bool)
-                again[first] = False
-                bad = int(np.flatnonzero(taken | again)[0])
-                self._start_taken(lanes_arr, starts_arr, bad, KR.TAKEN if taken[bad] else KR.TWICE)
-            return super().insert_many(lanes_arr, starts_arr, lengths_arr, prios, cols, timeout)
+    def _insert_at_once(self, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray, prios: np.ndarray,
+                        cols: dict[str, np.ndarray]) -> np.ndarray | None:
+        """Every item has its slot: admitted at once when the rate limiter admits them all."""
+        if not self.rate_limiter.can_insert(starts.size):
+            return None
+        return self._place(lanes, starts, lengths, cols)
+
+    def _check_parts(self, lanes: np.ndarray, starts: np.ndarray) -> None:
+        """Refuse shared start rows before any part goes in."""
+        n = starts.size
+        slots = starts % self.store.capacity * self.store.num_lanes + lanes
+        taken = self._items.meta[slots, KEY] >= 0
+        uniq, first = np.unique(slots, return_index=True)
+        if taken.any() or uniq.size < n:
+            again = np.ones(n, bool)
+            again[first] = False
+            bad = int(np.flatnonzero(taken | again)[0])
+            self._start_taken(lanes, starts, bad, KR.TAKEN if taken[bad] else KR.TWICE)
+
+    def _insert_part(self, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray, valid: np.ndarray,
+                     prios: np.ndarray, cols: dict[str, np.ndarray]) -> np.ndarray:
+        return self._place(lanes, starts, lengths, cols)
 
     def _start_taken(self, lanes: np.ndarray, starts: np.ndarray, bad: int, why: int) -> None:
         lane, start = int(lanes[bad]), int(starts[bad])
@@ -203,8 +152,8 @@ class RowTable(Table):
             f"{'an item of table ' + repr(self.name) if why == KR.TAKEN else 'an earlier item of this insert'}; "
             "a RowTable holds at most one item per start row (a Table holds any number)")
 
-    def _insert_now(self, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray, valid: Any,
-                    prios: np.ndarray, cols: dict[str, np.ndarray]) -> np.ndarray:
+    def _place(self, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
+               cols: dict[str, np.ndarray]) -> np.ndarray:
         """Place the items (windows checked again: any refusal raises and changes nothing); their keys."""
         n = lanes.size
         store, items = self.store, self._items
@@ -218,7 +167,7 @@ class RowTable(Table):
         items.next_seq += n
         for name, col in cols.items():
             items.columns[name][slots] = col
-        self._counted(n)
+        self._size += n
         self.rate_limiter.insert(n)
         self._wake()
         return keys
@@ -226,11 +175,11 @@ class RowTable(Table):
     # ------------------------------------------------------------------ sample
     def _draw(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Slots, item rows, probabilities, weights and times sampled of ``n`` sequential uniform draws."""
-        items, store, rng, acc = self._items, self.store, self.sampler.rng, self._acc
+        items, store, rng, acc = self._items, self.store, self._rng, self._acc
         limit = self.max_times_sampled or 0
         slots, probs = np.empty(n, np.int64), np.empty(n, np.float64)
         out = np.empty((n, META_WIDTH), np.int64)
-        size = self.size
+        size = self._size
         if self._stored < self.max_size:  # every ring full: stays so (counts never go down)
             self._stored = int(np.minimum(store.count, store.capacity).sum())
         if 4 * size >= self._stored or size >= 8 * n:  # redraws are fewer than a scan of the rows' records
@@ -246,59 +195,60 @@ class RowTable(Table):
                 j = KR.draw_stored(rng.random(tries), store.count, store.capacity, items.meta, j, live, limit, slots,
                                    out, probs, acc)
                 idle = 0 if j > before else idle + 1
-                retired, self._retired = int(acc[1]), self._retired + int(acc[1])
-                if retired:
-                    self._counted(-retired)
-                    items.times_total -= int(acc[2])
+                self._retired_by_draws()
         else:
             live = np.flatnonzero(items.meta[:, KEY] >= 0)
             KR.draw_packed(rng.random(n), live, items.meta, limit, slots, out, probs, acc)
-            if acc[1]:
-                self._retired += int(acc[1])
-                self._counted(-int(acc[1]))
-                items.times_total -= int(acc[2])
+            self._retired_by_draws()
         items.times_total += n
         return slots, out, probs, np.ones(n, np.float32), out[:, TIMES]
 
+    def _retired_by_draws(self) -> None:
+        """The items a draw kernel retired (``acc[1]`` of them, sampled ``acc[2]`` times) left their slots."""
+        retired = int(self._acc[1])
+        if retired:
+            self._retired += retired
+            self._size -= retired
+            self._items.times_total -= int(self._acc[2])
+
     def _retire(self, slots: np.ndarray) -> None:
-        """The items retired by the draws (already out of the table): the rate limiter's deletes."""
+        """The items retired by the draws (already out of their slots): the rate limiter's deletes."""
         retired, self._retired = self._retired, 0
         if retired:
             self.rate_limiter.delete(retired)
             self._wake()
 
-    # ------------------------------------------------------------------ priorities, keys
-    def update_priorities(self, keys: Any, priorities: Any) -> int:
-        """Check ``priorities`` and count the entries naming a live item; the draws stay uniform."""
-        keys_arr = _int_array("keys", keys)
-        check_priorities(priorities, keys_arr.size)
-        with self.lock:
-            return int(self._items.slots_of(keys_arr)[1].sum())
+    # ------------------------------------------------------------------ priorities
+    def _set_priorities(self, keys: np.ndarray, priorities: np.ndarray) -> int:
+        """Count the entries naming a live item; the draws stay uniform."""
+        return int(self._items.slots_of(keys)[1].sum())
 
-    def items(self) -> dict[str, np.ndarray]:
-        """A copy of every live item's bookkeeping, in insertion order (priorities are all 1)."""
-        with self.lock:
-            it = self._items
-            slots = it.live_in_order()
-            meta = it.meta[slots]
-            out = {"key": meta[:, KEY], "lane": meta[:, LANE], "start": meta[:, START], "length": meta[:, LENGTH],
-                   "valid": meta[:, VALID], "priority": np.ones(slots.size), "times_sampled": meta[:, TIMES]}
-            out.update({f"field/{n}": c[slots] for n, c in it.columns.items()})
-            return {k: v.copy() for k, v in out.items()}
+    def _priorities(self, slots: np.ndarray) -> np.ndarray:
+        return np.ones(slots.size)
 
     # ------------------------------------------------------------------ checkpoint state
     def config(self) -> dict[str, Any]:
         return {**super().config(), "items": "rows"}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        with self._cond:
-            self.rate_limiter.load_state_dict(state["rate_limiter"])
-            self.sampler.load_state_dict(state["sampler"])
-            self.remover.load_state_dict(state["remover"])
-            self._items.load_state_dict(state)
-            self._stored = 0  # the store was restored too: its rows are counted again at the next draw
-            self._wake()
+    def _role_configs(self) -> dict[str, list[Any]]:
+        return {"sampler": [_DRAWS, {"seed": self.seed}], "remover": [_OVERWRITES, {}]}
+
+    def role_states(self) -> dict[str, dict[str, Any]]:
+        return {"sampler": {"rng": self._rng.bit_generator.state, "size": self._size}, "remover": {"size": self._size}}
+
+    def _items_state(self) -> dict[str, Any]:
+        items = self._items
+        live = items.live_in_order()
+        free = np.ones(self.max_size, bool)
+        free[live] = False
+        return items.checkpoint_state(live, np.ones(live.size), np.flatnonzero(free))
+
+    def _load_items(self, state: dict[str, Any]) -> None:
+        self._rng.bit_generator.state = state["sampler"]["rng"]
+        self._size = self._items.load_records(state).size
+        self._retired = 0
+        self._stored = 0  # the store was restored too: its rows are counted again at the next draw
 
     def __repr__(self) -> str:
-        return (f"RowTable({self.name!r}, size={self.size}/{self.max_size}, seed={self.sampler.seed}, "
+        return (f"RowTable({self.name!r}, size={self.size}/{self.max_size}, seed={self.seed}, "
                 f"rate_limiter={self.rate_limiter!r})")

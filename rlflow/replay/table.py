@@ -1,4 +1,5 @@
-"""Table: items (windows of rows in a StepStore) with a sampler, a remover and a rate limiter.
+"""Tables: items (windows of rows in a StepStore) with a rate limiter; :class:`Table`, with a sampler and a
+remover, and what every kind of table shares (:class:`TableBase`).
 
 An item is a window ``(lane, start, length)`` of a :class:`~rlflow.replay.StepStore`'s rows, plus item
 fields (e.g. an n-step return and discount, declared by ``item_spec``) and a priority. Several tables
@@ -21,6 +22,13 @@ Semantics (Reverb's):
   takes its last priority; negative, NaN or infinite priorities raise and change nothing.
 
 Every method takes the store's lock, so tables are safe to use from several threads.
+
+Two kinds of table share these semantics: :class:`Table` (items in slots of their own, any number
+starting at a row, a sampler and a remover) and :class:`~rlflow.replay.RowTable` (uniform, one item per
+start row, kept in that row's slot: :mod:`rlflow.replay.row_table`). :class:`TableBase` is what they share:
+the store subscription, the lock, the rate limiter's waits and timeouts, the item settings adders
+declare, the checks of inserts, the admission of an insert in parts, sampling's gather and checkpoints'
+layout. Adders, the store and the loop use only :class:`TableBase`'s public methods.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from abc import ABC, abstractmethod
 from typing import Any
 
 import numpy as np
@@ -36,7 +45,7 @@ from rlflow import specs as _specs
 from rlflow.kernels import items as KI
 from rlflow.kernels.items import KEY, LANE, LENGTH, START, TIMES, VALID
 from rlflow.replay import _kernels as K
-from rlflow.replay.items import META_WIDTH, Items
+from rlflow.replay.items import META_WIDTH, Items, Records
 from rlflow.replay.rate_limiters import MinSize, RateLimiter
 from rlflow.replay.sample import Sample
 from rlflow.replay.selectors import Fifo, Selector, Uniform
@@ -44,7 +53,7 @@ from rlflow.replay.storage import StepStore
 from rlflow.replay.views import ItemView, other_setting
 from rlflow.specs import Spec
 
-__all__ = ["RateLimitTimeout", "Table"]
+__all__ = ["RateLimitTimeout", "Table", "TableBase"]
 
 
 class RateLimitTimeout(TimeoutError):
@@ -102,47 +111,29 @@ def _is_flat(spec: Spec | None) -> bool:
     return isinstance(spec, dict) and all(isinstance(v, _specs.Field) for v in spec.values())
 
 
-class Table:
-    """A replay table over a :class:`StepStore` (see the module docstring for the semantics).
+class TableBase(ABC):
+    """What every kind of table shares (see the module docstring); :class:`Table` and
+    :class:`~rlflow.replay.RowTable` are its kinds.
+
+    A kind keeps its items in a :class:`~rlflow.replay.items.Records` (``_items``) and says how items go in
+    (:meth:`_insert_at_once`, :meth:`_insert_part`), leave (:meth:`on_overwrite`, :meth:`on_overwrite_range`,
+    :meth:`_remove`) and are drawn (:meth:`_draw`, :meth:`_retire`); its ``__init__`` calls this one, makes
+    its items (:meth:`_new_items`) and then subscribes to the store.
 
     Args:
         store: the rows the items reference.
-        sampler: chooses items to sample (default :class:`Uniform`).
-        remover: chooses items to evict when full (default :class:`Fifo`).
-        max_size: most items held (default: one per row of the store).
-        max_times_sampled: remove an item after this many samples (default: never).
-        rate_limiter: default :class:`MinSize(1) <rlflow.replay.rate_limiters.MinSize>`.
+        max_size: most items held (None: one per row of the store).
+        max_times_sampled: remove an item after this many samples (None: never).
+        rate_limiter: None for :class:`MinSize(1) <rlflow.replay.rate_limiters.MinSize>`.
         item_spec: the item fields written with each insert (nested dict/tuple of Fields).
         cross_episodes: let sampled windows show rows of the next episode (default: masked out).
         name: shown in errors and checkpoints.
     """
 
-    def __init__(
-        self,
-        store: StepStore,
-        *,
-        sampler: Selector | None = None,
-        remover: Selector | None = None,
-        max_size: int | None = None,
-        max_times_sampled: int | None = None,
-        rate_limiter: RateLimiter | None = None,
-        item_spec: Spec | None = None,
-        cross_episodes: bool = False,
-        name: str = "table",
-    ) -> None:
-        self.sampler = sampler if sampler is not None else Uniform()
-        self.remover = remover if remover is not None else Fifo()
-        if self.sampler is self.remover:
-            raise ValueError("sampler and remover must be two selector objects")
-        self._setup(store, max_size, max_times_sampled, rate_limiter, item_spec, cross_episodes, name)
-        self.sampler.bind(self.max_size)
-        self.remover.bind(self.max_size)
-        self._items = self._new_items(self.item_fields)
-        store.subscribe(self)
+    _items: Records
 
-    def _setup(self, store: StepStore, max_size: int | None, max_times_sampled: int | None,
-               rate_limiter: RateLimiter | None, item_spec: Spec | None, cross_episodes: bool, name: str) -> None:
-        """The checked arguments and the lock every table kind keeps."""
+    def __init__(self, store: StepStore, *, max_size: int | None, max_times_sampled: int | None,
+                 rate_limiter: RateLimiter | None, item_spec: Spec | None, cross_episodes: bool, name: str) -> None:
         self.store = store
         self.name = name
         self.max_size = int(max_size) if max_size is not None else store.capacity * store.num_lanes
@@ -162,6 +153,78 @@ class Table:
         self._waiting = 0  # threads blocked in insert or sample
         self.view: ItemView | None = None
 
+    # ------------------------------------------------------------------ what a kind provides
+    @abstractmethod
+    def _new_items(self, fields: dict[str, _specs.Field]) -> Records:
+        """Empty item slots for items with these fields."""
+
+    @property
+    @abstractmethod
+    def size(self) -> int:
+        """Items held."""
+
+    @abstractmethod
+    def on_overwrite(self, lanes: np.ndarray, rows: np.ndarray) -> None:
+        """Called by the store before it overwrites ``rows`` of ``lanes``: drop items starting there."""
+
+    @abstractmethod
+    def on_overwrite_range(self, lane: int, lo: int, hi: int) -> None:
+        """Called by the store before it overwrites rows ``lo .. hi - 1`` of ``lane``."""
+
+    @abstractmethod
+    def _remove(self, slots: np.ndarray) -> None:
+        """Remove the live items in ``slots`` (distinct), counting them as deletes."""
+
+    @abstractmethod
+    def _insert_at_once(self, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray, prios: np.ndarray,
+                        cols: dict[str, np.ndarray]) -> np.ndarray | None:
+        """When the rate limiter admits all the items and they need no room made, check them and place them
+        (a refusal raises and changes nothing); their keys. Else None, having changed nothing."""
+
+    @abstractmethod
+    def _check_parts(self, lanes: np.ndarray, starts: np.ndarray) -> None:
+        """Raise on what a whole insert would refuse, before an insert admitted in parts places any part
+        (windows are checked already)."""
+
+    @abstractmethod
+    def _insert_part(self, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray, valid: np.ndarray,
+                     prios: np.ndarray, cols: dict[str, np.ndarray]) -> np.ndarray:
+        """Place items the rate limiter admitted (stored windows of valid lengths ``valid``); their keys."""
+
+    @abstractmethod
+    def _draw(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Slots, item records, probabilities, weights and times sampled of ``n`` sequential draws."""
+
+    @abstractmethod
+    def _retire(self, slots: np.ndarray) -> None:
+        """After a sample's draws of ``slots`` (with ``max_times_sampled``): the items that reached it are out."""
+
+    @abstractmethod
+    def _set_priorities(self, keys: np.ndarray, priorities: np.ndarray) -> int:
+        """:meth:`update_priorities` of checked arguments, under the lock."""
+
+    @abstractmethod
+    def _priorities(self, slots: np.ndarray) -> np.ndarray:
+        """The priorities of the items in ``slots``."""
+
+    @abstractmethod
+    def _role_configs(self) -> dict[str, list[Any]]:
+        """``{"sampler": [type name, config], "remover": [type name, config]}`` for :meth:`config`."""
+
+    @abstractmethod
+    def role_states(self) -> dict[str, dict[str, Any]]:
+        """``{"sampler": state, "remover": state}``: what checkpoints keep under those names (a
+        :class:`Table`'s selectors' states; a RowTable's draws and its count of items)."""
+
+    @abstractmethod
+    def _items_state(self) -> dict[str, Any]:
+        """``next_seq`` and the item arrays of a checkpoint (:meth:`Records.checkpoint_state`)."""
+
+    @abstractmethod
+    def _load_items(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`_items_state` and :meth:`role_states` from :meth:`state_dict`'s output."""
+
+    # ------------------------------------------------------------------ the items' kind
     def check_items(self, view: ItemView, item_spec: Spec | None) -> bool:
         """Raise ValueError if :meth:`configure_items` would refuse ``view`` and ``item_spec`` (changes
         nothing); whether the table holds these items already."""
@@ -200,39 +263,8 @@ class Table:
             self._flat_item_spec = _is_flat(item_spec)
             self._items = self._new_items(fields)
 
-    def _new_items(self, fields: dict[str, _specs.Field]) -> Items:
-        """Empty item slots for items with these fields."""
-        return Items(self.max_size, self.store.num_lanes, self.store.capacity, fields)
-
-    # ------------------------------------------------------------------ bookkeeping
-    @property
-    def size(self) -> int:
-        return self._items.size
-
     def __len__(self) -> int:
         return self.size
-
-    def _remove(self, slots: np.ndarray) -> None:
-        if not slots.size:
-            return
-        self.sampler.delete(slots)
-        self.remover.delete(slots)
-        self._items.remove(slots)
-        self.rate_limiter.delete(int(slots.size))
-        self._wake()
-
-    def on_overwrite(self, lanes: np.ndarray, rows: np.ndarray) -> None:
-        """Called by the store before it overwrites ``rows`` of ``lanes``: drop items starting there."""
-        self._remove(self._items.starting_at(lanes, rows))
-
-    def on_overwrite_range(self, lane: int, lo: int, hi: int) -> None:
-        """Called by the store before it overwrites rows ``lo .. hi - 1`` of ``lane``."""
-        slots = self._items.evict_range(lane, lo, hi)
-        if slots.size:
-            self.sampler.delete(slots)
-            self.remover.delete(slots)
-            self.rate_limiter.delete(int(slots.size))
-            self._wake()
 
     # ------------------------------------------------------------------ insert
     def insert(
@@ -266,17 +298,12 @@ class Table:
         already converted and checked: int64 arrays of one length, float64 finite non-negative priorities,
         item fields of the item spec; windows are still checked). Returns their keys."""
         with self._cond:
-            n = starts_arr.size
-            if n <= self._items.num_free and self.rate_limiter.can_insert(n):
-                # The common case: room for all, admitted at once: check and place in one pass.
-                store = self.store
-                bad, slots, keys, seqs = self._items.check_and_add(
-                    store.count, store.episode_id, self.cross_episodes, lanes_arr, starts_arr, lengths_arr, prios, cols)
-                if bad >= 0:
-                    self._window_error(lanes_arr, starts_arr, lengths_arr, bad)
-                self._inserted(slots, prios, seqs)
+            keys = self._insert_at_once(lanes_arr, starts_arr, lengths_arr, prios, cols)
+            if keys is not None:  # the common case
                 return keys
+            n = starts_arr.size
             valid = self._check_windows(lanes_arr, starts_arr, lengths_arr)
+            self._check_parts(lanes_arr, starts_arr)
             keys = np.full(n, -1, np.int64)
             done = 0
             deadline = None if timeout is None else time.monotonic() + timeout
@@ -292,9 +319,9 @@ class Table:
                 sl = slice(done, done + k)
                 ok = valid[sl] > 0
                 if ok.any():
-                    keys[sl][ok] = self._insert_now(lanes_arr[sl][ok], starts_arr[sl][ok], lengths_arr[sl][ok],
-                                                    valid[sl][ok], prios[sl][ok],
-                                                    {name: c[sl][ok] for name, c in cols.items()})
+                    keys[sl][ok] = self._insert_part(lanes_arr[sl][ok], starts_arr[sl][ok], lengths_arr[sl][ok],
+                                                     valid[sl][ok], prios[sl][ok],
+                                                     {name: c[sl][ok] for name, c in cols.items()})
                 done += k
             return keys
 
@@ -352,23 +379,6 @@ class Table:
             lo, hi = (mid, hi) if limiter.can_insert(mid) else (lo, mid)
         return lo
 
-    def _insert_now(self, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray, valid: np.ndarray,
-                    prios: np.ndarray, cols: dict[str, np.ndarray]) -> np.ndarray:
-        n = lanes.size
-        overflow = self.size + n - self.max_size
-        if overflow > 0:
-            self._remove(self.remover.choose_for_removal(overflow, self._items.live_slots))
-        slots, keys, seqs = self._items.add(lanes, starts, lengths, valid, prios, cols)
-        self._inserted(slots, prios, seqs)
-        return keys
-
-    def _inserted(self, slots: np.ndarray, prios: np.ndarray, seqs: np.ndarray) -> None:
-        """Tell the selectors and the rate limiter about items just placed."""
-        self.sampler.insert(slots, prios, seqs)
-        self.remover.insert(slots, prios, seqs)
-        self.rate_limiter.insert(int(slots.size))
-        self._wake()
-
     def _wait(self, deadline: float | None, what: str) -> None:
         remaining = None if deadline is None else deadline - time.monotonic()
         if remaining is not None and remaining <= 0:
@@ -394,10 +404,11 @@ class Table:
             return self._can_sample(batch_size)
 
     def _can_sample(self, batch_size: int) -> bool:
-        if self._items.num_free == self.max_size or not self.rate_limiter.can_sample(batch_size):
+        size = self.size
+        if not size or not self.rate_limiter.can_sample(batch_size):
             return False
         if self.max_times_sampled is not None:
-            return self.size * self.max_times_sampled - self._items.times_total >= batch_size
+            return size * self.max_times_sampled - self._items.times_total >= batch_size
         return True
 
     def can_insert(self, n: int = 1) -> bool:
@@ -433,6 +444,170 @@ class Table:
                 self.item_spec, fields),
         )
 
+    # ------------------------------------------------------------------ priorities, keys
+    def update_priorities(self, keys: Any, priorities: Any) -> int:
+        """Set the priorities of the items still present; return how many entries named a live item.
+
+        Keys of removed items are skipped; a key repeated in one call takes its last priority (and is
+        counted each time).
+        """
+        keys_arr = _int_array("keys", keys)
+        prios = check_priorities(priorities, keys_arr.size)
+        with self.lock:
+            return self._set_priorities(keys_arr, prios)
+
+    def delete(self, keys: Any) -> int:
+        """Remove the items still present; return how many were removed."""
+        keys_arr = _int_array("keys", keys)
+        with self.lock:
+            slots, live = self._items.slots_of(np.unique(keys_arr))
+            self._remove(slots[live])
+            return int(live.sum())
+
+    def items(self) -> dict[str, np.ndarray]:
+        """A copy of every live item's bookkeeping, in insertion order."""
+        with self.lock:
+            it = self._items
+            slots = it.live_in_order()
+            meta = it.meta[slots]
+            out = {"key": meta[:, KEY], "lane": meta[:, LANE], "start": meta[:, START],
+                   "length": meta[:, LENGTH], "valid": meta[:, VALID], "priority": self._priorities(slots),
+                   "times_sampled": meta[:, TIMES]}
+            out.update({f"field/{n}": c[slots] for n, c in it.columns.items()})
+            return {k: v.copy() for k, v in out.items()}
+
+    # ------------------------------------------------------------------ checkpoint state
+    def config(self) -> dict[str, Any]:
+        """What must match for a checkpoint of this table to load into it."""
+        return {
+            "name": self.name, "max_size": self.max_size, "max_times_sampled": self.max_times_sampled,
+            "cross_episodes": self.cross_episodes,
+            "view": self.view.config() if self.view is not None else None,
+            **self._role_configs(),
+            "item_fields": {n: [list(f.shape), f.dtype.str] for n, f in self.item_fields.items()},
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        """Every array and counter of the table (numpy arrays and plain values only)."""
+        with self.lock:
+            return {"config": self.config(), **self._items_state(), **self.role_states(),
+                    "rate_limiter": self.rate_limiter.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output (the caller checked it matches :meth:`config`)."""
+        with self._cond:
+            self.rate_limiter.load_state_dict(state["rate_limiter"])
+            self._load_items(state)
+            self._wake()
+
+
+class Table(TableBase):
+    """A replay table over a :class:`StepStore` (see the module docstring for the semantics).
+
+    Args:
+        store: the rows the items reference.
+        sampler: chooses items to sample (default :class:`Uniform`).
+        remover: chooses items to evict when full (default :class:`Fifo`).
+        max_size: most items held (default: one per row of the store).
+        max_times_sampled: remove an item after this many samples (default: never).
+        rate_limiter: default :class:`MinSize(1) <rlflow.replay.rate_limiters.MinSize>`.
+        item_spec: the item fields written with each insert (nested dict/tuple of Fields).
+        cross_episodes: let sampled windows show rows of the next episode (default: masked out).
+        name: shown in errors and checkpoints.
+    """
+
+    _items: Items
+
+    def __init__(
+        self,
+        store: StepStore,
+        *,
+        sampler: Selector | None = None,
+        remover: Selector | None = None,
+        max_size: int | None = None,
+        max_times_sampled: int | None = None,
+        rate_limiter: RateLimiter | None = None,
+        item_spec: Spec | None = None,
+        cross_episodes: bool = False,
+        name: str = "table",
+    ) -> None:
+        self.sampler = sampler if sampler is not None else Uniform()
+        self.remover = remover if remover is not None else Fifo()
+        if self.sampler is self.remover:
+            raise ValueError("sampler and remover must be two selector objects")
+        super().__init__(store, max_size=max_size, max_times_sampled=max_times_sampled, rate_limiter=rate_limiter,
+                         item_spec=item_spec, cross_episodes=cross_episodes, name=name)
+        self.sampler.bind(self.max_size)
+        self.remover.bind(self.max_size)
+        self._items = self._new_items(self.item_fields)
+        store.subscribe(self)
+
+    def _new_items(self, fields: dict[str, _specs.Field]) -> Items:
+        return Items(self.max_size, self.store.num_lanes, self.store.capacity, fields)
+
+    @property
+    def size(self) -> int:
+        return self._items.size
+
+    # ------------------------------------------------------------------ removal
+    def _remove(self, slots: np.ndarray) -> None:
+        if not slots.size:
+            return
+        self.sampler.delete(slots)
+        self.remover.delete(slots)
+        self._items.remove(slots)
+        self.rate_limiter.delete(int(slots.size))
+        self._wake()
+
+    def on_overwrite(self, lanes: np.ndarray, rows: np.ndarray) -> None:
+        """Called by the store before it overwrites ``rows`` of ``lanes``: drop items starting there."""
+        self._remove(self._items.starting_at(lanes, rows))
+
+    def on_overwrite_range(self, lane: int, lo: int, hi: int) -> None:
+        """Called by the store before it overwrites rows ``lo .. hi - 1`` of ``lane``."""
+        slots = self._items.evict_range(lane, lo, hi)
+        if slots.size:
+            self.sampler.delete(slots)
+            self.remover.delete(slots)
+            self.rate_limiter.delete(int(slots.size))
+            self._wake()
+
+    # ------------------------------------------------------------------ insert
+    def _insert_at_once(self, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray, prios: np.ndarray,
+                        cols: dict[str, np.ndarray]) -> np.ndarray | None:
+        """Room for all, admitted at once: check and place in one pass."""
+        n = starts.size
+        if n > self._items.num_free or not self.rate_limiter.can_insert(n):
+            return None
+        store = self.store
+        bad, slots, keys, seqs = self._items.check_and_add(
+            store.count, store.episode_id, self.cross_episodes, lanes, starts, lengths, prios, cols)
+        if bad >= 0:
+            self._window_error(lanes, starts, lengths, bad)
+        self._inserted(slots, prios, seqs)
+        return keys
+
+    def _check_parts(self, lanes: np.ndarray, starts: np.ndarray) -> None:
+        """Nothing: any number of items may start at a row."""
+
+    def _insert_part(self, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray, valid: np.ndarray,
+                     prios: np.ndarray, cols: dict[str, np.ndarray]) -> np.ndarray:
+        """Make room (the remover chooses whom to evict), then place the items."""
+        overflow = self.size + lanes.size - self.max_size
+        if overflow > 0:
+            self._remove(self.remover.choose_for_removal(overflow, self._items.live_slots))
+        slots, keys, seqs = self._items.add(lanes, starts, lengths, valid, prios, cols)
+        self._inserted(slots, prios, seqs)
+        return keys
+
+    def _inserted(self, slots: np.ndarray, prios: np.ndarray, seqs: np.ndarray) -> None:
+        """Tell the selectors and the rate limiter about items just placed."""
+        self.sampler.insert(slots, prios, seqs)
+        self.remover.insert(slots, prios, seqs)
+        self.rate_limiter.insert(int(slots.size))
+        self._wake()
+
+    # ------------------------------------------------------------------ sample
     def _draw(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Slots, item metadata, probabilities, weights and times sampled of ``n`` sequential draws."""
         limit = self.max_times_sampled
@@ -495,74 +670,37 @@ class Table:
         self._remove(uniq[self._items.times[uniq] >= self.max_times_sampled])
 
     # ------------------------------------------------------------------ priorities
-    def update_priorities(self, keys: Any, priorities: Any) -> int:
-        """Set the priorities of the items still present; return how many entries named a live item.
+    def _set_priorities(self, keys: np.ndarray, priorities: np.ndarray) -> int:
+        slots = np.empty(keys.size, np.int64)
+        values = np.empty(keys.size, np.float64)
+        n = KI.set_priorities(self._items.meta, self._items.priority, keys, priorities, slots, values)
+        # Selectors apply updates in order, so a repeated key keeps its last priority there too.
+        self.sampler.update(slots[:n], values[:n])
+        self.remover.update(slots[:n], values[:n])
+        return n
 
-        Keys of removed items are skipped; a key repeated in one call takes its last priority (and is
-        counted each time).
-        """
-        keys_arr = _int_array("keys", keys)
-        prios = check_priorities(priorities, keys_arr.size)
-        with self.lock:
-            slots = np.empty(keys_arr.size, np.int64)
-            values = np.empty(keys_arr.size, np.float64)
-            n = KI.set_priorities(self._items.meta, self._items.priority, keys_arr, prios, slots, values)
-            # Selectors apply updates in order, so a repeated key keeps its last priority there too.
-            self.sampler.update(slots[:n], values[:n])
-            self.remover.update(slots[:n], values[:n])
-            return n
-
-    def delete(self, keys: Any) -> int:
-        """Remove the items still present; return how many were removed."""
-        keys_arr = _int_array("keys", keys)
-        with self.lock:
-            slots, live = self._items.slots_of(np.unique(keys_arr))
-            self._remove(slots[live])
-            return int(live.sum())
-
-    def items(self) -> dict[str, np.ndarray]:
-        """A copy of every live item's bookkeeping, in insertion order."""
-        with self.lock:
-            it = self._items
-            slots = it.live_in_order()
-            meta = it.meta[slots]
-            out = {"key": meta[:, KEY], "lane": meta[:, LANE], "start": meta[:, START],
-                   "length": meta[:, LENGTH], "valid": meta[:, VALID], "priority": it.priority[slots],
-                   "times_sampled": it.times[slots]}
-            out.update({f"field/{n}": c[slots] for n, c in it.columns.items()})
-            return {k: v.copy() for k, v in out.items()}
+    def _priorities(self, slots: np.ndarray) -> np.ndarray:
+        return self._items.priority[slots]
 
     # ------------------------------------------------------------------ checkpoint state
-    def config(self) -> dict[str, Any]:
-        """What must match for a checkpoint of this table to load into it."""
-        return {
-            "name": self.name, "max_size": self.max_size, "max_times_sampled": self.max_times_sampled,
-            "cross_episodes": self.cross_episodes,
-            "view": self.view.config() if self.view is not None else None,
-            "sampler": [type(self.sampler).__name__, self.sampler.config()],
-            "remover": [type(self.remover).__name__, self.remover.config()],
-            "item_fields": {n: [list(f.shape), f.dtype.str] for n, f in self.item_fields.items()},
-        }
+    def _role_configs(self) -> dict[str, list[Any]]:
+        return {"sampler": [type(self.sampler).__name__, self.sampler.config()],
+                "remover": [type(self.remover).__name__, self.remover.config()]}
 
-    def state_dict(self) -> dict[str, Any]:
-        """Every array and counter of the table (numpy arrays and plain values only)."""
-        with self.lock:
-            return {"config": self.config(), **self._items.state_dict(), "sampler": self.sampler.state_dict(),
-                    "remover": self.remover.state_dict(), "rate_limiter": self.rate_limiter.state_dict()}
+    def role_states(self) -> dict[str, dict[str, Any]]:
+        return {"sampler": self.sampler.state_dict(), "remover": self.remover.state_dict()}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`'s output (the caller checked it matches :meth:`config`)."""
-        with self._cond:
-            self.rate_limiter.load_state_dict(state["rate_limiter"])
-            self.sampler.load_state_dict(state["sampler"])
-            self.remover.load_state_dict(state["remover"])
-            self._items.load_state_dict(state)
-            self._wake()
+    def _items_state(self) -> dict[str, Any]:
+        return self._items.state_dict()
+
+    def _load_items(self, state: dict[str, Any]) -> None:
+        self.sampler.load_state_dict(state["sampler"])
+        self.remover.load_state_dict(state["remover"])
+        self._items.load_state_dict(state)
 
     def __repr__(self) -> str:
         return (f"Table({self.name!r}, size={self.size}/{self.max_size}, sampler={self.sampler!r}, "
                 f"remover={self.remover!r}, rate_limiter={self.rate_limiter!r})")
-
 
 def _occurrence(slots: np.ndarray) -> np.ndarray:
     """For each position, how many earlier positions hold the same slot."""
