@@ -30,9 +30,9 @@ def called():
     return sorted(set(out))
 
 import rlflow
-from rlflow import specs
+from rlflow import ReplayBuffer, specs
 from rlflow.kernels import items, prefetch, steps
-from rlflow.replay import ReplayBuffer, _kernels, _row_kernels, sum_tree
+from rlflow.replay import _kernels, _row_kernels, sum_tree
 imported = called()
 
 buffer = ReplayBuffer(specs.Field((3,), np.float32), specs.Field((), np.int64, low=0, high=3), capacity=64,

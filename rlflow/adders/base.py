@@ -30,7 +30,7 @@ from rlflow import specs as _specs
 from rlflow.adders.block import StepBlock, bool_lanes
 from rlflow.kernels import steps as KS
 from rlflow.replay.storage import StepStore
-from rlflow.replay.table import Table, check_priorities
+from rlflow.replay.table import TableBase, check_priorities
 from rlflow.replay.views import ItemView, other_setting
 from rlflow.specs import SpecError
 from rlflow.types import TimeStep
@@ -97,7 +97,7 @@ class Adder:
 
     max_items_per_step = 1
 
-    def __init__(self, store: StepStore, tables: Sequence[Table], *, view: ItemView, item_spec: Any,
+    def __init__(self, store: StepStore, tables: Sequence[TableBase], *, view: ItemView, item_spec: Any,
                  priority_fns: Mapping[str, PriorityFn] | None, min_capacity: int, stage_steps: int = 1) -> None:
         if not isinstance(store.spec, Mapping) or any(k not in store.spec for k in _ROW_KEYS):
             raise SpecError(f"an adder needs a store whose spec has the keys {list(_ROW_KEYS)} "

@@ -16,7 +16,7 @@ import numpy as np
 from rlflow.adders.base import Adder, PriorityFn, StepEvents
 from rlflow.adders.block import StepBlock
 from rlflow.replay.storage import StepStore
-from rlflow.replay.table import Table
+from rlflow.replay.table import TableBase
 from rlflow.replay.views import EpisodeView
 from rlflow.types import TimeStep
 
@@ -34,7 +34,7 @@ class Episode(Adder):
         priority_fns: per table name, ``fn(episodes) -> priorities`` for new episodes (default 1).
     """
 
-    def __init__(self, store: StepStore, tables: Sequence[Table], *, max_length: int, ragged: bool = False,
+    def __init__(self, store: StepStore, tables: Sequence[TableBase], *, max_length: int, ragged: bool = False,
                  priority_fns: Mapping[str, PriorityFn] | None = None) -> None:
         if int(max_length) != max_length or max_length < 2:
             raise ValueError(f"max_length must be an integer >= 2 rows (one action), got {max_length}")

@@ -39,7 +39,7 @@ from rlflow.adders.base import PriorityFn
 from rlflow.adders.transition import NStepTransition
 from rlflow.kernels.items import LANE, LENGTH, START
 from rlflow.replay.storage import StepStore
-from rlflow.replay.table import Table
+from rlflow.replay.table import TableBase
 from rlflow.replay.views import ItemView, Transition, _nest, _under
 from rlflow.specs import SpecError
 
@@ -121,7 +121,7 @@ class MultiAgentTransition(NStepTransition):
         priority_fns: per table name, ``fn(transitions) -> priorities`` of the new items (default 1).
     """
 
-    def __init__(self, store: StepStore, tables: Sequence[Table], *, n: int = 1, discount: float = 0.99,
+    def __init__(self, store: StepStore, tables: Sequence[TableBase], *, n: int = 1, discount: float = 0.99,
                  priority_fns: Mapping[str, PriorityFn] | None = None) -> None:
         missing = [name for name in (*_AGENT_FLAGS, "observation/obs") if not any(
             _under(f, name) for f in store.fields)]

@@ -35,7 +35,7 @@ import numpy as np
 
 from rlflow.adders.base import Adder, PriorityFn, StepEvents
 from rlflow.replay.storage import StepStore
-from rlflow.replay.table import Table
+from rlflow.replay.table import TableBase
 from rlflow.replay.views import SequenceView
 
 __all__ = ["EndBehavior", "Sequence"]
@@ -63,7 +63,7 @@ class Sequence(Adder):
             with zero padding (the mask is not passed; default priority 1).
     """
 
-    def __init__(self, store: StepStore, tables: SequenceType[Table], *, length: int, period: int | None = None,
+    def __init__(self, store: StepStore, tables: SequenceType[TableBase], *, length: int, period: int | None = None,
                  end_behavior: EndBehavior | str = EndBehavior.ZERO_PAD,
                  priority_fns: Mapping[str, PriorityFn] | None = None) -> None:
         period = length if period is None else period

@@ -35,7 +35,7 @@ from rlflow.adders.base import Adder, PriorityFn, StepEvents
 from rlflow.adders.block import StepBlock
 from rlflow.kernels import steps as KS
 from rlflow.replay.storage import StepStore
-from rlflow.replay.table import Table
+from rlflow.replay.table import TableBase
 from rlflow.replay.views import TransitionView
 from rlflow.specs import Field, SpecError
 
@@ -59,7 +59,7 @@ class NStepTransition(Adder):
             buffers (every lane's action columns, observations and final observations) stay within 32 MiB.
     """
 
-    def __init__(self, store: StepStore, tables: Sequence[Table], *, n: int = 1, discount: float = 0.99,
+    def __init__(self, store: StepStore, tables: Sequence[TableBase], *, n: int = 1, discount: float = 0.99,
                  priority_fns: Mapping[str, PriorityFn] | None = None, stage_steps: int = 64) -> None:
         if int(n) != n or n < 1:
             raise ValueError(f"n must be an integer >= 1, got {n}")
