@@ -167,8 +167,8 @@ class StepBlock:
         self.act = columns(_PARTS)
         self.observation = columns(("observation",))
         self.final = columns(("observation",))
-        self._marks = np.zeros((t, 3, e), np.bool_)  # per step: first, terminated, truncated
-        self.first, self.terminated, self.truncated = (self._marks[:, 0], self._marks[:, 1], self._marks[:, 2])
+        self._marks = np.zeros((3, t, e), np.bool_)  # first, terminated, truncated: each C-contiguous [T, E]
+        self.first, self.terminated, self.truncated = self._marks
         self.data = BlockData(_bytes(self.act, t, e), _bytes(self.observation, t, e), _bytes(self.final, t, e),
                               self.first, self.terminated, self.truncated, self.lanes)
         self._packed: KS.Packed | None = None
@@ -277,7 +277,7 @@ class StepBlock:
         if self._agents:
             opened = first | ~last
             self._active[opened] = self.observation["observation/active"][s, opened]
-        KS.commit_step(first, last, terminated, truncated, self._marks[s], self._open)
+        KS.commit_step(first, last, terminated, truncated, self._marks, s, self._open)
 
     def _put_action(self, s: int, actions: Any, rewards: Any, extras: Any, n: int, what: str) -> None:
         """Check the columns an action fills in (action, reward, extras) of ``n`` rows into row ``s``."""

@@ -324,13 +324,13 @@ def check_step(first: np.ndarray, last: np.ndarray, terminated: np.ndarray, trun
 
 @njit(**_OPTS)
 def commit_step(first: np.ndarray, last: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
-                marks: np.ndarray, is_open: np.ndarray) -> None:
-    """Record a checked step's flags as a block's step (``marks``: ``[3, E]`` bool rows first, terminated,
-    truncated of that step) and advance each lane's state."""
+                marks: np.ndarray, s: int, is_open: np.ndarray) -> None:
+    """Record a checked step's flags as step ``s`` of a block (``marks``: its ``[3, T, E]`` bool first,
+    terminated and truncated) and advance each lane's state."""
     for e in range(is_open.shape[0]):
-        marks[0, e] = first[e]
-        marks[1, e] = terminated[e]
-        marks[2, e] = truncated[e]
+        marks[0, s, e] = first[e]
+        marks[1, s, e] = terminated[e]
+        marks[2, s, e] = truncated[e]
         is_open[e] = (is_open[e] and not last[e]) or first[e]
 
 
