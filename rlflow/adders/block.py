@@ -81,14 +81,7 @@ class _Part:
     def put(self, value: Any, n: int, dest: dict[str, np.ndarray], s: int, what: str) -> None:
         """Check ``value`` (``n`` rows of the part) and copy it to row ``s`` of the block columns ``dest``;
         SpecError naming ``what`` (``dest`` may then be partly written at row ``s``)."""
-        if self.single:
-            flat = {self.key: value}
-        else:
-            try:
-                flat = _specs.flatten_data(self.spec, value, self.key)
-            except SpecError as exc:
-                raise SpecError(f"{what}: {exc}") from None
-        for name, v in flat.items():
+        for name, v in self._flat(value, what).items():
             dtype, shape, check = self._plans[name]
             if (check is not None and type(v) is np.ndarray and v.dtype == dtype and v.shape[:1] == (n,)
                     and v.shape[1:] == shape and KS.copy_checked(dest[name], s, v, *check)):
@@ -100,20 +93,20 @@ class _Part:
 
     def columns(self, value: Any, n: int, what: str) -> dict[str, np.ndarray]:
         """``value`` (``n`` rows of the part) as checked flat columns; SpecError naming ``what``."""
-        if self.single:
-            field = self.fields[self.key]
-            if _specs.fits(field, value, n):
-                return {self.key: value}
-            flat = {self.key: value}
-        else:
-            try:
-                flat = _specs.flatten_data(self.spec, value, self.key)
-            except SpecError as exc:
-                raise SpecError(f"{what}: {exc}") from None
-            if all(_specs.fits(self.fields[name], v, n) for name, v in flat.items()):
-                return flat
+        flat = self._flat(value, what)
+        if all(_specs.fits(self.fields[name], v, n) for name, v in flat.items()):
+            return flat
         try:
             return _specs.validate(self.fields, flat, (n,))
+        except SpecError as exc:
+            raise SpecError(f"{what}: {exc}") from None
+
+    def _flat(self, value: Any, what: str) -> dict[str, Any]:
+        """``value``'s leaves by column name (SpecError naming ``what`` when its structure is not the part's)."""
+        if self.single:
+            return {self.key: value}
+        try:
+            return _specs.flatten_data(self.spec, value, self.key)
         except SpecError as exc:
             raise SpecError(f"{what}: {exc}") from None
 
