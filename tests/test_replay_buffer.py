@@ -303,3 +303,8 @@ def test_float16_observations_take_the_general_path():
         buf.add(obs, t % 4, 1.0, nxt, False, False)
         obs = nxt
     assert len(buf) == 5 and buf.sample(4).data.next_observation.dtype == np.float16
+
+
+def test_the_old_import_path_names_the_new_one():
+    with pytest.raises(ImportError, match="from rlflow import ReplayBuffer"):
+        from rlflow.replay import ReplayBuffer  # noqa: F401

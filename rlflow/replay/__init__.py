@@ -33,3 +33,10 @@ __all__ = [
     "load",
     "save",
 ]
+
+
+def __getattr__(name: str) -> object:
+    if name == "ReplayBuffer":  # it builds on the adders, above this package
+        raise ImportError("rlflow.replay has no ReplayBuffer: it is rlflow.ReplayBuffer "
+                          "(from rlflow import ReplayBuffer)")
+    raise AttributeError(f"module 'rlflow.replay' has no attribute {name!r}")
