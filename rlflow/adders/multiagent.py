@@ -40,7 +40,7 @@ from rlflow.adders.transition import NStepTransition
 from rlflow.kernels.items import LANE, LENGTH, START
 from rlflow.replay.storage import StepStore
 from rlflow.replay.table import TableBase
-from rlflow.replay.views import ItemView, Transition, _nest, _under
+from rlflow.replay.views import ItemView, Transition, nest_part, under
 from rlflow.specs import SpecError
 
 __all__ = ["MultiAgentTransition", "MultiAgentTransitionView", "flatten_agents", "squeeze_agents"]
@@ -67,7 +67,7 @@ class MultiAgentTransitionView(ItemView):
         k = meta[:, LENGTH] - 1  # rewards in each window
         first = base + start % cap
         team_row = base + (start + k) % cap
-        flat = store._flat
+        flat = store.flat_columns()
         active = np.take(flat["observation/active"], first, axis=0)  # [B, A]
         if self.n == 1:  # every window is one step: the agents' flags are those of the next row
             died = np.take(flat["observation/terminated"], team_row, axis=0)
@@ -95,17 +95,18 @@ class MultiAgentTransitionView(ItemView):
         nxt: dict[str, np.ndarray] = {}
         cur: dict[str, np.ndarray] = {}
         for name, col in flat.items():
-            if _under(name, "observation"):
+            if under(name, "observation"):
                 obs[name] = np.take(col, first, axis=0)
-                if offset is None or any(_under(name, f"observation/{key}") for key in TEAM_KEYS):
+                if offset is None or any(under(name, f"observation/{key}") for key in TEAM_KEYS):
                     nxt[name] = np.take(col, team_row, axis=0)
                 else:
                     nxt[name] = col[agent_rows, agents]
-            elif _under(name, "action") or _under(name, "extras"):
+            elif under(name, "action") or under(name, "extras"):
                 cur[name] = np.take(col, first, axis=0)
-        batch = Transition(observation=_nest(store, obs, "observation"), action=_nest(store, cur, "action"),
+        batch = Transition(observation=nest_part(store, obs, "observation"), action=nest_part(store, cur, "action"),
                            reward=fields["return"], discount=discount,
-                           next_observation=_nest(store, nxt, "observation"), extras=_nest(store, cur, "extras"))
+                           next_observation=nest_part(store, nxt, "observation"),
+                           extras=nest_part(store, cur, "extras"))
         return batch, None
 
 
@@ -124,7 +125,7 @@ class MultiAgentTransition(NStepTransition):
     def __init__(self, store: StepStore, tables: Sequence[TableBase], *, n: int = 1, discount: float = 0.99,
                  priority_fns: Mapping[str, PriorityFn] | None = None) -> None:
         missing = [name for name in (*_AGENT_FLAGS, "observation/obs") if not any(
-            _under(f, name) for f in store.fields)]
+            under(f, name) for f in store.fields)]
         if missing:
             raise SpecError(f"a multi-agent adder needs the observation keys of rlflow.envs.ParallelEnvironment "
                             f"(obs, active, terminated, truncated); the store lacks {missing}")

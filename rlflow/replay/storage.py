@@ -173,6 +173,11 @@ class StepStore:
         return RowColumns(tuple(self._row_bytes[k] for k in act), tuple(self._row_bytes[k] for k in obs),
                           flat["terminated"], flat["truncated"], flat["first"], flat["last"])
 
+    def flat_columns(self) -> dict[str, np.ndarray]:
+        """Every column as ``(lanes * capacity, *shape)`` (views of the live data, by column name): row ``r``
+        of lane ``l`` is at ``l * capacity + r % capacity``."""
+        return self._flat
+
     def column_rows(self, name: str) -> np.ndarray:
         """Column ``name`` as ``(lanes * capacity, values per row)`` (a view of the live data)."""
         return self._flat[name].reshape(self.num_lanes * self.capacity, -1)

@@ -51,11 +51,11 @@ class Transition(NamedTuple):
     extras: Any = None
 
 
-def _under(name: str, prefix: str) -> bool:
+def under(name: str, prefix: str) -> bool:
     return name == prefix or name.startswith(prefix + "/")
 
 
-def _nest(store: Any, flat: dict[str, np.ndarray], prefix: str) -> Any:
+def nest_part(store: Any, flat: dict[str, np.ndarray], prefix: str) -> Any:
     """The columns under ``prefix`` in the spec's nesting of that part of the row (None if absent)."""
     part = store.spec.get(prefix) if isinstance(store.spec, dict) else None
     return None if part is None else _specs.unflatten(part, flat, prefix)
@@ -130,7 +130,7 @@ def _transition_plan(store: Any) -> _TransitionPlan:
     """Which of the store's columns a transition reads, worked out once per store."""
     plan = _PLANS.get(store)
     if plan is None:
-        flat = store._flat
+        flat = store.flat_columns()
         nest = {}
         for prefix in ("observation", "action", "extras"):
             part = store.spec.get(prefix) if isinstance(store.spec, dict) else None
@@ -142,8 +142,8 @@ def _transition_plan(store: Any) -> _TransitionPlan:
                 walk = _specs.unflatten_plan(part, prefix)
                 nest[prefix] = lambda cols, walk=walk: _specs.unflatten_by(walk, cols)
         plan = _TransitionPlan(
-            observation=[n for n in flat if _under(n, "observation")],
-            rows=[n for n in flat if _under(n, "action") or _under(n, "extras")],
+            observation=[n for n in flat if under(n, "observation")],
+            rows=[n for n in flat if under(n, "action") or under(n, "extras")],
             nest=nest,
         )
         _PLANS[store] = plan
