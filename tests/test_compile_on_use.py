@@ -32,7 +32,8 @@ def called():
 import rlflow
 from rlflow import ReplayBuffer, specs
 from rlflow.kernels import items, prefetch, steps
-from rlflow.replay import _kernels, _row_kernels, sum_tree
+from rlflow.kernels import rows, selection
+from rlflow.replay import sum_tree
 imported = called()
 
 buffer = ReplayBuffer(specs.Field((3,), np.float32), specs.Field((), np.int64, low=0, high=3), capacity=64,
@@ -61,10 +62,10 @@ def test_import_compiles_nothing_and_a_buffer_only_what_it_calls(kind):
     assert called["imported"] == []
     used = called["used"]
     assert "rlflow.kernels.steps.write_block" in used  # the program did reach the kernels
-    assert "rlflow.replay._kernels.ring_compact" not in used  # the ring never filled
+    assert "rlflow.kernels.selection.ring_compact" not in used  # the ring never filled
     if kind == "uniform":
-        assert not [k for k in used if k.startswith(("rlflow.replay.sum_tree.", "rlflow.replay._kernels."))]
+        assert not [k for k in used if k.startswith(("rlflow.replay.sum_tree.", "rlflow.kernels.selection."))]
     else:
         assert {"rlflow.replay.sum_tree._update", "rlflow.replay.sum_tree._sample",
-                "rlflow.replay._kernels.ring_push"} <= set(used)
-        assert not [k for k in used if k.startswith("rlflow.replay._row_kernels.")]
+                "rlflow.kernels.selection.ring_push"} <= set(used)
+        assert not [k for k in used if k.startswith("rlflow.kernels.rows.")]

@@ -317,7 +317,7 @@ def test_uniform_draw_rows_is_sample_then_each_draws_row(live, ops, n):
     """The tables' one-call draw gives the draws, probabilities and weights of ``sample_with_weights`` (same
     seed, same random numbers), a copy of each draw's metadata row as of that draw, and counts each draw in
     the metadata's times column, in both regimes (at least half the slots live, and fewer)."""
-    from rlflow.replay import _kernels as K
+    from rlflow.kernels import selection as K
 
     a, b = Uniform(seed=3), Uniform(seed=3)
     a.bind(CAP)

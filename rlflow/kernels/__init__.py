@@ -2,6 +2,8 @@
 
 - :mod:`~rlflow.kernels.prefetch`: cache-line requests and byte copies the other kernels inline.
 - :mod:`~rlflow.kernels.items`: item records, windows, episode marks, gathers.
+- :mod:`~rlflow.kernels.selection`: the selectors' structures (dense arrays, insertion rings, top-k).
+- :mod:`~rlflow.kernels.rows`: a RowTable's placements, evictions and draws.
 - :mod:`~rlflow.kernels.steps`: the block writer (rows of a :class:`~rlflow.adders.StepBlock`) and the
   n-step item maker.
 """

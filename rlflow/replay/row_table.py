@@ -38,8 +38,8 @@ from typing import Any
 
 import numpy as np
 
+from rlflow.kernels import rows as KR
 from rlflow.kernels.items import KEY, TIMES
-from rlflow.replay import _row_kernels as KR
 from rlflow.replay.items import META_WIDTH, Records
 from rlflow.replay.rate_limiters import RateLimiter
 from rlflow.replay.storage import StepStore

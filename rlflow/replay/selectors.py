@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from rlflow.replay import _kernels as K
+from rlflow.kernels import selection as K
 from rlflow.replay.sum_tree import SumTree
 
 __all__ = ["Fifo", "Lifo", "MaxHeap", "MinHeap", "Prioritized", "Selector", "Uniform"]

@@ -43,8 +43,8 @@ import numpy as np
 
 from rlflow import specs as _specs
 from rlflow.kernels import items as KI
+from rlflow.kernels import selection as K
 from rlflow.kernels.items import KEY, LANE, LENGTH, START, TIMES, VALID
-from rlflow.replay import _kernels as K
 from rlflow.replay.items import META_WIDTH, Items, Records
 from rlflow.replay.rate_limiters import MinSize, RateLimiter
 from rlflow.replay.sample import Sample
