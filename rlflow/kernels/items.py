@@ -6,6 +6,8 @@ the cost. Semantics are documented where the kernels are used (``storage.py``, `
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 from numba import njit
 
@@ -157,15 +159,44 @@ def check_windows(count: np.ndarray, episode_id: np.ndarray, capacity: int, lane
     return first_bad
 
 
+class ItemSlots(NamedTuple):
+    """A table's item structures: the records, priorities, the start-row index and the free-slot stack."""
+
+    meta: np.ndarray  # [slots, width] int64 records
+    priority: np.ndarray  # [slots] float64
+    row_slot: np.ndarray  # [lanes, capacity] int64: the slot of the item starting at each row, or -1
+    free: np.ndarray  # [slots] int64: free slots on top (the last num_free)
+    capacity: int
+
+
+class NewItems(NamedTuple):
+    """Items to place: their windows, valid lengths and priorities (``[n]`` each)."""
+
+    lanes: np.ndarray
+    starts: np.ndarray
+    lengths: np.ndarray
+    valid: np.ndarray
+    priorities: np.ndarray
+
+
+class Placed(NamedTuple):
+    """Where :func:`add_items` puts each new item: its slot, its key, and whether its start row's index cell
+    was taken already (``[n]`` each)."""
+
+    slots: np.ndarray
+    keys: np.ndarray
+    clash: np.ndarray
+
+
 @njit(**_OPTS)
-def add_items(meta: np.ndarray, priority: np.ndarray, row_slot: np.ndarray, free: np.ndarray, num_free: int,
-              next_seq: int, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray, valid: np.ndarray,
-              priorities: np.ndarray, capacity: int, slots: np.ndarray, keys: np.ndarray, clash: np.ndarray) -> int:
+def add_items(table: ItemSlots, num_free: int, next_seq: int, new: NewItems, out: Placed) -> int:
     """Place items in the top free slots; index each by its start row unless that cell is taken.
 
-    ``clash[i]`` is set when the row's index cell already holds an item (the caller keeps an overflow
+    ``out.clash[i]`` is set when the row's index cell already holds an item (the caller keeps an overflow
     list for those); returns how many clashed.
     """
+    meta, priority, row_slot, free, capacity = table
+    lanes, starts = new.lanes, new.starts
     max_size, width = meta.shape
     n = lanes.shape[0]
     clashes = 0
@@ -176,16 +207,16 @@ def add_items(meta: np.ndarray, priority: np.ndarray, row_slot: np.ndarray, free
             prefetch_write(row_slot, lanes[j] * capacity + wrap(starts[j], capacity))
         s = free[num_free - 1 - i]
         key = item_key(next_seq + i, max_size, s)
-        slots[i] = s
-        keys[i] = key
-        set_meta(meta, s, key, lanes[i], starts[i], lengths[i], valid[i])
-        priority[s] = priorities[i]
+        out.slots[i] = s
+        out.keys[i] = key
+        set_meta(meta, s, key, lanes[i], starts[i], new.lengths[i], new.valid[i])
+        priority[s] = new.priorities[i]
         pos = wrap(starts[i], capacity)
         if row_slot[lanes[i], pos] < 0:
             row_slot[lanes[i], pos] = s
-            clash[i] = False
+            out.clash[i] = False
         else:
-            clash[i] = True
+            out.clash[i] = True
             clashes += 1
     return clashes
 
@@ -303,25 +334,6 @@ def within(flat: np.ndarray, low: float, high: float) -> bool:
         if x < low or x > high:
             return False
     return True
-
-
-def check_add_items(count: np.ndarray, episode_id: np.ndarray, capacity: int, cross_episodes: bool,
-                    meta: np.ndarray, priority: np.ndarray, row_slot: np.ndarray, free: np.ndarray, num_free: int,
-                    next_seq: int, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
-                    priorities: np.ndarray, slots: np.ndarray, keys: np.ndarray,
-                    clash: np.ndarray) -> tuple[int, int]:
-    """``check_windows`` then, if every window is stored, ``add_items``: (first bad item or -1, clashes).
-
-    Nothing changes when a window is bad. Plain Python over the two kernels: a compiled wrapper of
-    seventeen arguments costs more to compile than the second call costs at run time.
-    """
-    valid = np.empty(lanes.shape[0], np.int64)
-    bad = check_windows(count, episode_id, capacity, lanes, starts, lengths, cross_episodes, valid)
-    if bad >= 0:
-        return bad, 0
-    clashes = add_items(meta, priority, row_slot, free, num_free, next_seq, lanes, starts, lengths, valid,
-                        priorities, capacity, slots, keys, clash)
-    return -1, clashes
 
 
 @njit(**_OPTS)

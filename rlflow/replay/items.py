@@ -163,13 +163,18 @@ class Items(Records):
     def size(self) -> int:
         return self.max_size - self.num_free
 
+    @property
+    def _slots(self) -> KI.ItemSlots:
+        """The structures :func:`rlflow.kernels.items.add_items` places items in (the live arrays)."""
+        return KI.ItemSlots(self.meta, self.priority, self.row_slot, self.free, self.capacity)
+
     def add(self, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray, valid: np.ndarray,
             priorities: np.ndarray, cols: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Place ``n <= num_free`` new items; return their slots, keys and insertion sequence numbers."""
-        slots, keys, clash = self._outputs(lanes.size)
-        clashes = KI.add_items(self.meta, self.priority, self.row_slot, self.free, self.num_free, self.next_seq,
-                               lanes, starts, lengths, valid, priorities, self.capacity, slots, keys, clash)
-        return slots, keys, self._placed(slots, lanes, starts, clash, clashes, cols)
+        out = self._outputs(lanes.size)
+        clashes = KI.add_items(self._slots, self.num_free, self.next_seq,
+                               KI.NewItems(lanes, starts, lengths, valid, priorities), out)
+        return out.slots, out.keys, self._placed(out.slots, lanes, starts, out.clash, clashes, cols)
 
     def check_and_add(self, count: np.ndarray, episode_id: np.ndarray, cross_episodes: bool, lanes: np.ndarray,
                       starts: np.ndarray, lengths: np.ndarray, priorities: np.ndarray,
@@ -179,17 +184,16 @@ class Items(Records):
         Returns ``(first_bad, slots, keys, seqs)``; when ``first_bad >= 0`` a window is not stored and
         nothing changed. Needs ``n <= num_free``.
         """
-        slots, keys, clash = self._outputs(lanes.size)
-        bad, clashes = KI.check_add_items(count, episode_id, self.capacity, cross_episodes, self.meta, self.priority,
-                                          self.row_slot, self.free, self.num_free, self.next_seq, lanes, starts,
-                                          lengths, priorities, slots, keys, clash)
+        valid = np.empty(lanes.size, np.int64)
+        bad = KI.check_windows(count, episode_id, self.capacity, lanes, starts, lengths, cross_episodes, valid)
         if bad >= 0:
-            return bad, slots, keys, keys
-        return -1, slots, keys, self._placed(slots, lanes, starts, clash, clashes, cols)
+            return bad, valid, valid, valid
+        slots, keys, seqs = self.add(lanes, starts, lengths, valid, priorities, cols)
+        return -1, slots, keys, seqs
 
     @staticmethod
-    def _outputs(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        return np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.bool_)
+    def _outputs(n: int) -> KI.Placed:
+        return KI.Placed(np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.bool_))
 
     def _placed(self, slots: np.ndarray, lanes: np.ndarray, starts: np.ndarray, clash: np.ndarray, clashes: int,
                 cols: dict[str, np.ndarray]) -> np.ndarray:
