@@ -250,22 +250,6 @@ def remove_items(meta: np.ndarray, row_slot: np.ndarray, free: np.ndarray, num_f
 
 
 @njit(**_OPTS)
-def indexed_at(row_slot: np.ndarray, lanes: np.ndarray, rows: np.ndarray, capacity: int) -> np.ndarray:
-    """Slots held by the index cells of ``rows[i]`` in ``lanes[i]`` (empty cells skipped)."""
-    n = lanes.shape[0]
-    out = np.empty(n, np.int64)
-    m = 0
-    for i in range(n):
-        if i + AHEAD < n:  # rows of other lanes are far apart: their cells requested ahead of use
-            prefetch(row_slot, lanes[i + AHEAD] * capacity + wrap(rows[i + AHEAD], capacity))
-        s = row_slot[lanes[i], wrap(rows[i], capacity)]
-        if s >= 0:
-            out[m] = s
-            m += 1
-    return out[:m]
-
-
-@njit(**_OPTS)
 def indexed_in_range(row_slot: np.ndarray, lane: int, lo: int, hi: int, capacity: int) -> np.ndarray:
     """Slots held by the index cells of rows ``lo .. hi - 1`` of one lane (empty cells skipped)."""
     out = np.empty(max(hi - lo, 0), np.int64)

@@ -54,25 +54,9 @@ def place(count: np.ndarray, episode_id: np.ndarray, capacity: int, cross_episod
 
 
 @njit(**_OPTS)
-def evict_rows(meta: np.ndarray, lanes: np.ndarray, rows: np.ndarray, capacity: int) -> tuple[int, int]:
-    """Empty the slots of rows ``rows[i]`` of ``lanes[i]``; return how many held an item, and their times sampled."""
-    removed = times = 0
-    n = lanes.shape[0]
-    nl = meta.shape[0] // capacity
-    for i in range(n):
-        if i + AHEAD < n:
-            prefetch_write(meta, (wrap(rows[i + AHEAD], capacity) * nl + lanes[i + AHEAD]) * meta.shape[1])
-        s = wrap(rows[i], capacity) * nl + lanes[i]
-        if meta[s, KEY] >= 0:
-            removed += 1
-            times += meta[s, TIMES]
-            meta[s, KEY] = -1
-    return removed, times
-
-
-@njit(**_OPTS)
 def evict_range(meta: np.ndarray, lane: int, lo: int, hi: int, capacity: int) -> tuple[int, int]:
-    """:func:`evict_rows` of rows ``lo .. hi - 1`` of ``lane``."""
+    """Empty the slots of rows ``lo .. hi - 1`` of ``lane``; return how many held an item, and their times
+    sampled."""
     removed = times = 0
     nl = meta.shape[0] // capacity
     for r in range(lo, min(hi, lo + capacity)):

@@ -229,18 +229,10 @@ class Items(Records):
                     del self.overflow[(lane, p)]
                     self.has_overflow[lane, p] = False
 
-    def starting_at(self, lanes: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        """Slots of every item whose window starts at ``rows[i]`` of ``lanes[i]``.
-
-        In the order of the rows; items sharing a row in insertion order. (So the result does not
-        depend on which of them holds the row's index cell, which differs after a checkpoint restore.)
-        """
-        if self.overflow:
-            return self._with_overflow(lanes, rows % self.capacity)
-        return KI.indexed_at(self.row_slot, lanes, rows, self.capacity)
-
     def evict_range(self, lane: int, lo: int, hi: int) -> np.ndarray:
-        """Remove every item starting at rows ``lo .. hi - 1`` of ``lane``; return their slots (ordered as above)."""
+        """Remove every item starting at rows ``lo .. hi - 1`` of ``lane``; return their slots, in the order of
+        the rows, items sharing a row in insertion order (so the result does not depend on which of them
+        holds the row's index cell, which differs after a checkpoint restore)."""
         if self.overflow:
             slots = self.starting_in(lane, lo, hi)
             self.remove(slots)
@@ -251,7 +243,8 @@ class Items(Records):
         return slots
 
     def starting_in(self, lane: int, lo: int, hi: int) -> np.ndarray:
-        """Slots of every item whose window starts at rows ``lo .. hi - 1`` of ``lane`` (ordered as above)."""
+        """Slots of every item whose window starts at rows ``lo .. hi - 1`` of ``lane`` (ordered as
+        :meth:`evict_range` orders them)."""
         if self.overflow:
             rows = np.arange(lo, hi, dtype=np.int64)
             return self._with_overflow(np.full(rows.size, lane, np.int64), rows % self.capacity)

@@ -105,10 +105,6 @@ class RowTable(TableBase):
             self.rate_limiter.delete(removed)
             self._wake()
 
-    def on_overwrite(self, lanes: np.ndarray, rows: np.ndarray) -> None:
-        """Called by the store before it overwrites ``rows`` of ``lanes``: drop items starting there."""
-        self._evicted(*KR.evict_rows(self._items.meta, lanes, rows, self.store.capacity))
-
     def on_overwrite_range(self, lane: int, lo: int, hi: int) -> None:
         """Called by the store before it overwrites rows ``lo .. hi - 1`` of ``lane``."""
         self._evicted(*KR.evict_range(self._items.meta, lane, lo, hi, self.store.capacity))

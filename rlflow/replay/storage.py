@@ -51,9 +51,6 @@ _NO_FIRST = np.zeros(0, np.bool_)
 
 
 class OverwriteListener(Protocol):
-    def on_overwrite(self, lanes: np.ndarray, rows: np.ndarray) -> None:
-        """Rows ``rows[i]`` (absolute) of lanes ``lanes[i]`` are about to be overwritten."""
-
     def on_overwrite_range(self, lane: int, lo: int, hi: int) -> None:
         """Rows ``lo .. hi - 1`` (absolute) of ``lane`` are about to be overwritten."""
 
@@ -148,19 +145,6 @@ class StepStore:
         with self.lock:
             self._listeners.remove(listener)
 
-    def _announce(self, lanes: np.ndarray, rows: np.ndarray) -> None:
-        """Tell every listener that rows ``rows[i]`` of ``lanes[i]`` are about to be overwritten."""
-        for listener in self._listeners:
-            listener.on_overwrite(lanes, rows)
-
-    def _announce_range(self, lane: int, t: int) -> None:
-        """Tell every listener about the rows the next ``t`` rows of ``lane`` overwrite, if any."""
-        start = int(self.count[lane])
-        lo, hi = max(start - self.capacity, 0), start + t - self.capacity
-        if self._listeners and hi > lo:
-            for listener in self._listeners:
-                listener.on_overwrite_range(lane, lo, hi)
-
     # ------------------------------------------------------------------ the block writer's view
     def rings(self) -> Rings:
         """The ring cursors the block writer (:func:`rlflow.kernels.steps.write_block`) reads and advances."""
@@ -183,7 +167,8 @@ class StepStore:
         return self._flat[name].reshape(self.num_lanes * self.capacity, -1)
 
     def before_write(self, lanes: np.ndarray, rows: np.ndarray) -> None:
-        """Tell every listener about the rows that writing ``rows[i]`` new rows to each of ``lanes`` overwrites."""
+        """Tell every listener about the rows that writing ``rows[i]`` new rows to each of ``lanes`` overwrites
+        (every write of the store and of the block writer calls this first)."""
         if not self._listeners:
             return
         if self._ranges.shape[0] < lanes.size:
@@ -284,11 +269,8 @@ class StepStore:
         """Write one validated row to each of ``lanes_arr`` (distinct); the caller holds the lock."""
         if lanes_arr.size == 1:
             return self._write_lane(int(lanes_arr[0]), cols, 1, first_arr if first_arr.any() else _NO_FIRST)
+        self.before_write(lanes_arr, np.ones(lanes_arr.size, np.int64))
         rows = self.count[lanes_arr]
-        old = rows - self.capacity
-        if self._listeners and old.max(initial=-1) >= 0:
-            keep = old >= 0
-            self._announce(lanes_arr[keep], old[keep])
         r0 = rows[0]
         if lanes_arr.size == self.num_lanes and (rows == r0).all() and (lanes_arr == self._all_lanes).all():
             pos = int(r0) % self.capacity  # every lane at one ring position: one strided copy per column
@@ -344,7 +326,7 @@ class StepStore:
 
         ``first`` is a bool array of ``t``, or empty when no row starts an episode.
         """
-        self._announce_range(lane, t)
+        self.before_write(np.array([lane], np.int64), np.array([t], np.int64))
         start = int(self.count[lane])
         base = lane * self.capacity
         p0 = start % self.capacity

@@ -164,10 +164,6 @@ class TableBase(ABC):
         """Items held."""
 
     @abstractmethod
-    def on_overwrite(self, lanes: np.ndarray, rows: np.ndarray) -> None:
-        """Called by the store before it overwrites ``rows`` of ``lanes``: drop items starting there."""
-
-    @abstractmethod
     def on_overwrite_range(self, lane: int, lo: int, hi: int) -> None:
         """Called by the store before it overwrites rows ``lo .. hi - 1`` of ``lane``."""
 
@@ -558,10 +554,6 @@ class Table(TableBase):
         self._items.remove(slots)
         self.rate_limiter.delete(int(slots.size))
         self._wake()
-
-    def on_overwrite(self, lanes: np.ndarray, rows: np.ndarray) -> None:
-        """Called by the store before it overwrites ``rows`` of ``lanes``: drop items starting there."""
-        self._remove(self._items.starting_at(lanes, rows))
 
     def on_overwrite_range(self, lane: int, lo: int, hi: int) -> None:
         """Called by the store before it overwrites rows ``lo .. hi - 1`` of ``lane``."""
