@@ -75,6 +75,14 @@ def _filled_buffers(space: spaces.Space, per_env: list[list[tuple]], n: int, chu
         yield path, buf
 
 
+def _buffers_and_reference(space, plan, n, chunks, close, envs, seed):
+    """The reference's transitions of ``envs`` streams made from ``plan``, and the buffers filled with them."""
+    rng = np.random.default_rng(seed)
+    per_env = [plan_stream(space, rng, plan) for _ in range(envs)]
+    want = sorted(x for tr in per_env for x in reference(space, tr, n, close))
+    return want, _filled_buffers(space, per_env, n, chunks, close)
+
+
 @settings(max_examples=40, deadline=None)
 @given(st.sampled_from(sorted(SPACES)), st.integers(1, 3), st.lists(st.sampled_from(EVENTS), min_size=1, max_size=40),
        st.lists(st.integers(1, 30), min_size=1, max_size=4), st.booleans(), st.sampled_from([1, 3]))
@@ -82,10 +90,8 @@ def test_nested_observations_through_add_and_extend_match_the_reference(name, n,
     """Dict, Tuple and nested observations, one env unbatched and several batched, through ``add`` and through
     ``extend``: each buffer holds exactly the reference's transitions; ``len`` and ``sample`` answer."""
     space = SPACES[name]
-    rng = np.random.default_rng(len(plan) + 7 * n)
-    per_env = [plan_stream(space, rng, plan) for _ in range(envs)]
-    want = sorted(x for tr in per_env for x in reference(space, tr, n, close))
-    for path, buf in _filled_buffers(space, per_env, n, chunks, close):
+    want, filled = _buffers_and_reference(space, plan, n, chunks, close, envs, len(plan) + 7 * n)
+    for path, buf in filled:
         assert held(buf, space) == want, path
         assert len(buf) == len(want)
         if want:
@@ -250,10 +256,8 @@ def test_next_step_reset_steps_are_not_transitions_in_add_and_extend(name, n, pl
     no flag), and the same shapes of step where no episode ended (kept): ``add`` one step at a time and
     ``extend`` in chunks hold exactly the reference's transitions, never a reset step."""
     space = SPACES[name]
-    rng = np.random.default_rng(len(plan) + 13 * n)
-    per_env = [plan_stream(space, rng, plan) for _ in range(envs)]
-    want = sorted(x for tr in per_env for x in reference(space, tr, n, close))
-    for path, buf in _filled_buffers(space, per_env, n, chunks, close):
+    want, filled = _buffers_and_reference(space, plan, n, chunks, close, envs, len(plan) + 13 * n)
+    for path, buf in filled:
         assert held(buf, space) == want, path
 
 

@@ -274,14 +274,18 @@ class StepBlock:
 
     def _put_action(self, s: int, actions: Any, rewards: Any, extras: Any, n: int, what: str) -> None:
         """Check the columns an action fills in (action, reward, extras) of ``n`` rows into row ``s``."""
+        for part, value in self._action_parts(actions, rewards, extras, what):
+            part.put(value, n, self.act, s, what)
+
+    def _action_parts(self, actions: Any, rewards: Any, extras: Any, what: str) -> list[tuple[_Part, Any]]:
+        """The parts an action fills in with their values; SpecError when extras are given to a store without
+        them, or missing for one with them."""
         if "extras" in self._parts and extras is None:
             raise SpecError(f"{what}: the store has extras {list(self._parts['extras'].fields)}; pass extras=")
         if "extras" not in self._parts and extras is not None:
             raise SpecError(f"{what}: extras given, but the store's spec has no 'extras'")
-        self._parts["action"].put(actions, n, self.act, s, what)
-        self._parts["reward"].put(rewards, n, self.act, s, what)
-        if extras is not None:
-            self._parts["extras"].put(extras, n, self.act, s, what)
+        parts = [(self._parts["action"], actions), (self._parts["reward"], rewards)]
+        return parts if extras is None else [*parts, (self._parts["extras"], extras)]
 
     def _flow_error(self, status: int) -> None:
         """Raise the error of :func:`rlflow.kernels.steps.check_step`'s ``status`` (its lane in ``_at``)."""
@@ -365,14 +369,9 @@ class StepBlock:
     # ------------------------------------------------------------------ helpers
     def _action_columns(self, actions: Any, rewards: Any, extras: Any, n: int, what: str) -> dict[str, np.ndarray]:
         """The checked columns an action fills in (action, reward, extras) of ``n`` rows."""
-        if "extras" in self._parts and extras is None:
-            raise SpecError(f"{what}: the store has extras {list(self._parts['extras'].fields)}; pass extras=")
-        if "extras" not in self._parts and extras is not None:
-            raise SpecError(f"{what}: extras given, but the store's spec has no 'extras'")
-        cols = {**self._parts["action"].columns(actions, n, f"{what}: action" if what != "add" else "add"),
-                **self._parts["reward"].columns(rewards, n, f"{what}: reward" if what != "add" else "add")}
-        if extras is not None:
-            cols.update(self._parts["extras"].columns(extras, n, f"{what}: extras" if what != "add" else "add"))
+        cols: dict[str, np.ndarray] = {}
+        for part, value in self._action_parts(actions, rewards, extras, what):
+            cols.update(part.columns(value, n, f"{what}: {part.key}"))
         return cols
 
     # ------------------------------------------------------------------ checkpoint state

@@ -127,7 +127,8 @@ class NStepTransition(Adder):
         inner = int(ends[:-1].sum())
         block = self._lane_block(lane, t)
         block.start(np.ones(1, bool), None if not self._multi_agent else self._active_at_open_rows()[lane:lane + 1])
-        k = 0 if first_observations is None else _leading_rows(block, first_observations)
+        k = 0 if first_observations is None else block.leading_rows(first_observations,
+                                                                     "add_steps: first_observations")
         allowed = (inner, inner + 1) if ends[-1] else (inner,)
         if k not in allowed:
             after = ", and optionally one after it" if len(allowed) > 1 else ""
@@ -198,8 +199,3 @@ def _end_flags(name: str, flag: Any, t: int) -> np.ndarray:
         raise SpecError(f"add_steps: {name}: expected a bool or a bool array of shape ({t},), got {arr.dtype} "
                         f"array of shape {arr.shape}")
     return arr
-
-
-def _leading_rows(block: StepBlock, observations: Any) -> int:
-    """How many observations ``observations`` holds (SpecError when its structure is not the spec's)."""
-    return block.leading_rows(observations, "add_steps: first_observations")
