@@ -371,7 +371,7 @@ class Adder:
             self._ones = np.ones(2 * lanes.size, np.float64)
         prios = [self._ones[:lanes.size]] * len(self.tables)  # priority 1 (read only)
         if self.priority_fns:
-            batch = self._batch_of(lanes, starts, lengths, fields)
+            batch = self.tables[0].preview(lanes, starts, lengths, fields or {})  # shaped as a sample
             for i, table in enumerate(self.tables):
                 fn = self.priority_fns.get(table.name)
                 if fn is not None:
@@ -383,11 +383,6 @@ class Adder:
         for table, p in zip(self.tables, prios, strict=True):
             # The adder built the windows and fields itself, and the priorities are checked: no conversion.
             table.insert_many(lanes, starts, lengths, p, fields or {})
-
-    def _batch_of(self, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
-                  fields: dict[str, np.ndarray] | None) -> Any:
-        """New items shaped as a sample of the tables would shape them (for priority functions)."""
-        return self.tables[0].preview(lanes, starts, lengths, fields or {})
 
     # ------------------------------------------------------------------ checkpoint state
     def _lane_state(self) -> dict[str, np.ndarray]:
