@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from rlflow._tempfiles import atomic_write, fsync_dir
+from rlflow.atomic_files import atomic_write, fsync_dir
 from rlflow.replay import checkpoint as replay_checkpoint
 
 __all__ = ["FORMAT", "VERSION", "CheckpointError", "check_run_state", "latest", "load_run", "load_state", "save_run",
@@ -244,7 +244,7 @@ def check_run_state(state: dict[str, Any], where: str, lanes: int) -> None:
 def save_state(path: str | Path, state: dict[str, Any]) -> None:
     """Write ``state`` (e.g. ``{"args": ..., "learner": learner.state_dict()}``) to ``path`` for
     :func:`load_state`: tensors, numbers, strings and containers as they are, numpy values encoded as in
-    a run checkpoint. Written atomically (:func:`rlflow._tempfiles.atomic_write`: a temporary file beside
+    a run checkpoint. Written atomically (:func:`rlflow.atomic_files.atomic_write`: a temporary file beside
     ``path``, flushed to disk and renamed, so ``path`` is never half-written, and the temporary files of
     killed saves removed); a value that cannot be stored raises before anything is written."""
     import torch

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from rlflow import returns as _returns
-from rlflow._tempfiles import atomic_write
+from rlflow.atomic_files import atomic_write
 from rlflow.replay.sum_tree import SumTree
 
 __all__ = ["FlexiBatch", "FlexibleBuffer"]

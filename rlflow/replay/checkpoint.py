@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from rlflow._tempfiles import atomic_write
+from rlflow.atomic_files import atomic_write
 from rlflow.replay.storage import StepStore
 from rlflow.replay.table import TableBase
 
