@@ -48,7 +48,7 @@ def check_env(env: Any, name: str, caller: str = "rlflow.run") -> None:
     """Raise TypeError, naming the wrapper to use, unless ``env`` is one of rlflow's batched envs."""
     if all(hasattr(env, a) for a in ("num_envs", "reset", "step", "action_spec", "single_action_space")):
         return
-    from rlflow.envs._kinds import wrapper_for  # (imports gymnasium: only on this error's way)
+    from rlflow.envs.kinds import wrapper_for  # (imports gymnasium: only on this error's way)
 
     wrapper = wrapper_for(env)
     hint = (f"wrap it: {wrapper}" if wrapper else

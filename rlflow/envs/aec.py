@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from rlflow import specs as _specs
-from rlflow.envs._kinds import make_envs
+from rlflow.envs.kinds import make_envs
 from rlflow.specs import Field, Spec, SpecError
 from rlflow.types import TimeStep, step_spec
 

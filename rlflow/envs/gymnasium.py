@@ -40,7 +40,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import create_empty_array
 
 from rlflow import env_state
-from rlflow.envs._kinds import wrapper_for
+from rlflow.envs.kinds import wrapper_for
 from rlflow.specs import Spec, from_space
 from rlflow.types import ONE_LANE_NO, ONE_LANE_YES, TimeStep, step_spec
 
