@@ -95,6 +95,8 @@ class ReplayBuffer:
         self._no = np.zeros(self.num_envs, bool)
         self._reward_dtype = self.store.fields["reward"].dtype
         self._state = np.zeros(self.num_envs, np.int8)  # what each env's last call left (KS.IN_EPISODE, ...)
+        self._was = self._state.copy()  # the state before the call in progress (restored if it fails)
+        self._reward_in = np.zeros(1, self.store.fields["reward"].dtype)  # an unbatched call's float reward
         self._calls = np.zeros((5, self.num_envs), bool)  # classify_calls's rows (KS.CALL_*)
         self._same = np.zeros(self.num_envs, bool)
         self._term_in, self._trunc_in = np.zeros((2, 1), bool)  # an unbatched call's flags
@@ -117,11 +119,17 @@ class ReplayBuffer:
         if batched:
             terminated, truncated = _flags("terminated", terminated, e), _flags("truncated", truncated, e)
         else:
-            obs, action, next_obs = _lift(obs), _lift(action), _lift(next_obs)
-            reward = np.array([reward], self._reward_dtype) if type(reward) is float else _lift(reward)
+            obs = obs[None] if type(obs) is np.ndarray else _lift(obs)
+            action = action[None] if type(action) is np.ndarray else _lift(action)
+            next_obs = next_obs[None] if type(next_obs) is np.ndarray else _lift(next_obs)
+            if type(reward) is float:
+                self._reward_in[0] = reward  # float to the reward's dtype; the block checks it is finite
+                reward = self._reward_in
+            else:
+                reward = _lift(reward)
             extras = None if extras is None else _lift(extras)
-            self._term_in[0] = _flag("terminated", terminated)
-            self._trunc_in[0] = _flag("truncated", truncated)
+            self._term_in[0] = terminated if type(terminated) is bool else _flag("terminated", terminated)
+            self._trunc_in[0] = truncated if type(truncated) is bool else _flag("truncated", truncated)
             terminated, truncated = self._term_in, self._trunc_in
         if type(reward) is not np.ndarray:
             reward = np.asarray(reward)
@@ -129,19 +137,23 @@ class ReplayBuffer:
             reward = reward.astype(self._reward_dtype)  # the cast the spec allows (same kind, or int to float)
         calls = self._calls
         rewards = reward.reshape(e, -1) if reward.shape[:1] == (e,) else self._no_reward  # the adder names it
-        bits = KS.classify_calls(self._state, self._same_as_last_next(obs), terminated, truncated, rewards, calls)
-        from_infos = self._no
-        if infos is not None:
-            next_obs, from_infos = self._with_final_observations(next_obs, infos, calls[KS.CALL_LAST], batched)
-        term, trunc, reset, last = self._call_rows
-        ts = TimeStep(next_obs, reward, term, trunc, reset, last, next_obs if bits & KS.ANY_LAST else None)
-        if bits & KS.ANY_START:
-            self._start_episodes(obs, action, ts, extras)
-        # One env's transitions are staged and written in blocks (sample and len write them first); several
-        # envs' are written at once, so that a sampler waiting in another thread sees them.
-        (self.adder.stage if e == 1 else self.adder.add)(action, ts, extras)
+        bits = KS.classify_calls(self._state, self._was, self._same_as_last_next(obs), terminated, truncated,
+                                 rewards, calls)
+        try:
+            if infos is not None:
+                next_obs, from_infos = self._with_final_observations(next_obs, infos, calls[KS.CALL_LAST], batched)
+                self._state[from_infos] = KS.NO_EPISODE_YET  # no reset step follows a final observation from infos
+            term, trunc, reset, last = self._call_rows
+            ts = TimeStep(next_obs, reward, term, trunc, reset, last, next_obs if bits & KS.ANY_LAST else None)
+            if bits & KS.ANY_START:
+                self._start_episodes(obs, action, ts, extras)
+            # One env's transitions are staged and written in blocks (sample and len write them first); several
+            # envs' are written at once, so that a sampler waiting in another thread sees them.
+            (self.adder.stage if e == 1 else self.adder.add)(action, ts, extras)
+        except BaseException:
+            self._state[:] = self._was
+            raise
         self._remember(next_obs)
-        KS.calls_done(self._state, calls, from_infos)
 
     def _start_episodes(self, obs: Any, action: Any, ts: TimeStep, extras: Any) -> None:
         """Start an episode at ``obs`` for the envs that start one before their transition (ending the one they
@@ -154,7 +166,7 @@ class ReplayBuffer:
         self._checks.check(action, ts, extras)
         adder = self.adder
         with self.store.lock:
-            broken = self._lanes[starts & (self._state == KS.IN_EPISODE)]
+            broken = self._lanes[starts & (self._was == KS.IN_EPISODE)]
             if broken.size:
                 adder.truncate(broken)
             no = self._no[starts]
@@ -176,9 +188,15 @@ class ReplayBuffer:
     def _same_as_last_next(self, obs: Any) -> np.ndarray:
         """Per env: whether ``obs`` is, bit for bit, the env's last ``next_obs`` (whatever it holds where there is
         none: :func:`rlflow.kernels.steps.classify_calls` reads the env's state too)."""
-        e = self.num_envs
         same = self._same
         if self._single:
+            last = self._last_next["observation"]
+            if type(obs) is np.ndarray and obs.dtype == last.dtype and obs.shape == last.shape:
+                if self.num_envs == 1:
+                    same[0] = obs.tobytes() == last.tobytes()
+                else:
+                    same[:] = ~_rows_differ(obs, last)
+                return same
             flat = {"observation": obs}
         else:
             try:
@@ -192,11 +210,11 @@ class ReplayBuffer:
             arr = leaf if type(leaf) is np.ndarray else np.asarray(leaf)
             if arr.dtype != last.dtype or arr.shape != last.shape:
                 try:
-                    arr = _specs.validate({name: self._obs_fields[name]}, {name: arr}, (e,))[name]
+                    arr = _specs.validate({name: self._obs_fields[name]}, {name: arr}, last.shape[:1])[name]
                 except SpecError:
                     same[:] = False
                     return same
-            if e == 1:
+            if self.num_envs == 1:
                 same[0] = same[0] and arr.tobytes() == last.tobytes()
             else:
                 same &= ~_rows_differ(arr, last)

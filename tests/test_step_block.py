@@ -97,6 +97,52 @@ def test_a_bad_step_raises_and_leaves_the_block_as_it_was():
     assert block.steps == 2
 
 
+# One action column of each dtype the compiled put checks: its bounds (None: floats, checked finite), a value
+# inside them and one outside. Each bad value on lane 1 raises naming the bound, and the block is unchanged.
+VALUE_CASES = [
+    (np.int8, -3, 5, 5, 6), (np.int16, -300, 300, -300, -301), (np.int32, 0, 70000, 70000, 70001),
+    (np.int64, -(2**40), 2**40, 2**40, 2**40 + 1), (np.uint8, 2, 200, 2, 1), (np.uint16, 0, 60000, 60000, 60001),
+    (np.uint32, 10, 4_000_000_000, 4_000_000_000, 4_000_000_001), (np.uint64, 0, 2**50, 0, 2**50 + 1),
+    (np.float32, None, None, 1e38, np.inf), (np.float64, None, None, -1e300, np.nan),
+]
+
+
+@pytest.mark.parametrize(("dtype", "low", "high", "good", "bad"), VALUE_CASES)
+def test_the_compiled_put_checks_each_dtype(dtype, low, high, good, bad):
+    spec = step_spec(specs.Field((2,), np.float32), specs.Field((3,), dtype, low=low, high=high))
+    block = StepBlock(spec, lanes=[0, 1], steps=2)
+    block.start(np.ones(2, bool))
+    z = np.zeros(2, bool)
+    ts = TimeStep(np.zeros((2, 2), np.float32), np.zeros(2, np.float32), z, z, z, z)
+    fine = np.full((2, 3), good, dtype)
+    block.put(fine, ts)
+    before = pickle.dumps(block.state_dict())
+    wrong = fine.copy()
+    wrong[1, 2] = bad
+    with pytest.raises(SpecError, match="action"):
+        block.put(wrong, ts)
+    assert pickle.dumps(block.state_dict()) == before
+    block.put(fine, ts)
+    np.testing.assert_array_equal(block.act["action"][:2], [fine, fine])
+    assert block.steps == 2
+
+
+def test_a_bad_observation_raises_only_where_a_lane_needs_it():
+    """Observations are checked where some lane opens a row with them; a step ending every lane (no restart)
+    ignores its observation and takes its final observations instead."""
+    block = StepBlock(SPEC, lanes=[0, 1], steps=3)
+    block.start(np.ones(2, bool))
+    z, o = np.zeros(2, bool), np.ones(2, bool)
+    nan = np.full((2, 2), np.nan, np.float32)
+    with pytest.raises(SpecError, match="finite"):
+        block.put(np.zeros(2, np.int64), TimeStep(nan, np.zeros(2, np.float32), z, z, z, z))
+    assert block.steps == 0 and block.state_dict()["open"].all()
+    block.put(np.zeros(2, np.int64), TimeStep(nan, np.zeros(2, np.float32), o, z, z, o, np.zeros((2, 2), np.float32)))
+    assert block.steps == 1 and not block.state_dict()["open"].any()
+    with pytest.raises(SpecError, match="finite"):
+        block.put(np.zeros(2, np.int64), TimeStep(nan, np.zeros(2, np.float32), z, z, o, z))
+
+
 def test_put_steps_fills_what_puts_fill():
     """``put_steps`` (one lane's T steps at once, restarts from first observations) holds what T puts hold."""
     rng = np.random.default_rng(3)

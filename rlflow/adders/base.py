@@ -199,7 +199,7 @@ class Adder:
         """
         self._put(actions, next_timestep, extras)
         if self._block.steps == self.stage_steps:
-            self.flush()
+            self.write(self._block)
 
     def flush(self) -> None:
         """Write the steps :meth:`stage` holds, and their items, as one block."""
@@ -216,7 +216,8 @@ class Adder:
         block = self._block
         if not block.steps:
             block.start(self._open >= 0, self._active_at_open_rows())
-        self._precheck(block, timestep)
+        if self._precheck is not None:
+            self._precheck(block, timestep)
         block.put(actions, timestep, extras)
 
     def _active_at_open_rows(self) -> np.ndarray | None:
@@ -341,8 +342,8 @@ class Adder:
     def _emit(self, events: StepEvents) -> None:
         raise NotImplementedError
 
-    def _precheck(self, block: StepBlock, timestep: TimeStep) -> None:
-        """Raise, before the step is put, if its rows would break the subclass's limits."""
+    # Raise, before a step is put, if its rows would break the subclass's limits: ``fn(block, timestep)``.
+    _precheck: Callable[[StepBlock, TimeStep], None] | None = None
 
     def _abandon(self, lanes: np.ndarray) -> None:
         """Episodes of ``lanes`` were abandoned by :meth:`reset` (their pending items are dropped)."""

@@ -67,29 +67,59 @@ def bool_lanes(name: str, value: Any, n: int, *, subset: bool = False) -> np.nda
 
 class _Part:
     """One top-level part of a step row (``observation``, ``action``, ``reward`` or ``extras``): its spec and
-    flat fields, and how a value of ``n`` rows of it is checked into flat columns."""
+    flat fields, and how values of it are checked into flat columns."""
 
     def __init__(self, key: str, spec: Any, fields: dict[str, Field]) -> None:
         self.key = key
         self.spec = spec
         self.fields = {name: f for name, f in fields.items() if _under(name, key)}
         self.single = isinstance(spec, Field)
-        # Per field: its dtype, shape and value check (rlflow.specs.check_mode; None: only validate checks it).
-        self._plans = {name: (f.dtype, f.shape, _specs.check_mode(f) if _kernel_typed(f.dtype) else None)
-                       for name, f in self.fields.items()}
+        self._fast: dict[str, tuple[np.ndarray, tuple[int, ...]] | None] = {}
+        self._dest: dict[str, np.ndarray] = {}
+        self._only: tuple[np.ndarray, tuple[int, ...]] | None = None
 
-    def put(self, value: Any, n: int, dest: dict[str, np.ndarray], s: int, what: str) -> None:
-        """Check ``value`` (``n`` rows of the part) and copy it to row ``s`` of the block columns ``dest``;
-        SpecError naming ``what`` (``dest`` may then be partly written at row ``s``)."""
-        for name, v in self._flat(value, what).items():
-            dtype, shape, check = self._plans[name]
-            if (check is not None and type(v) is np.ndarray and v.dtype == dtype and v.shape[:1] == (n,)
-                    and v.shape[1:] == shape and KS.copy_checked(dest[name], s, v, *check)):
-                continue
-            try:
-                dest[name][s] = _specs.validate({name: self.fields[name]}, {name: v}, (n,))[name]
-            except SpecError as exc:
-                raise SpecError(f"{what}: {exc}") from None
+    def bind(self, dest: dict[str, np.ndarray]) -> None:
+        """Copy :meth:`copy`'s rows into the block columns ``dest`` (``[T, E, *shape]`` per field)."""
+        # Per field: its column and a row's shape ([E, *shape]), or None where the field is not copied as is
+        # (its values are checked by rlflow.specs.validate only).
+        self._fast = {name: (dest[name], dest[name].shape[1:]) if _value_check(f)[1] else None
+                      for name, f in self.fields.items()}
+        self._dest = dest
+        self._only = self._fast[self.key] if self.single else None
+
+    def value_checks(self) -> KS.ValueChecks:
+        """The compiled checks of the fields' values (``rlflow.kernels.steps.VALUE_*``), in column order."""
+        kinds, low, high = zip(*(_value_check(f)[0] for f in self.fields.values()), strict=True)
+        return KS.ValueChecks(np.array(kinds, np.int64), np.array(low, np.float64), np.array(high, np.float64))
+
+    def copy(self, value: Any, s: int) -> bool:
+        """Copy ``value`` (one step of every block lane) to row ``s`` of the bound columns if every leaf is
+        already an array of its column's dtype and shape (its values unchecked: the block's compiled put
+        checks them); whether it did (False: nothing or part of it copied)."""
+        only = self._only
+        if only is not None:
+            col, shape = only
+            if type(value) is np.ndarray and value.dtype == col.dtype and value.shape == shape:
+                col[s] = value
+                return True
+            return False
+        try:
+            flat = _specs.flatten_data(self.spec, value, self.key)
+        except SpecError:
+            return False
+        for name, v in flat.items():
+            fast = self._fast[name]
+            if fast is None or type(v) is not np.ndarray or v.dtype != fast[0].dtype or v.shape != fast[1]:
+                return False
+            fast[0][s] = v
+        return True
+
+    def put_checked(self, value: Any, s: int, what: str) -> None:
+        """Check ``value`` (one step of every block lane) through :func:`rlflow.specs.validate` (casts where
+        allowed) and copy it to row ``s``; SpecError naming ``what``."""
+        n = next(iter(self._dest.values())).shape[1]
+        for name, v in self.columns(value, n, what).items():
+            self._dest[name][s] = v
 
     def columns(self, value: Any, n: int, what: str) -> dict[str, np.ndarray]:
         """``value`` (``n`` rows of the part) as checked flat columns; SpecError naming ``what``."""
@@ -159,14 +189,25 @@ class StepBlock:
 
         self.act = columns(_PARTS)
         self.observation = columns(("observation",))
+        for key, part in self._parts.items():
+            part.bind(self.observation if key == "observation" else self.act)
+        self._has_extras = "extras" in self._parts
+        self._action, self._reward, self._observation = (self._parts[k] for k in ("action", "reward", "observation"))
+        self._extras = self._parts.get("extras")
+        self._flag_shape = (e,)
         self.final = columns(("observation",))
-        self._marks = np.zeros((3, t, e), np.bool_)  # first, terminated, truncated: each C-contiguous [T, E]
-        self.first, self.terminated, self.truncated = self._marks
-        self.data = BlockData(_bytes(self.act, t, e), _bytes(self.observation, t, e), _bytes(self.final, t, e),
-                              self.first, self.terminated, self.truncated, self.lanes)
-        self._packed: KS.Packed | None = None
+        self.first, self.terminated, self.truncated = np.zeros((3, t, e), np.bool_)
         self._open = np.zeros(e, np.bool_)  # each lane's state after the steps put: an episode in progress
-        self._at = np.zeros(1, np.int64)  # the lane a bad step's flags fault
+        self._was_open = np.zeros(e, np.bool_)  # the state before the last step put (restored if it fails)
+        act_parts = [self._parts[key] for key in _PARTS if key in self._parts]
+        self._act_columns = [part for part in act_parts for _ in part.fields]  # the part of each action column
+        act_checks = [part.value_checks() for part in act_parts]
+        self.data = BlockData(_bytes(self.act, t, e), _bytes(self.observation, t, e), _bytes(self.final, t, e),
+                              self.first, self.terminated, self.truncated, self.lanes,
+                              KS.ValueChecks(*(np.concatenate(c) for c in zip(*act_checks, strict=True))),
+                              self._observation.value_checks(), self._open, self._was_open)
+        self._packed: KS.Packed | None = None
+        self._at = np.zeros(2, np.int64)  # where a bad step faults: its lane (and column)
         # Multi-agent rows (rlflow.envs.ParallelEnvironment): an agent not active at its open row takes no
         # action there; its action is zero-filled before it is checked.
         active, flags = fields.get("observation/active"), fields.get("observation/terminated")
@@ -245,50 +286,76 @@ class StepBlock:
 
     def _put(self, s: int, actions: Any, ts: Any, extras: Any) -> None:
         """Check one step and copy it to row ``s`` (written, not counted: a step that raises leaves the block's
-        steps as they were)."""
-        n = self.lanes.size
-        sub = self._subset
-        first = bool_lanes("first", ts.first, n, subset=sub)
-        last = bool_lanes("last", ts.last, n, subset=sub)
-        terminated = bool_lanes("terminated", ts.terminated, n, subset=sub)
-        truncated = bool_lanes("truncated", ts.truncated, n, subset=sub)
-        needs = -1 - KS.check_step(first, last, terminated, truncated, self._open, self._at)
-        if needs < 0:
-            self._flow_error(-1 - needs)
+        steps and lane states as they were)."""
+        first, last, terminated, truncated = ts.first, ts.last, ts.terminated, ts.truncated
+        shape = self._flag_shape
+        if not (type(first) is np.ndarray and first.dtype is _BOOL and first.shape == shape
+                and type(last) is np.ndarray and last.dtype is _BOOL and last.shape == shape
+                and type(terminated) is np.ndarray and terminated.dtype is _BOOL and terminated.shape == shape
+                and type(truncated) is np.ndarray and truncated.dtype is _BOOL and truncated.shape == shape):
+            n, sub = shape[0], self._subset
+            first, last = bool_lanes("first", first, n, subset=sub), bool_lanes("last", last, n, subset=sub)
+            terminated = bool_lanes("terminated", terminated, n, subset=sub)
+            truncated = bool_lanes("truncated", truncated, n, subset=sub)
+        if (extras is None) == self._has_extras:
+            self._action_parts(actions, ts.reward, extras, "add")  # raises, naming what is missing
         if self._agents:
             actions = _zero_inactive(actions, self._active)
-        self._put_action(s, actions, ts.reward, extras, n, "add")
-        if needs & KS.NEEDS_OBSERVATION:
-            self._parts["observation"].put(ts.observation, n, self.observation, s, "timestep.observation")
-        if needs & KS.NEEDS_FINAL:
-            ended = np.flatnonzero(last)
-            if ts.final_observation is None:
-                raise SpecError(f"timestep: lanes {ended.tolist()} are last but final_observation is None")
-            final = self._parts["observation"].rows(ts.final_observation, n, ended, "timestep.final_observation")
-            for name, value in final.items():
-                self.final[name][s, ended] = value
+        # Values are copied as they come where they are arrays of the columns' dtypes and shapes, and checked
+        # with the flags in one compiled call; others are checked (and cast) here first.
+        for part, value in ((self._action, actions), (self._reward, ts.reward), (self._extras, extras)):
+            if part is not None and not part.copy(value, s):
+                part.put_checked(value, s, "add")
+        obs_copied = self._observation.copy(ts.observation, s)
+        needs = -1 - KS.put_step(self.packed, s, first, last, terminated, truncated, obs_copied, self._at)
+        if needs < 0:
+            self._step_fault(-1 - needs, s, actions, ts, extras)
+        try:
+            if needs & KS.NEEDS_OBSERVATION and not obs_copied:
+                self._observation.put_checked(ts.observation, s, "timestep.observation")
+            if needs & KS.NEEDS_FINAL:
+                self._put_final(s, last, ts.final_observation)
+        except BaseException:
+            self._open[:] = self._was_open
+            raise
         if self._agents:
             opened = first | ~last
             self._active[opened] = self.observation["observation/active"][s, opened]
-        KS.commit_step(first, last, terminated, truncated, self._marks, s, self._open)
 
-    def _put_action(self, s: int, actions: Any, rewards: Any, extras: Any, n: int, what: str) -> None:
-        """Check the columns an action fills in (action, reward, extras) of ``n`` rows into row ``s``."""
-        for part, value in self._action_parts(actions, rewards, extras, what):
-            part.put(value, n, self.act, s, what)
+    def _step_fault(self, status: int, s: int, actions: Any, ts: Any, extras: Any) -> None:
+        """Raise the error of :func:`rlflow.kernels.steps.put_step`'s fault ``status``."""
+        if status == KS.ACTION_VALUE:
+            part = self._act_columns[int(self._at[1])]
+            value = {"action": actions, "reward": ts.reward, "extras": extras}[part.key]
+            part.put_checked(value, s, "add")  # raises, naming the field and value
+        elif status == KS.OBSERVATION_VALUE:
+            self._observation.put_checked(ts.observation, s, "timestep.observation")
+        else:
+            self._flow_error(status)
+        raise RuntimeError(f"put_step: fault {status} at lane {int(self._at[0])} that the spec's checks pass")
+
+    def _put_final(self, s: int, last: np.ndarray, final_observation: Any) -> None:
+        """Check the final observations of the lanes ending at step ``s`` and copy them to row ``s``."""
+        ended = np.flatnonzero(last)
+        if final_observation is None:
+            raise SpecError(f"timestep: lanes {ended.tolist()} are last but final_observation is None")
+        n = self.lanes.size
+        final = self._parts["observation"].rows(final_observation, n, ended, "timestep.final_observation")
+        for name, value in final.items():
+            self.final[name][s, ended] = value
 
     def _action_parts(self, actions: Any, rewards: Any, extras: Any, what: str) -> list[tuple[_Part, Any]]:
         """The parts an action fills in with their values; SpecError when extras are given to a store without
         them, or missing for one with them."""
-        if "extras" in self._parts and extras is None:
+        if self._has_extras and extras is None:
             raise SpecError(f"{what}: the store has extras {list(self._parts['extras'].fields)}; pass extras=")
-        if "extras" not in self._parts and extras is not None:
+        if not self._has_extras and extras is not None:
             raise SpecError(f"{what}: extras given, but the store's spec has no 'extras'")
         parts = [(self._parts["action"], actions), (self._parts["reward"], rewards)]
         return parts if extras is None else [*parts, (self._parts["extras"], extras)]
 
     def _flow_error(self, status: int) -> None:
-        """Raise the error of :func:`rlflow.kernels.steps.check_step`'s ``status`` (its lane in ``_at``)."""
+        """Raise the error of a flag ``status`` of :func:`rlflow.kernels.steps.put_step` (its lane in ``_at``)."""
         lane = [int(self.lanes[self._at[0]])]
         if status == KS.LAST_MISMATCH:
             raise SpecError("timestep: expected last == terminated | truncated on every lane")
@@ -433,9 +500,24 @@ class StepBlock:
         return f"StepBlock(lanes={self.lanes.tolist()}, steps={self.steps}/{self.max_steps})"
 
 
-def _kernel_typed(dtype: np.dtype) -> bool:
-    """Whether the compiled copy takes values of ``dtype`` (native integers, float32 and float64)."""
-    return dtype.isnative and (dtype.kind in "iu" or (dtype.kind == "f" and dtype.itemsize in (4, 8)))
+_BOUNDS = {"i": (KS.BOUNDS_I1, KS.BOUNDS_I2, KS.BOUNDS_I4, KS.BOUNDS_I8),
+           "u": (KS.BOUNDS_U1, KS.BOUNDS_U2, KS.BOUNDS_U4, KS.BOUNDS_U8)}
+
+
+def _value_check(field: Field) -> tuple[tuple[int, float, float], bool]:
+    """The compiled check of ``field``'s values (``VALUE_*`` kind, low, high), and whether a value of its dtype
+    and shape may be copied as is and left to that check (False: :func:`rlflow.specs.validate` checks it)."""
+    dtype = field.dtype
+    typed = dtype.isnative and (dtype.kind in "iu" or (dtype.kind == "f" and dtype.itemsize in (4, 8)))
+    mode = _specs.check_mode(field) if typed else None
+    if mode is None:
+        return (KS.VALUE_NONE, 0.0, 0.0), False
+    kind, low, high = mode
+    if kind == _specs.FINITE:
+        return ((KS.FINITE_F4 if dtype.itemsize == 4 else KS.FINITE_F8), 0.0, 0.0), True
+    if kind == _specs.BOUNDS:
+        return (_BOUNDS[dtype.kind][dtype.itemsize.bit_length() - 1], low, high), True
+    return (KS.VALUE_NONE, 0.0, 0.0), True
 
 
 def _bytes(cols: dict[str, np.ndarray], t: int, e: int) -> tuple[np.ndarray, ...]:

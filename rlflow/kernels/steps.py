@@ -23,10 +23,11 @@ import numpy as np
 from numba import njit, types
 from numba.experimental import structref
 
-from rlflow.kernels.items import _mark_row, wrap
+from rlflow.kernels.items import _mark_row, within, wrap
 from rlflow.kernels.prefetch import copy_bytes, prefetch_write
 
 _OPTS = {"cache": True, "nogil": True}
+_PER_STEP = {"cache": True}  # a call per env step: too short to gain from releasing the GIL, which costs
 
 # What a step does on a lane (the flag table of rlflow.types): its open row gets the action and the lane
 # goes on (CONTINUE), its episode ends (END), ends and the next starts at once (END_START), or a lane
@@ -56,8 +57,23 @@ class RowColumns(NamedTuple):
     last: np.ndarray
 
 
+# How put_step checks a column's values (VALUE_NONE: not at all; FINITE_*: not NaN or infinite; BOUNDS_*:
+# within [low, high] compared as float64), by the column's dtype.
+(VALUE_NONE, FINITE_F4, FINITE_F8, BOUNDS_I1, BOUNDS_I2, BOUNDS_I4, BOUNDS_I8, BOUNDS_U1, BOUNDS_U2, BOUNDS_U4,
+ BOUNDS_U8) = range(11)
+
+
+class ValueChecks(NamedTuple):
+    """Per column of a part of a block (in the block's column order): its ``VALUE_*`` check and bounds."""
+
+    kinds: np.ndarray  # [columns] int64
+    low: np.ndarray  # [columns] float64
+    high: np.ndarray
+
+
 class BlockData(NamedTuple):
-    """A block's steps: ``(T, E, row_bytes)`` uint8 views of its columns, its flags ``[T, E]`` and its lanes."""
+    """A block's steps: ``(T, E, row_bytes)`` uint8 views of its columns, its flags ``[T, E]`` and its lanes;
+    the checks of its columns' values and each lane's state as steps are put."""
 
     act: tuple
     obs: tuple
@@ -66,6 +82,10 @@ class BlockData(NamedTuple):
     terminated: np.ndarray
     truncated: np.ndarray
     lanes: np.ndarray  # [E] int64: the store lane of each block lane
+    act_checks: ValueChecks
+    obs_checks: ValueChecks
+    is_open: np.ndarray  # [E] bool: an episode in progress after the steps put
+    was_open: np.ndarray  # [E] bool: the same before the last step put
 
 
 class LaneState(NamedTuple):
@@ -287,19 +307,72 @@ def nstep_items(a: int, steps: int, codes: np.ndarray, rows: np.ndarray, termina
     return m
 
 
-# What check_step says of a step's flags (the lane at fault goes to ``at[0]``).
-STEP_OK, LAST_MISMATCH, NO_EPISODE, STARTS_IN_EPISODE, ENDS_NO_EPISODE = 0, 1, 2, 3, 4
-# check_step's bits of what a good step needs: an observation (some lane opens a row), final observations
+# What put_step says of a step (the lane at fault goes to ``at[0]``).
+STEP_OK, LAST_MISMATCH, NO_EPISODE, STARTS_IN_EPISODE, ENDS_NO_EPISODE, ACTION_VALUE, OBSERVATION_VALUE = range(7)
+# put_step's bits of what a good step needs: an observation (some lane opens a row), final observations
 # (some lane's episode ends).
 NEEDS_OBSERVATION, NEEDS_FINAL = 1, 2
 
 
-@njit(**_OPTS)
-def check_step(first: np.ndarray, last: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
-               is_open: np.ndarray, at: np.ndarray) -> int:
-    """Whether a step with these flags (``[E]`` bool each, :class:`rlflow.types.TimeStep`'s) follows from each
-    lane's state (``is_open``): a status (``STEP_OK`` or the first fault, its lane in ``at[0]``), or for a
-    good step ``-1 - needs`` (``NEEDS_*`` bits)."""
+@njit(inline="always", cache=True)
+def _value_fault(row: np.ndarray, kind: int, low: float, high: float) -> bool:
+    """Whether one lane's row of a column (its bytes) fails the column's ``VALUE_*`` check."""
+    if kind == FINITE_F4 or kind == FINITE_F8:
+        acc = 0.0
+        if kind == FINITE_F4:
+            v4 = row.view(np.float32)
+            for i in range(v4.shape[0]):
+                acc += v4[i] * 0
+        else:
+            v8 = row.view(np.float64)
+            for i in range(v8.shape[0]):
+                acc += v8[i] * 0
+        return acc != 0
+    if kind == VALUE_NONE:
+        return False
+    if kind == BOUNDS_I1:
+        return not within(row.view(np.int8), low, high)
+    if kind == BOUNDS_I2:
+        return not within(row.view(np.int16), low, high)
+    if kind == BOUNDS_I4:
+        return not within(row.view(np.int32), low, high)
+    if kind == BOUNDS_I8:
+        return not within(row.view(np.int64), low, high)
+    if kind == BOUNDS_U1:
+        return not within(row, low, high)
+    if kind == BOUNDS_U2:
+        return not within(row.view(np.uint16), low, high)
+    if kind == BOUNDS_U4:
+        return not within(row.view(np.uint32), low, high)
+    return not within(row.view(np.uint64), low, high)
+
+
+@njit(inline="always", cache=True)
+def _column_fault(cols: tuple, checks: ValueChecks, s: int, at: np.ndarray) -> bool:
+    """Whether step ``s`` of some column of ``cols`` fails its check (its lane to ``at[0]``, column ``at[1]``)."""
+    for j in range(len(cols)):
+        kind = checks.kinds[j]
+        if kind != VALUE_NONE:
+            for e in range(cols[j].shape[1]):
+                if _value_fault(cols[j][s, e], kind, checks.low[j], checks.high[j]):
+                    at[0] = e
+                    at[1] = j
+                    return True
+    return False
+
+
+@njit(**_PER_STEP)
+def put_step(packed_block: Packed, s: int, first: np.ndarray, last: np.ndarray, terminated: np.ndarray,
+             truncated: np.ndarray, check_obs: bool, at: np.ndarray) -> int:
+    """Check step ``s`` of a block, its values already copied to row ``s`` of its columns, and put it: its
+    flags (``[E]`` bool each, :class:`rlflow.types.TimeStep`'s) must follow from each lane's state
+    (``is_open``), its action columns' values and (with ``check_obs``, where some lane needs them) its
+    observations' must pass their checks. A good step's flags are recorded as step ``s`` and each lane's
+    state advances (the state before goes to ``was_open``); returns ``-1 - needs`` (``NEEDS_*`` bits).
+    Otherwise nothing changes and it returns the fault: a flag status (its lane in ``at[0]``), or
+    ``ACTION_VALUE`` / ``OBSERVATION_VALUE`` (lane ``at[0]``, column ``at[1]``)."""
+    b = packed_block.value
+    is_open = b.is_open
     needs = 0
     for e in range(is_open.shape[0]):
         if last[e] != (terminated[e] or truncated[e]):
@@ -319,19 +392,17 @@ def check_step(first: np.ndarray, last: np.ndarray, terminated: np.ndarray, trun
             needs |= NEEDS_FINAL
         if first[e] or not last[e]:
             needs |= NEEDS_OBSERVATION
-    return -1 - needs
-
-
-@njit(**_OPTS)
-def commit_step(first: np.ndarray, last: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
-                marks: np.ndarray, s: int, is_open: np.ndarray) -> None:
-    """Record a checked step's flags as step ``s`` of a block (``marks``: its ``[3, T, E]`` bool first,
-    terminated and truncated) and advance each lane's state."""
+    if _column_fault(b.act, b.act_checks, s, at):
+        return ACTION_VALUE
+    if check_obs and needs & NEEDS_OBSERVATION and _column_fault(b.obs, b.obs_checks, s, at):
+        return OBSERVATION_VALUE
     for e in range(is_open.shape[0]):
-        marks[0, s, e] = first[e]
-        marks[1, s, e] = terminated[e]
-        marks[2, s, e] = truncated[e]
+        b.first[s, e] = first[e]
+        b.terminated[s, e] = terminated[e]
+        b.truncated[s, e] = truncated[e]
+        b.was_open[e] = is_open[e]
         is_open[e] = (is_open[e] and not last[e]) or first[e]
+    return -1 - needs
 
 
 # What each env's last ReplayBuffer call left: no episode in progress, one in progress (its last next_obs
@@ -347,12 +418,15 @@ ANY_START, ANY_LAST = 1, 2
 CALL_TERMINATED, CALL_TRUNCATED, CALL_LAST, CALL_RESET, CALL_STARTS = 0, 1, 2, 3, 4
 
 
-@njit(**_OPTS)
-def classify_calls(state: np.ndarray, same: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
-                   reward: np.ndarray, out: np.ndarray) -> int:
+@njit(**_PER_STEP)
+def classify_calls(state: np.ndarray, was: np.ndarray, same: np.ndarray, terminated: np.ndarray,
+                   truncated: np.ndarray, reward: np.ndarray, out: np.ndarray) -> int:
     """Sort each env's call (``state``: what its last call left; ``same``: its ``obs`` is, bit for bit, its
-    last next_obs; ``reward``: ``[E, k]``); returns the ``ANY_*`` bits. A call right after an episode end
-    whose ``obs`` is that end's next_obs, with reward 0 and neither flag, is a reset step."""
+    last next_obs; ``reward``: ``[E, k]``) and advance ``state`` to what the call leaves once written (the
+    state before goes to ``was``; an end whose final observation comes from the env's info leaves
+    ``NO_EPISODE_YET`` instead of ``ENDED``, which the caller sets); returns the ``ANY_*`` bits. A call
+    right after an episode end whose ``obs`` is that end's next_obs, with reward 0 and neither flag, is a
+    reset step."""
     bits = 0
     for e in range(state.shape[0]):
         term = terminated[e]
@@ -374,47 +448,9 @@ def classify_calls(state: np.ndarray, same: np.ndarray, terminated: np.ndarray, 
             bits |= ANY_START
         if last:
             bits |= ANY_LAST
+        was[e] = state[e]
+        state[e] = ENDED if last else IN_EPISODE
     return bits
-
-
-@njit(**_OPTS)
-def calls_done(state: np.ndarray, calls: np.ndarray, from_infos: np.ndarray) -> None:
-    """Each env's state after its call was written (``calls``: :func:`classify_calls`'s output; an end whose
-    final observation came from the env's info is followed by no reset step)."""
-    for e in range(state.shape[0]):
-        if calls[CALL_LAST, e]:
-            state[e] = NO_EPISODE_YET if from_infos[e] else ENDED
-        else:
-            state[e] = IN_EPISODE
-
-
-# How copy_checked checks values (rlflow.specs.check_mode's modes).
-NO_CHECK, FINITE, BOUNDS = 0, 1, 2
-
-
-@njit(**_OPTS)
-def copy_checked(dst: np.ndarray, s: int, src: np.ndarray, mode: int, low: float, high: float) -> bool:
-    """Copy ``src`` into row ``s`` of ``dst`` (one dtype; ``src`` the size of a row) if every value passes
-    the check (``FINITE``: not NaN or infinite; ``BOUNDS``: within ``[low, high]`` compared as float64);
-    whether it did (False: the row is partly written)."""
-    d = dst[s].ravel()
-    v = src.ravel()
-    if mode == FINITE:
-        acc = v.dtype.type(0)
-        for i in range(v.shape[0]):
-            acc += v[i] * 0
-            d[i] = v[i]
-        return acc == 0
-    if mode == BOUNDS:
-        for i in range(v.shape[0]):
-            x = float(v[i])
-            if x < low or x > high:
-                return False
-            d[i] = v[i]
-        return True
-    for i in range(v.shape[0]):
-        d[i] = v[i]
-    return True
 
 
 @njit(**_OPTS)
