@@ -79,6 +79,7 @@ class Case:
     op: str  # "add", "sample" or "per"
     nstep: int = 1  # > 1: n-step transitions (return over nstep rewards, next obs nstep steps ahead)
     gamma: float = NSTEP_GAMMA  # discount of the n-step return (unused when nstep == 1)
+    facade: bool = False  # rlflow through ReplayBuffer.add / extend (the peers time their own adds as usual)
 
     @property
     def obs_nbytes(self) -> int:
@@ -92,12 +93,15 @@ class Case:
 
 
 CASES: dict[str, Case] = {
-    "add_one": Case("add_one", (17,), np.float32, 6, np.float32, 1_000_000, 1, "add"),
+    "add_one": Case("add_one", (17,), np.float32, 6, np.float32, 1_000_000, 1, "add", facade=True),
     "add_batch": Case("add_batch", (17,), np.float32, 6, np.float32, 1_000_000, 256, "add"),
     "sample": Case("sample", (17,), np.float32, 6, np.float32, 1_000_000, 256, "sample"),
     "per": Case("per", (17,), np.float32, 6, np.float32, 1_000_000, 256, "per"),
     "pixel": Case("pixel", (84, 84, 4), np.uint8, 1, np.int64, 100_000, 32, "sample"),
     "add_nstep3": Case("add_nstep3", (17,), np.float32, 6, np.float32, 1_000_000, 256, "add", nstep=3),
+    "add_one_nstep3": Case("add_one_nstep3", (17,), np.float32, 6, np.float32, 1_000_000, 1, "add", nstep=3,
+                           facade=True),
+    "extend": Case("extend", (17,), np.float32, 6, np.float32, 1_000_000, 256, "add", facade=True),
     "sample_nstep3": Case("sample_nstep3", (17,), np.float32, 6, np.float32, 1_000_000, 256, "sample", nstep=3),
 }
 

@@ -47,8 +47,9 @@ class RlflowAdapter(peers._Base):
     a same-step reset. The batched add cases take the peer's layout (``add_layout``): 256 consecutive
     steps of one env (``NStepTransition.add_steps`` on one lane) or one step of 256 envs (``stage``
     with one row per lane on 256 lanes: checked at once, written 64 steps at a time, the flushes inside
-    the timed calls); ``add_one`` times ``ReplayBuffer.add`` of one transition. Sample cases fill 256
-    lanes (32 for pixels).
+    the timed calls). The facade cases time the public ``ReplayBuffer`` as a user's loop calls it:
+    ``add_one`` and ``add_one_nstep3`` its ``add`` of one transition (1-step and 3-step), ``extend`` its
+    ``extend`` of 256 consecutive transitions of one env. Sample cases fill 256 lanes (32 for pixels).
     """
 
     name = "rlflow"
@@ -61,9 +62,9 @@ class RlflowAdapter(peers._Base):
 
     def describe(self, case: Case) -> str:
         n = f"NStepTransition(n={case.nstep})"
+        if case.facade:
+            return "ReplayBuffer.add (one env)" if case.batch == 1 else f"ReplayBuffer.extend ({case.batch} steps)"
         if case.op == "add":
-            if case.batch == 1:
-                return "ReplayBuffer.add (one env)"
             if self.add_layout == "stream":
                 return f"{n}.add_steps, {case.batch} steps of one lane"
             return f"{n}.stage, {case.batch} lanes"
@@ -72,7 +73,7 @@ class RlflowAdapter(peers._Base):
 
     def setup(self, case: Case, rng: np.random.Generator) -> None:
         pool = get_pool(case)
-        if case.op == "add" and case.batch == 1:
+        if case.facade:
             self._setup_buffer(case, pool)
             return
         if case.op == "add" and self.add_layout == "stream":
@@ -134,7 +135,12 @@ class RlflowAdapter(peers._Base):
         self.adder.add_steps(0, act, rew, nxt, terminated=done, first_observations=firsts)
 
     def _setup_buffer(self, case: Case, pool: Any) -> None:
-        """add_one: the ReplayBuffer facade (one env), filled in blocks through the adder's add_steps."""
+        """The ReplayBuffer facade (one env), filled in blocks through the adder's add_steps, then timed as a
+        user's loop calls it: ``add`` of one transition, or ``extend`` of ``case.batch`` consecutive ones.
+
+        The stream continues from the last stored observation: frames i -> i + 1. Each call's ``obs`` is a
+        view made for it, equal in value to the previous call's ``next_obs`` but not the same object, as a
+        loop that copies or patches its observations hands them over."""
         obs, act = specs.Field(case.obs_shape, case.obs_dtype), specs.Field((case.act_dim,), case.act_dtype)
         self.buf = ReplayBuffer(obs, act, capacity=case.capacity, n_step=case.nstep, discount=case.gamma)
         self.store, self.table, self.adder = self.buf.store, self.buf.table, self.buf.adder
@@ -145,16 +151,19 @@ class RlflowAdapter(peers._Base):
             n = min(pool.rows - 1, case.capacity - written)
             self.adder.add_steps(0, pool.act[1:n + 1], pool.rew[1:n + 1], pool.frames[2:n + 2])
             written += n
-        # One transition per call, continuing from the last stored observation: frames i -> i + 1. As in a
-        # training loop (``obs = next_obs``), a call's obs is the object the call before gave as next_obs.
-        frames = [pool.frames[n + 1], *(pool.frames[i] for i in range(1, peers.ADD_ONE_CYCLE + 1))]
-        self._items = [(frames[i], pool.act[i], pool.rew[i], frames[i + 1], pool.done[i])
-                       for i in range(peers.ADD_ONE_CYCLE)]
+        f = pool.frames
+        if case.batch == 1:
+            self._items = [(f[i + 1], pool.act[i], pool.rew[i], f[i + 2], pool.done[i], False)
+                           for i in range(peers.ADD_ONE_CYCLE)]
+            return
+        b = case.batch
+        no = np.zeros(b, bool)
+        self._items = [(f[a + 1:a + b + 1], pool.act[a:a + b], pool.rew[a:a + b], f[a + 2:a + b + 2],
+                        pool.done[a:a + b], no) for a in range(0, pool.rows - b - 2, b)]
 
     def run_once(self, case: Case) -> None:
-        if case.op == "add" and case.batch == 1:
-            obs, act, rew, nxt, done = self._next_item()
-            self.buf.add(obs, act, rew, nxt, done, False)
+        if case.facade:
+            (self.buf.add if case.batch == 1 else self.buf.extend)(*self._next_item())
         elif case.op == "add" and self.add_layout == "stream":
             self._add_stream()
         elif case.op == "add":

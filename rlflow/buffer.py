@@ -339,8 +339,12 @@ class ReplayBuffer:
         after an episode end, ``obs`` is that end's next_obs bit for bit, reward 0, neither flag."""
         t = terminated.size
         ended = terminated | truncated
-        after_end = np.concatenate([[self._state[lane] == KS.ENDED], ended[:-1]])
-        reset = after_end & (reward.reshape(t, -1) == 0).all(axis=1) & ~ended
+        reset = np.zeros(t, bool)
+        if not (self._state[lane] == KS.ENDED or ended[:-1].any()):
+            return reset  # no step follows an episode end
+        reset[0] = self._state[lane] == KS.ENDED
+        reset[1:] = ended[:-1]
+        reset &= (reward.reshape(t, -1) == 0).all(axis=1) & ~ended
         if reset.any():
             for name in obs:
                 reset[1:] &= ~_rows_differ(obs[name][1:], nxt[name][:-1])
@@ -349,8 +353,8 @@ class ReplayBuffer:
 
     def _is_last_next(self, lane: int, obs: dict[str, np.ndarray]) -> bool:
         """Whether the first of ``obs`` (checked columns) is, bit for bit, ``lane``'s last next_obs."""
-        return self._state[lane] != KS.NO_EPISODE_YET and not any(
-            _rows_differ(v[:1], self._last_next[name][lane:lane + 1])[0] for name, v in obs.items())
+        return self._state[lane] != KS.NO_EPISODE_YET and all(
+            v[0].tobytes() == self._last_next[name][lane].tobytes() for name, v in obs.items())
 
     def _start(self, lane: int, first: dict[str, np.ndarray]) -> None:
         """Start ``lane``'s next episode at ``first`` (checked columns of one observation)."""

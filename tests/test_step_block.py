@@ -103,7 +103,10 @@ VALUE_CASES = [
     (np.int8, -3, 5, 5, 6), (np.int16, -300, 300, -300, -301), (np.int32, 0, 70000, 70000, 70001),
     (np.int64, -(2**40), 2**40, 2**40, 2**40 + 1), (np.uint8, 2, 200, 2, 1), (np.uint16, 0, 60000, 60000, 60001),
     (np.uint32, 10, 4_000_000_000, 4_000_000_000, 4_000_000_001), (np.uint64, 0, 2**50, 0, 2**50 + 1),
-    (np.float32, None, None, 1e38, np.inf), (np.float64, None, None, -1e300, np.nan),
+    (np.int64, -(2**40), 2**40, -(2**40), -(2**40) - 1), (np.int64, -5, 5, -1, -(2**62)),
+    (np.uint64, 0, 2**50, 2**50, 2**63 + 5), (np.int8, -128, -1, -128, 0),
+    (np.float32, None, None, 1e38, np.inf), (np.float32, None, None, -3.4e38, -np.inf),
+    (np.float64, None, None, -1e300, np.nan), (np.float64, None, None, 5e-324, np.inf),
 ]
 
 

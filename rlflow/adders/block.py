@@ -27,6 +27,7 @@ against the lane's state after the steps before it. A bad step raises and leaves
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -88,9 +89,11 @@ class _Part:
         self._only = self._fast[self.key] if self.single else None
 
     def value_checks(self) -> KS.ValueChecks:
-        """The compiled checks of the fields' values (``rlflow.kernels.steps.VALUE_*``), in column order."""
-        kinds, low, high = zip(*(_value_check(f)[0] for f in self.fields.values()), strict=True)
-        return KS.ValueChecks(np.array(kinds, np.int64), np.array(low, np.float64), np.array(high, np.float64))
+        """The compiled checks of the fields' values (:class:`rlflow.kernels.steps.ValueChecks`), in column
+        order."""
+        kinds, sizes, low, high = zip(*(_value_check(f)[0] for f in self.fields.values()), strict=True)
+        return KS.ValueChecks(np.array(kinds, np.int64), np.array(sizes, np.int64), np.array(low, np.float64),
+                              np.array(high, np.float64))
 
     def copy(self, value: Any, s: int) -> bool:
         """Copy ``value`` (one step of every block lane) to row ``s`` of the bound columns if every leaf is
@@ -500,24 +503,22 @@ class StepBlock:
         return f"StepBlock(lanes={self.lanes.tolist()}, steps={self.steps}/{self.max_steps})"
 
 
-_BOUNDS = {"i": (KS.BOUNDS_I1, KS.BOUNDS_I2, KS.BOUNDS_I4, KS.BOUNDS_I8),
-           "u": (KS.BOUNDS_U1, KS.BOUNDS_U2, KS.BOUNDS_U4, KS.BOUNDS_U8)}
-
-
-def _value_check(field: Field) -> tuple[tuple[int, float, float], bool]:
-    """The compiled check of ``field``'s values (``VALUE_*`` kind, low, high), and whether a value of its dtype
-    and shape may be copied as is and left to that check (False: :func:`rlflow.specs.validate` checks it)."""
+def _value_check(field: Field) -> tuple[tuple[int, int, float, float], bool]:
+    """The compiled check of ``field``'s values (``rlflow.kernels.steps.ValueChecks``' kind, bytes per value,
+    low, high), and whether a value of its dtype and shape may be copied as is and left to that check (False:
+    :func:`rlflow.specs.validate` checks it)."""
     dtype = field.dtype
-    typed = dtype.isnative and (dtype.kind in "iu" or (dtype.kind == "f" and dtype.itemsize in (4, 8)))
+    typed = sys.byteorder == "little" and dtype.isnative and (
+        dtype.kind in "iu" or (dtype.kind == "f" and dtype.itemsize in (4, 8)))
     mode = _specs.check_mode(field) if typed else None
     if mode is None:
-        return (KS.VALUE_NONE, 0.0, 0.0), False
+        return (KS.VALUE_NONE, 1, 0.0, 0.0), False
     kind, low, high = mode
     if kind == _specs.FINITE:
-        return ((KS.FINITE_F4 if dtype.itemsize == 4 else KS.FINITE_F8), 0.0, 0.0), True
+        return (KS.FINITE, dtype.itemsize, 0.0, 0.0), True
     if kind == _specs.BOUNDS:
-        return (_BOUNDS[dtype.kind][dtype.itemsize.bit_length() - 1], low, high), True
-    return (KS.VALUE_NONE, 0.0, 0.0), True
+        return (KS.BOUNDS_SIGNED if dtype.kind == "i" else KS.BOUNDS_UNSIGNED, dtype.itemsize, low, high), True
+    return (KS.VALUE_NONE, 1, 0.0, 0.0), True
 
 
 def _bytes(cols: dict[str, np.ndarray], t: int, e: int) -> tuple[np.ndarray, ...]:

@@ -23,7 +23,7 @@ import numpy as np
 from numba import njit, types
 from numba.experimental import structref
 
-from rlflow.kernels.items import _mark_row, within, wrap
+from rlflow.kernels.items import _mark_row, wrap
 from rlflow.kernels.prefetch import copy_bytes, prefetch_write
 
 _OPTS = {"cache": True, "nogil": True}
@@ -57,16 +57,17 @@ class RowColumns(NamedTuple):
     last: np.ndarray
 
 
-# How put_step checks a column's values (VALUE_NONE: not at all; FINITE_*: not NaN or infinite; BOUNDS_*:
-# within [low, high] compared as float64), by the column's dtype.
-(VALUE_NONE, FINITE_F4, FINITE_F8, BOUNDS_I1, BOUNDS_I2, BOUNDS_I4, BOUNDS_I8, BOUNDS_U1, BOUNDS_U2, BOUNDS_U4,
- BOUNDS_U8) = range(11)
+# How put_step checks a column's values: not at all, finite (floats: no NaN or infinity), or within
+# [low, high] compared as float64 (signed or unsigned integers). Values are read from their bytes
+# (little-endian), so that one compiled function serves every dtype.
+VALUE_NONE, FINITE, BOUNDS_SIGNED, BOUNDS_UNSIGNED = range(4)
 
 
 class ValueChecks(NamedTuple):
-    """Per column of a part of a block (in the block's column order): its ``VALUE_*`` check and bounds."""
+    """Per column of a part of a block (in the block's column order): its check, bytes per value and bounds."""
 
-    kinds: np.ndarray  # [columns] int64
+    kinds: np.ndarray  # [columns] int64: VALUE_NONE, FINITE, BOUNDS_SIGNED or BOUNDS_UNSIGNED
+    sizes: np.ndarray  # [columns] int64: bytes per value (floats: 4 or 8; integers: 1, 2, 4 or 8)
     low: np.ndarray  # [columns] float64
     high: np.ndarray
 
@@ -314,51 +315,55 @@ STEP_OK, LAST_MISMATCH, NO_EPISODE, STARTS_IN_EPISODE, ENDS_NO_EPISODE, ACTION_V
 NEEDS_OBSERVATION, NEEDS_FINAL = 1, 2
 
 
-@njit(inline="always", cache=True)
-def _value_fault(row: np.ndarray, kind: int, low: float, high: float) -> bool:
-    """Whether one lane's row of a column (its bytes) fails the column's ``VALUE_*`` check."""
-    if kind == FINITE_F4 or kind == FINITE_F8:
-        acc = 0.0
-        if kind == FINITE_F4:
-            v4 = row.view(np.float32)
-            for i in range(v4.shape[0]):
-                acc += v4[i] * 0
-        else:
-            v8 = row.view(np.float64)
-            for i in range(v8.shape[0]):
-                acc += v8[i] * 0
-        return acc != 0
+@njit(cache=True)
+def _value_fault(row: np.ndarray, kind: int, size: int, low: float, high: float) -> bool:
+    """Whether one lane's row of a column (its bytes, little-endian values of ``size`` bytes) fails the
+    column's check."""
     if kind == VALUE_NONE:
         return False
-    if kind == BOUNDS_I1:
-        return not within(row.view(np.int8), low, high)
-    if kind == BOUNDS_I2:
-        return not within(row.view(np.int16), low, high)
-    if kind == BOUNDS_I4:
-        return not within(row.view(np.int32), low, high)
-    if kind == BOUNDS_I8:
-        return not within(row.view(np.int64), low, high)
-    if kind == BOUNDS_U1:
-        return not within(row, low, high)
-    if kind == BOUNDS_U2:
-        return not within(row.view(np.uint16), low, high)
-    if kind == BOUNDS_U4:
-        return not within(row.view(np.uint32), low, high)
-    return not within(row.view(np.uint64), low, high)
+    n = row.shape[0] // size
+    if kind == FINITE:  # NaN and the infinities have every exponent bit set
+        mask = 0xF0 if size == 8 else 0x80  # the exponent's low bits in the byte below the top one
+        for i in range(n):
+            top = i * size + size - 1
+            if row[top] & 0x7F == 0x7F and row[top - 1] & mask == mask:
+                return True
+        return False
+    for i in range(n):
+        v = np.int64(0)
+        for k in range(size):  # the value's bits (8 bytes: wrapping into int64's sign bit)
+            v |= np.int64(row[i * size + k]) << np.int64(8 * k)
+        negative = row[i * size + size - 1] >= 128
+        if size < 8 and kind == BOUNDS_SIGNED and negative:
+            v -= np.int64(1) << np.int64(8 * size)
+        x = float(v)
+        if size == 8 and kind == BOUNDS_UNSIGNED and negative:
+            x += 18446744073709551616.0  # 2 ** 64: a value of 2 ** 63 or more
+        if x < low or x > high:
+            return True
+    return False
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True)
 def _column_fault(cols: tuple, checks: ValueChecks, s: int, at: np.ndarray) -> bool:
     """Whether step ``s`` of some column of ``cols`` fails its check (its lane to ``at[0]``, column ``at[1]``)."""
     for j in range(len(cols)):
-        kind = checks.kinds[j]
-        if kind != VALUE_NONE:
-            for e in range(cols[j].shape[1]):
-                if _value_fault(cols[j][s, e], kind, checks.low[j], checks.high[j]):
-                    at[0] = e
-                    at[1] = j
-                    return True
+        lane = _lane_fault(cols[j][s], checks.kinds[j], checks.sizes[j], checks.low[j], checks.high[j])
+        if lane >= 0:
+            at[0] = lane
+            at[1] = j
+            return True
     return False
+
+
+@njit(cache=True)
+def _lane_fault(rows: np.ndarray, kind: int, size: int, low: float, high: float) -> int:
+    """The first lane whose row (``rows``: ``[E, row_bytes]``) fails the check, or -1."""
+    if kind != VALUE_NONE:
+        for e in range(rows.shape[0]):
+            if _value_fault(rows[e], kind, size, low, high):
+                return e
+    return -1
 
 
 @njit(**_PER_STEP)
