@@ -25,6 +25,7 @@ saying why.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -65,20 +66,20 @@ class ReplayBuffer:
         num_envs: transitions per :meth:`add` call.
         extras: an rlflow spec of per-step extras stored with each transition (e.g. log-probs).
         seed: seeds the sampler.
-        backend, directory: the store's backend (``"memory"`` or ``"disk"``) and the disk directory.
+        disk: a directory (created; must be empty) to keep the rows in as numpy memmaps (the store's
+            ``"disk"`` backend); None keeps them in memory.
     """
 
     def __init__(self, observation: Any, action: Any, capacity: int, *, n_step: int = 1, discount: float = 0.99,
                  prioritized: bool = False, alpha: float = 0.6, beta: float = 0.4, num_envs: int = 1,
-                 extras: Spec | None = None, seed: int | None = None, backend: str = "memory",
-                 directory: Any = None) -> None:
+                 extras: Spec | None = None, seed: int | None = None, disk: str | Path | None = None) -> None:
         if int(num_envs) < 1 or int(capacity) // int(num_envs) < n_step + 2:
             raise ValueError(f"capacity {capacity} over num_envs {num_envs} leaves fewer than n_step + 2 = "
                              f"{n_step + 2} rows per env")
         self.num_envs = int(num_envs)
         spec = step_spec(_as_spec(observation), _as_spec(action), extras)
         self.store = StepStore(spec, capacity=int(capacity) // self.num_envs, lanes=self.num_envs,
-                               backend=backend, directory=directory)
+                               backend="memory" if disk is None else "disk", directory=disk)
         self.table: Table = (
             Table(self.store, sampler=Prioritized(alpha=alpha, beta=beta, seed=seed), remover=Fifo(),
                   rate_limiter=MinSize(1), name="replay") if prioritized

@@ -181,6 +181,25 @@ def test_batched_envs_store_each_observation_once():
     np.testing.assert_array_equal(batch.next_observation, batch.observation + 1)
 
 
+def test_a_buffer_on_disk_holds_what_one_in_memory_holds(tmp_path):
+    """``disk=`` keeps the rows as memmaps in that directory; the transitions and samples are the same."""
+    bufs = [ReplayBuffer(OBS, ACT, capacity=50, n_step=2, seed=3),
+            ReplayBuffer(OBS, ACT, capacity=50, n_step=2, seed=3, disk=tmp_path / "rows")]
+    rng = np.random.default_rng(0)
+    obs = np.zeros(3, np.float32)
+    for _ in range(80):
+        nxt = rng.uniform(-5, 5, 3).astype(np.float32)
+        done = bool(rng.random() < 0.1)
+        for buf in bufs:
+            buf.add(obs, 2, 0.5, nxt, done, False)
+        obs = np.zeros(3, np.float32) if done else nxt
+    assert bufs[1].store.backend == "disk" and any((tmp_path / "rows").iterdir())
+    assert all_transitions(bufs[0]) == all_transitions(bufs[1])
+    a, b = (buf.sample(16).data for buf in bufs)
+    np.testing.assert_array_equal(a.observation, b.observation)
+    np.testing.assert_array_equal(a.next_observation, b.next_observation)
+
+
 def test_prioritized_updates_and_weights():
     buf = ReplayBuffer(OBS, ACT, capacity=100, prioritized=True, seed=0)
     obs = np.zeros(3, np.float32)
