@@ -345,18 +345,6 @@ def _value_fault(row: np.ndarray, kind: int, size: int, low: float, high: float)
 
 
 @njit(cache=True)
-def _column_fault(cols: tuple, checks: ValueChecks, s: int, at: np.ndarray) -> bool:
-    """Whether step ``s`` of some column of ``cols`` fails its check (its lane to ``at[0]``, column ``at[1]``)."""
-    for j in range(len(cols)):
-        lane = _lane_fault(cols[j][s], checks.kinds[j], checks.sizes[j], checks.low[j], checks.high[j])
-        if lane >= 0:
-            at[0] = lane
-            at[1] = j
-            return True
-    return False
-
-
-@njit(cache=True)
 def _lane_fault(rows: np.ndarray, kind: int, size: int, low: float, high: float) -> int:
     """The first lane whose row (``rows``: ``[E, row_bytes]``) fails the check, or -1."""
     if kind != VALUE_NONE:
@@ -397,10 +385,18 @@ def put_step(packed_block: Packed, s: int, first: np.ndarray, last: np.ndarray, 
             needs |= NEEDS_FINAL
         if first[e] or not last[e]:
             needs |= NEEDS_OBSERVATION
-    if _column_fault(b.act, b.act_checks, s, at):
-        return ACTION_VALUE
-    if check_obs and needs & NEEDS_OBSERVATION and _column_fault(b.obs, b.obs_checks, s, at):
-        return OBSERVATION_VALUE
+    for j in range(len(b.act)):  # each column's values, lane by lane
+        c = b.act_checks
+        at[0] = _lane_fault(b.act[j][s], c.kinds[j], c.sizes[j], c.low[j], c.high[j])
+        if at[0] >= 0:
+            at[1] = j
+            return ACTION_VALUE
+    for j in range(len(b.obs) if check_obs and needs & NEEDS_OBSERVATION else 0):
+        c = b.obs_checks
+        at[0] = _lane_fault(b.obs[j][s], c.kinds[j], c.sizes[j], c.low[j], c.high[j])
+        if at[0] >= 0:
+            at[1] = j
+            return OBSERVATION_VALUE
     for e in range(is_open.shape[0]):
         b.first[s, e] = first[e]
         b.terminated[s, e] = terminated[e]
