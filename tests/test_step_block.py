@@ -6,6 +6,8 @@ import pickle
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rlflow import adders, specs
 from rlflow.adders import StepBlock
@@ -128,6 +130,64 @@ def test_the_compiled_put_checks_each_dtype(dtype, low, high, good, bad):
     block.put(fine, ts)
     np.testing.assert_array_equal(block.act["action"][:2], [fine, fine])
     assert block.steps == 2
+
+
+DTYPES = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64, np.float32, np.float64,
+          np.float16]
+
+
+@st.composite
+def _action_cases(draw, dtype):
+    """An action field of ``dtype`` (integer bounds or none, some beyond float64's exact integers) and values
+    for ``lanes`` lanes: edge values of the dtype and the bounds, and for floats NaN and the infinities."""
+    dtype = np.dtype(dtype)
+    lanes, size = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    low = high = None
+    if dtype.kind == "f":
+        info = np.finfo(dtype)
+        pool = [0.0, -1.5, 3.25, float(info.max), -float(info.max), float(info.smallest_subnormal), -np.inf, np.inf,
+                np.nan]
+    else:
+        info = np.iinfo(dtype)
+        lo, hi = int(info.min), int(info.max)
+        bound = st.one_of(st.none(), st.integers(max(lo, -300), min(hi, 300)), st.integers(lo, hi))
+        low, high = draw(bound), draw(bound)
+        if low is not None and high is not None and low > high:
+            low, high = high, low
+        edges = [int(info.min), int(info.max), 0, 1]
+        for b in (low, high):
+            if b is not None:
+                edges += [b - 1, b, b + 1]
+        pool = [v for v in edges if info.min <= v <= info.max]
+    values = np.array(draw(st.lists(st.sampled_from(pool), min_size=lanes * size, max_size=lanes * size)), dtype)
+    return specs.Field((size,), dtype, low=low, high=high), values.reshape(lanes, size)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_put_accepts_exactly_what_validate_accepts(dtype, data):
+    """The compiled put takes a step's action exactly when :func:`rlflow.specs.validate` (the slow reference)
+    takes it, stores its bits, and leaves the block as it was when it refuses."""
+    field, values = data.draw(_action_cases(dtype))
+    lanes = values.shape[0]
+    block = StepBlock(step_spec(specs.Field((2,), np.float32), field), lanes=list(range(lanes)), steps=2)
+    block.start(np.ones(lanes, bool))
+    z = np.zeros(lanes, bool)
+    ts = TimeStep(np.zeros((lanes, 2), np.float32), np.zeros(lanes, np.float32), z, z, z, z)
+    try:
+        specs.validate({"action": field}, {"action": values}, (lanes,))
+        expected = None
+    except SpecError as exc:
+        expected = exc
+    before = pickle.dumps(block.state_dict())
+    if expected is None:
+        block.put(values, ts)
+        assert block.act["action"][0].tobytes() == values.tobytes()
+    else:
+        with pytest.raises(SpecError, match="action"):
+            block.put(values, ts)
+        assert pickle.dumps(block.state_dict()) == before
 
 
 def test_a_bad_observation_raises_only_where_a_lane_needs_it():
