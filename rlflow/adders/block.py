@@ -388,11 +388,12 @@ class StepBlock:
             raise ValueError(f"add_steps: lane {int(self.lanes[0])} has no episode in progress")
         cols = self._action_columns(actions, rewards, extras, t, "add_steps")
         nxt = self._parts["observation"].columns(next_observations, t, "add_steps: next_observations")
-        restarts = np.flatnonzero(ends)[:0]
+        ended = np.flatnonzero(ends)
+        restarts = ended[:0]
         firsts: dict[str, np.ndarray] = {}
         if first_observations is not None:
             k = _leading(first_observations, self._parts["observation"], "add_steps: first_observations")
-            restarts = np.flatnonzero(ends)[:k]
+            restarts = ended[:k]
             firsts = self._parts["observation"].columns(first_observations, k, "add_steps: first_observations")
         if self._agents:  # an agent acts only from the rows where it is active
             active = np.concatenate([self._active[:1], nxt["observation/active"][:-1]])
@@ -403,7 +404,8 @@ class StepBlock:
             self.act[name][:t, 0] = value
         for name, value in nxt.items():
             self.observation[name][:t, 0] = value
-            self.final[name][:t, 0] = value
+            if ended.size:  # the block writer reads a step's final observation where its episode ends
+                self.final[name][ended, 0] = value[ended]
             if restarts.size:
                 self.observation[name][restarts, 0] = firsts[name]
         self.first[:t, 0] = False

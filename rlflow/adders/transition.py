@@ -119,12 +119,11 @@ class NStepTransition(Adder):
         if t < 1:
             raise ValueError(f"add_steps: expected at least one step (rewards leading with T), got shape {shape}")
         term, trunc = _end_flags("terminated", terminated, t), _end_flags("truncated", truncated, t)
-        both = np.flatnonzero(term & trunc)
-        if both.size:
-            raise ValueError(f"add_steps: step {int(both[0])} is both terminated and truncated; an episode ends one "
-                             "way")
+        if np.count_nonzero(term & trunc):
+            raise ValueError(f"add_steps: step {int(np.flatnonzero(term & trunc)[0])} is both terminated and "
+                             "truncated; an episode ends one way")
         ends = term | trunc
-        inner = int(ends[:-1].sum())
+        inner = np.count_nonzero(ends[:-1])
         block = self._lane_block(lane, t)
         block.start(np.ones(1, bool), None if not self._multi_agent else self._active_at_open_rows()[lane:lane + 1])
         k = 0 if first_observations is None else block.leading_rows(first_observations,
@@ -190,7 +189,7 @@ def _items_out(size: int, reward_size: int) -> KS.ItemsOut:
 
 def _end_flags(name: str, flag: Any, t: int) -> np.ndarray:
     """``add_steps``'s ``terminated`` or ``truncated`` as a bool array ``[T]`` (a bool marks the last step)."""
-    if np.ndim(flag) == 0 and isinstance(flag, bool | np.bool_):
+    if type(flag) is bool or type(flag) is np.bool_:
         out = np.zeros(t, bool)
         out[-1] = bool(flag)
         return out
