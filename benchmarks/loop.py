@@ -180,10 +180,10 @@ def ladder(env_id: str, level: int, steps: int) -> float:
 
 
 def adder_paths(env_id: str, steps: int, rounds: int) -> dict[str, float]:
-    """Microseconds per step of one lane's ``NStepTransition.add`` and ``stage`` (flushes included) on a
-    recorded stream of ``env_id`` (random actions), through the one-call paths and with them switched off
-    (``add``: the general path; ``stage``: the multi-lane block path), and of ``ReplayBuffer.add`` of the
-    same transitions; best of ``rounds`` interleaved runs, each on a fresh store and table."""
+    """Microseconds per step of one lane's ``NStepTransition.add`` (a block of one step written at once) and
+    ``stage`` (steps written in blocks; flushes included) on a recorded stream of ``env_id`` (random
+    actions), and of ``ReplayBuffer.add`` of the same transitions; best of ``rounds`` interleaved runs, each
+    on a fresh store and table."""
     env = envs.make(env_id, num_envs=None, seed=0)
     rng = np.random.default_rng(0)
     first = ts = env.reset(seed=0)
@@ -241,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--components", action="store_true",
                         help="time each call of the loop body for each --envs instead (median of the rounds)")
     parser.add_argument("--adder-paths", action="store_true",
-                        help="time one lane's add and stage per step, one-call paths on and off (best of the rounds)")
+                        help="time one lane's add and stage per step, and ReplayBuffer.add (best of the rounds)")
     parser.add_argument("--ladder", action="store_true",
                         help="one env: a hand-written loop with rlflow's parts swapped in one by one, against the "
                              "bare env and rlflow.run (median of the rounds)")
