@@ -173,8 +173,7 @@ class Adder:
             block.start(no)
         ts = TimeStep(timestep.observation, block.reward_zeros(), no, no, first, no)
         if lanes is None:
-            self._put(block.act_zeros(), ts, block.extras_zeros())
-            self.flush()
+            self.add(block.act_zeros(), ts, block.extras_zeros())
             return
         block.put(block.act_zeros(), ts, block.extras_zeros())
         self.write(block)
@@ -186,7 +185,7 @@ class Adder:
         action. Raises, writing nothing, on input that does not match the store's spec or on a lane
         whose flags do not follow from its state (e.g. ``add`` before ``add_first``).
         """
-        self._put(actions, next_timestep, extras)
+        self.stage(actions, next_timestep, extras)
         self.flush()
 
     def stage(self, actions: Any, next_timestep: TimeStep, extras: Any = None) -> None:
@@ -197,9 +196,14 @@ class Adder:
         reads them (``rlflow.run`` does, and every other method of the adder flushes first). Bad input
         raises, and the steps staged before it stay staged.
         """
-        self._put(actions, next_timestep, extras)
-        if self._block.steps == self.stage_steps:
-            self.write(self._block)
+        block = self._block
+        if not block.steps:
+            block.start(self._open >= 0, self._active_at_open_rows())
+        if self._precheck is not None:
+            self._precheck(block, next_timestep)
+        block.put(actions, next_timestep, extras)
+        if block.steps == self.stage_steps:
+            self.write(block)
 
     def flush(self) -> None:
         """Write the steps :meth:`stage` holds, and their items, as one block."""
@@ -210,15 +214,6 @@ class Adder:
     def staged_steps(self) -> int:
         """The steps :meth:`stage` holds, not yet written."""
         return self._block.steps
-
-    def _put(self, actions: Any, timestep: TimeStep, extras: Any) -> None:
-        """Check one step of every lane and put it into the adder's block."""
-        block = self._block
-        if not block.steps:
-            block.start(self._open >= 0, self._active_at_open_rows())
-        if self._precheck is not None:
-            self._precheck(block, timestep)
-        block.put(actions, timestep, extras)
 
     def _active_at_open_rows(self) -> np.ndarray | None:
         """Multi-agent rows: the agents active at each lane's open row (``[E, A]``); else None."""

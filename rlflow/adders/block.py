@@ -272,24 +272,12 @@ class StepBlock:
 
     # ------------------------------------------------------------------ filling
     def put(self, actions: Any, timestep: Any, extras: Any = None) -> None:
-        """Check one step of every lane (an :meth:`~rlflow.adders.Adder.add` call's arguments) and add it."""
+        """Check one step of every lane (an :meth:`~rlflow.adders.Adder.add` call's arguments: the actions, the
+        TimeStep that followed, the extras) and add it; a step that raises leaves the block as it was."""
         s = self.steps
         if s >= self.max_steps:
             raise ValueError(f"the block is full ({self.max_steps} steps): write it before putting more")
-        self._put(s, actions, timestep, extras)
-        self.steps = s + 1
-
-    def check(self, actions: Any, timestep: Any, extras: Any = None) -> None:
-        """Raise as :meth:`put` would, adding nothing (the block's free row is used as scratch)."""
-        if self.steps >= self.max_steps:
-            raise ValueError(f"the block is full ({self.max_steps} steps): nothing to check a step in")
-        is_open, active = self._open.copy(), self._active.copy()
-        self._put(self.steps, actions, timestep, extras)
-        self._open[:], self._active[:] = is_open, active
-
-    def _put(self, s: int, actions: Any, ts: Any, extras: Any) -> None:
-        """Check one step and copy it to row ``s`` (written, not counted: a step that raises leaves the block's
-        steps and lane states as they were)."""
+        ts = timestep
         first, last, terminated, truncated = ts.first, ts.last, ts.terminated, ts.truncated
         shape = self._flag_shape
         if not (type(first) is np.ndarray and first.dtype is _BOOL and first.shape == shape
@@ -306,9 +294,12 @@ class StepBlock:
             actions = _zero_inactive(actions, self._active)
         # Values are copied as they come where they are arrays of the columns' dtypes and shapes, and checked
         # with the flags in one compiled call; others are checked (and cast) here first.
-        for part, value in ((self._action, actions), (self._reward, ts.reward), (self._extras, extras)):
-            if part is not None and not part.copy(value, s):
-                part.put_checked(value, s, "add")
+        if not self._action.copy(actions, s):
+            self._action.put_checked(actions, s, "add")
+        if not self._reward.copy(ts.reward, s):
+            self._reward.put_checked(ts.reward, s, "add")
+        if extras is not None and not self._extras.copy(extras, s):
+            self._extras.put_checked(extras, s, "add")
         obs_copied = self._observation.copy(ts.observation, s)
         needs = -1 - KS.put_step(self.packed, s, first, last, terminated, truncated, obs_copied, self._at)
         if needs < 0:
@@ -324,6 +315,17 @@ class StepBlock:
         if self._agents:
             opened = first | ~last
             self._active[opened] = self.observation["observation/active"][s, opened]
+        self.steps = s + 1
+
+    def check(self, actions: Any, timestep: Any, extras: Any = None) -> None:
+        """Raise as :meth:`put` would, adding nothing (the block's free row is used as scratch)."""
+        if self.steps >= self.max_steps:
+            raise ValueError(f"the block is full ({self.max_steps} steps): nothing to check a step in")
+        steps, is_open, active = self.steps, self._open.copy(), self._active.copy()
+        try:
+            self.put(actions, timestep, extras)
+        finally:
+            self.steps, self._open[:], self._active[:] = steps, is_open, active
 
     def _step_fault(self, status: int, s: int, actions: Any, ts: Any, extras: Any) -> None:
         """Raise the error of :func:`rlflow.kernels.steps.put_step`'s fault ``status``."""
