@@ -85,7 +85,8 @@ class ReplayBuffer:
             Table(self.store, sampler=Prioritized(alpha=alpha, beta=beta, seed=seed), remover=Fifo(),
                   rate_limiter=MinSize(1), name="replay") if prioritized
             else RowTable(self.store, seed=seed, rate_limiter=MinSize(1), name="replay"))
-        self.adder = NStepTransition(self.store, [self.table], n=n_step, discount=discount)
+        # One env's transitions are staged: a larger block spreads each write's fixed cost over more adds.
+        self.adder = NStepTransition(self.store, [self.table], n=n_step, discount=discount, stage_steps=256)
         self._checks = StepBlock(spec, np.arange(self.num_envs), 1)  # checks parts of steps (extend, starts)
         self._obs_fields = {n: f for n, f in self.store.fields.items() if n.split("/")[0] == "observation"}
         self._obs_spec = spec["observation"]
