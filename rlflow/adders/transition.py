@@ -82,7 +82,7 @@ class NStepTransition(Adder):
         self._rule = KS.NStep(self.n, self.discount ** np.arange(self.n + 1), store.column_rows("reward"),
                               store.capacity)
         self._out = _items_out(self.n * self.num_lanes * self.stage_steps, self._rule.rewards.shape[1])
-        self._packed_rule, self._packed_out = KS.pack(self._rule), KS.pack(self._out)
+        self._packed_items = KS.pack(KS.NStepItems(self._rule, self._out))
         self._one_lane: StepBlock | None = None  # add_steps's block
 
     def waiting_actions(self) -> np.ndarray:
@@ -172,10 +172,9 @@ class NStepTransition(Adder):
         size = self.n * lanes.size * steps
         if self._out.lanes.size < size:
             self._out = _items_out(size, self._rule.rewards.shape[1])
-            self._packed_out = KS.pack(self._out)
+            self._packed_items = KS.pack(KS.NStepItems(self._rule, self._out))
         out = self._out
-        m = KS.nstep_items(a, steps, codes, rows, terminated, lanes, final_was_open, self._packed_rule,
-                           self._packed_out)
+        m = KS.nstep_items(a, steps, codes, rows, terminated, lanes, final_was_open, self._packed_items)
         if m:
             # Views of the outputs: every table copies what it keeps before the next write.
             self._insert(out.lanes[:m], out.starts[:m], out.lengths[:m],

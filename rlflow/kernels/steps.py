@@ -146,6 +146,13 @@ class NStep(NamedTuple):
     capacity: int
 
 
+class NStepItems(NamedTuple):
+    """What :func:`nstep_items` reads (the rule) and where it writes (the items): one packed argument."""
+
+    rule: NStep
+    out: ItemsOut
+
+
 @njit(**_OPTS)
 def plan_block(a: int, steps: int, packed_block: Packed, packed_store: Packed, codes: np.ndarray,
                new_rows: np.ndarray) -> int:
@@ -276,18 +283,18 @@ def _nstep_item(m: int, lane: int, start: int, k: int, discount: float, rule: NS
 
 @njit(**_OPTS)
 def nstep_items(a: int, steps: int, codes: np.ndarray, rows: np.ndarray, terminated: np.ndarray, lanes: np.ndarray,
-                final_was_open: bool, packed_rule: Packed, packed_out: Packed) -> int:
+                final_was_open: bool, packed: Packed) -> int:
     """The n-step transition items that the written steps ``a .. a + steps - 1`` complete (``codes`` and
-    ``rows`` from step ``a`` on, ``terminated`` the block's); returns how many (``packed_out``, an
-    :class:`ItemsOut`, sized ``n E T``; ``packed_rule`` an :class:`NStep`). Step after step, as separate
+    ``rows`` from step ``a`` on, ``terminated`` the block's); returns how many (``packed``: an
+    :class:`NStepItems`, its ``out`` sized ``n E T``). Step after step, as separate
     steps would give them: first each lane that goes on and whose window of ``n`` actions now ends at its
     new open row, then every start within ``n`` rows of each ended lane's final row, with
     ``k = final - start`` and discount 0 on termination (after :meth:`~rlflow.adders.Adder.truncate` the
     final row was the open row: ``final_was_open``, its full-length window exists already). Returns are
     float64 sums of ``g^j r_(start+j)``, stored as float32.
     """
-    rule = packed_rule.value
-    out = packed_out.value
+    rule = packed.value.rule
+    out = packed.value.out
     n = rule.n
     m = 0
     for s in range(steps):
