@@ -193,13 +193,6 @@ class ReplayBuffer:
         none: :func:`rlflow.kernels.steps.classify_calls` reads the env's state too)."""
         same = self._same
         if self._single:
-            last = self._last_next["observation"]
-            if type(obs) is np.ndarray and obs.dtype == last.dtype and obs.shape == last.shape:
-                if self.num_envs == 1:
-                    same[0] = obs.tobytes() == last.tobytes()
-                else:
-                    same[:] = ~_rows_differ(obs, last)
-                return same
             flat = {"observation": obs}
         else:
             try:

@@ -199,8 +199,7 @@ class Adder:
         block = self._block
         if not block.steps:
             block.start(self._open >= 0, self._active_at_open_rows())
-        if self._precheck is not None:
-            self._precheck(block, next_timestep)
+        self._precheck(block, next_timestep)
         block.put(actions, next_timestep, extras)
         if block.steps == self.stage_steps:
             self.write(block)
@@ -337,8 +336,8 @@ class Adder:
     def _emit(self, events: StepEvents) -> None:
         raise NotImplementedError
 
-    # Raise, before a step is put, if its rows would break the subclass's limits: ``fn(block, timestep)``.
-    _precheck: Callable[[StepBlock, TimeStep], None] | None = None
+    def _precheck(self, block: StepBlock, timestep: TimeStep) -> None:
+        """Raise, before the step is put, if its rows would break the subclass's limits."""
 
     def _abandon(self, lanes: np.ndarray) -> None:
         """Episodes of ``lanes`` were abandoned by :meth:`reset` (their pending items are dropped)."""

@@ -316,7 +316,7 @@ def nstep_items(a: int, steps: int, codes: np.ndarray, rows: np.ndarray, termina
 
 
 # What put_step says of a step (the lane at fault goes to ``at[0]``).
-STEP_OK, LAST_MISMATCH, NO_EPISODE, STARTS_IN_EPISODE, ENDS_NO_EPISODE, ACTION_VALUE, OBSERVATION_VALUE = range(7)
+LAST_MISMATCH, NO_EPISODE, STARTS_IN_EPISODE, ENDS_NO_EPISODE, ACTION_VALUE, OBSERVATION_VALUE = range(1, 7)
 # put_step's bits of what a good step needs: an observation (some lane opens a row), final observations
 # (some lane's episode ends).
 NEEDS_OBSERVATION, NEEDS_FINAL = 1, 2
