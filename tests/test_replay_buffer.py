@@ -181,6 +181,21 @@ def test_batched_envs_store_each_observation_once():
     np.testing.assert_array_equal(batch.next_observation, batch.observation + 1)
 
 
+def test_one_envs_transitions_are_staged_in_blocks_of_256():
+    """One env's adds wait in the adder's block (the store holds only the reset row) until the 256th writes
+    them all; ``len`` writes what is staged first."""
+    buf = ReplayBuffer(OBS, ACT, capacity=1000)
+    obs = np.zeros(3, np.float32)
+    for t in range(300):
+        nxt = np.full(3, t % 7, np.float32) + (t + 1) * 1e-3
+        buf.add(obs, 1, 1.0, nxt, False, False)
+        obs = nxt
+        if t == 254:
+            assert buf.adder.staged_steps == 255 and int(buf.store.count[0]) == 1
+    assert buf.adder.staged_steps == 300 - 256 and int(buf.store.count[0]) == 257
+    assert len(buf) == 300 and buf.adder.staged_steps == 0
+
+
 def test_a_buffer_on_disk_holds_what_one_in_memory_holds(tmp_path):
     """``disk=`` keeps the rows as memmaps in that directory; the transitions and samples are the same."""
     bufs = [ReplayBuffer(OBS, ACT, capacity=50, n_step=2, seed=3),
