@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Learner", "LearnerUpdate", "Policy"]
+__all__ = ["Learner", "LearnerUpdate", "Policy", "learner_step"]
 
 
 class Policy(ABC):
@@ -109,3 +109,23 @@ class Learner(ABC):
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict`'s output (default: nothing to restore)."""
         return None
+
+
+def learner_step(learner: Learner, sample: Any) -> LearnerUpdate:
+    """One ``learner.step(sample)``, its output as a LearnerUpdate with float metrics; a TypeError names the
+    learner and what to return for anything else."""
+    out = learner.step(sample)
+    if isinstance(out, Mapping):
+        out = LearnerUpdate(metrics=out)
+    elif not isinstance(out, LearnerUpdate):
+        raise TypeError(f"{type(learner).__name__}.step returned {type(out).__name__}: expected a "
+                        "LearnerUpdate(metrics, priorities=None) or a dict of float metrics (return {} when there "
+                        "are none)")
+    metrics: dict[str, float] = {}
+    for k, v in out.metrics.items():
+        try:
+            metrics[k] = float(v)
+        except (TypeError, ValueError):
+            raise TypeError(f"{type(learner).__name__}.step returned the metric {k!r} = {v!r}: expected a number "
+                            "(e.g. loss.item())") from None
+    return LearnerUpdate(metrics=metrics, priorities=out.priorities)

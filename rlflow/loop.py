@@ -42,7 +42,7 @@ import numpy as np
 
 from rlflow.actors import Actor, EpisodeStats, VariableClient
 from rlflow.actors import evaluate as evaluate_policy
-from rlflow.core import Learner, LearnerUpdate, Policy
+from rlflow.core import Learner, Policy, learner_step
 from rlflow.loggers import MultiLogger, make_logger
 from rlflow.run_checks import check_limiter, check_parts, check_unsampled, unsampled_tables
 
@@ -160,14 +160,14 @@ def run(env: Any, policy: Policy, learner: Learner | None, adder: Any, table: An
     return _Loop(env, policy, learner, adder, table, steps, batch_size, config).run()
 
 
-class _Stop:
+class StopRequest:
     """Set by Ctrl-C or SIGTERM while the loop runs (the loop finishes its step, then returns)."""
 
     def __init__(self) -> None:
         self.reason = ""
         self._previous: dict[int, Any] = {}
 
-    def __enter__(self) -> _Stop:
+    def __enter__(self) -> StopRequest:
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):
                 self._previous[sig] = signal.signal(sig, self._handle)
@@ -226,7 +226,7 @@ class _Loop:
         check_unsampled(unsampled, left, adder.max_items_per_step, table if learner is not None else None)
         self.bounded = [t for t in unsampled if t.rate_limiter.max_diff < sys.float_info.max]  # they may refuse
         self.pending: dict[str, list[float]] = {}  # learner metrics since the last row
-        self.stop = _Stop()
+        self.stop = StopRequest()
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> RunResult:
@@ -279,7 +279,7 @@ class _Loop:
     def learn_once(self) -> None:
         """One learner step on a sample of ``batch_size``; its priorities go back to the table."""
         sample = self.table.sample(self.batch_size)
-        update = _learner_update(self.learner, self.learner.step(sample))
+        update = learner_step(self.learner, sample)
         if update.priorities is not None:
             self.table.update_priorities(sample.keys, update.priorities)
         self.result.learner_steps += 1
@@ -465,25 +465,6 @@ class _Loop:
         self.client_state = (state.get("variable_client"), bool(state["policy"]))
         self.saved_at = result.env_steps
         return True
-
-
-def _learner_update(learner: Any, out: Any) -> LearnerUpdate:
-    """``learner.step``'s output as a LearnerUpdate with float metrics; a TypeError names the learner and what
-    to return for anything else."""
-    if isinstance(out, Mapping):
-        out = LearnerUpdate(metrics=out)
-    elif not isinstance(out, LearnerUpdate):
-        raise TypeError(f"{type(learner).__name__}.step returned {type(out).__name__}: expected a "
-                        "LearnerUpdate(metrics, priorities=None) or a dict of float metrics (return {} when there "
-                        "are none)")
-    metrics: dict[str, float] = {}
-    for k, v in out.metrics.items():
-        try:
-            metrics[k] = float(v)
-        except (TypeError, ValueError):
-            raise TypeError(f"{type(learner).__name__}.step returned the metric {k!r} = {v!r}: expected a number "
-                            "(e.g. loss.item())") from None
-    return LearnerUpdate(metrics=metrics, priorities=out.priorities)
 
 
 def _env_state(env: Any) -> dict[str, Any] | str:

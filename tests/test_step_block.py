@@ -252,3 +252,50 @@ def test_restart_needs_an_end_at_the_last_step_and_a_write_needs_the_adders_stat
         adder.write(block)  # the adder's lanes have no episode in progress: nothing is written
     np.testing.assert_array_equal(store.count, count)
     assert table.size == 0 and block.steps == 1
+
+
+def test_a_shipped_block_is_checked_where_it_lands():
+    """A block's state loaded into another block (a remote actor's block landing at the replay server) is
+    checked as put checks it: a NaN or out-of-bounds value in a row the steps write is refused, naming the
+    part, and the receiving block stays empty; a value the steps do not write (the observation of a lane that
+    ended without restarting) is not read."""
+    block = StepBlock(SPEC, lanes=[0, 1], steps=2)
+    block.start(np.ones(2, bool))
+    z = np.zeros(2, bool)
+    obs = np.ones((2, 2), np.float32)
+    block.put(np.array([1, 2]), TimeStep(obs, np.zeros(2, np.float32), z, z, z, z))
+    block.put(np.array([3, 0]), TimeStep(obs, np.zeros(2, np.float32), np.array([True, False]), z,
+                                         z, np.array([True, False]), obs))
+    good = block.state_dict()
+    receiver = StepBlock(SPEC, lanes=[0, 1], steps=2)
+    cases = [("observation", ("observation", "observation", (0, 1, 0)), np.nan, "finite"),
+             ("final", ("final", "observation", (1, 0, 1)), np.inf, "finite"),
+             ("act", ("act", "action", (1, 1)), 4, "<= 3"),
+             ("act", ("act", "reward", (0, 0)), np.nan, "finite")]
+    for part, (key, name, at), value, message in cases:
+        bad = pickle.loads(pickle.dumps(good))
+        bad[key][name][at] = value
+        with pytest.raises(ValueError, match=f"{part}.*{message}"):
+            receiver.load_state_dict(bad)
+        assert receiver.steps == 0
+    unread = pickle.loads(pickle.dumps(good))
+    unread["observation"]["observation"][1, 0] = np.nan  # lane 0 ended at step 1 and did not restart
+    receiver.load_state_dict(unread)
+    assert receiver.steps == 2
+
+
+def test_a_cleared_block_goes_on_from_the_lanes_state():
+    """clear() empties the block and keeps each lane's state after its last step: a lane that ended must start
+    again, one still open goes on."""
+    block = StepBlock(SPEC, lanes=[0, 1], steps=2)
+    block.start(np.ones(2, bool))
+    z, obs, r = np.zeros(2, bool), np.ones((2, 2), np.float32), np.zeros(2, np.float32)
+    ended = np.array([True, False])
+    block.put(np.array([1, 2]), TimeStep(obs, r, ended, z, z, ended, obs))
+    shipped = block.state_dict()
+    block.clear()
+    assert block.steps == 0 and shipped["steps"] == 1
+    with pytest.raises(ValueError, match="lane"):
+        block.put(np.array([1, 2]), TimeStep(obs, r, z, z, z, z))  # lane 0 has no episode in progress
+    block.put(np.array([0, 2]), TimeStep(obs, r, z, z, ended, z))  # lane 0 starts, lane 1 goes on
+    assert block.steps == 1 and block.state_dict()["open"].all()

@@ -133,8 +133,7 @@ class Adder:
         fields = store.fields
         self._act_names = [n for n in fields if _under(n, "action") or n == "reward" or _under(n, "extras")]
         self._obs_names = [n for n in fields if _under(n, "observation")]
-        self._columns = store.row_columns(self._act_names, self._obs_names)
-        self._packed_store = KS.pack(KS.Store(self._state, store.rings(), self._columns))
+        Adder._bind(self)
         # A block never overwrites rows of its own items: its rows (at most two a step) and the rows its
         # items reach back (min_capacity) fit in a lane.
         self.max_block_steps = max(1, (store.capacity - min_capacity) // 2)
@@ -143,6 +142,23 @@ class Adder:
         self._plan = _Plan(self.num_lanes, self.stage_steps)
         self._multi_agent = self._block.multi_agent
         self._ones = np.ones(self.num_lanes, np.float64)  # priority 1 for new items (read only)
+
+    def _bind(self) -> None:
+        """Derive what the compiled writer reads of the store (views of its columns), at construction and
+        when unpickled; a subclass adds what its item maker reads."""
+        self._columns = self.store.row_columns(self._act_names, self._obs_names)
+        self._packed_store = KS.pack(KS.Store(self._state, self.store.rings(), self._columns))
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The adder with its store and tables (see :class:`~rlflow.replay.StepStore`'s pickling), less what
+        :meth:`_bind` derives."""
+        return {k: v for k, v in self.__dict__.items() if k not in self._derived}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._bind()
+
+    _derived: tuple[str, ...] = ("_columns", "_packed_store")
 
     # ------------------------------------------------------------------ the Acme-style interface
     def add_first(self, timestep: TimeStep, lanes: Any = None) -> None:

@@ -175,14 +175,14 @@ class StepBlock:
     """
 
     def __init__(self, spec: Mapping[str, Any], lanes: Any, steps: int, *, subset: bool = False) -> None:
-        self.lanes = np.asarray(lanes, np.int64).reshape(-1)
+        self.lanes = np.array(lanes, np.int64).reshape(-1)  # its own (a caller may reuse theirs)
         self._subset = bool(subset)  # the lanes are some of the store's (errors speak of lanes=)
         if int(steps) < 1:
             raise ValueError(f"a StepBlock holds at least one step, got steps={steps}")
         self.max_steps = int(steps)
         self.steps = 0
         self.spec = spec
-        fields = _specs.flatten_spec(spec)
+        fields = self._fields = _specs.flatten_spec(spec)
         self._parts = {key: _Part(key, spec[key], fields) for key in ("observation", *_PARTS) if key in spec}
         t, e = self.max_steps, self.lanes.size
 
@@ -425,6 +425,11 @@ class StepBlock:
             return np.zeros(lanes.size, bool)
         return (self.terminated[s, lanes] | self.truncated[s, lanes]) & ~self.first[s, lanes]
 
+    def clear(self) -> None:
+        """Empty the block, each lane in the state its last step left it: the next step put follows on from
+        the steps taken out (by :meth:`state_dict`, to ship them)."""
+        self.steps = 0
+
     def restart(self, lanes: np.ndarray, observation: Any) -> None:
         """Start the next episode of block lanes ``lanes`` (indices) at ``observation`` (``[len(lanes), ...]``):
         their episodes ended at the last step put, which then also starts the next one (as an env that
@@ -480,6 +485,18 @@ class StepBlock:
             arr = np.asarray(state.get(key))
             if arr.shape != shape or arr.dtype != np.bool_:
                 raise ValueError(f"staged steps: {key!r}: expected bool {shape}, got {arr.dtype} {arr.shape}")
+        # The values the steps write, checked as put checks them: the action, reward and extras of every step
+        # but those that only start an episode, the observation of every step that leaves its episode open
+        # (or starts the next), the final observation of every step that ends one.
+        first = np.asarray(state["first"])
+        ends = np.asarray(state["terminated"]) | np.asarray(state["truncated"])
+        for key, written in (("act", ~first | ends), ("observation", first | ~ends), ("final", ends)):
+            names = self.act if key == "act" else self.observation
+            try:
+                _specs.validate({n: self._fields[n] for n in names},
+                                {n: np.asarray(state[key][n])[written] for n in names}, (int(written.sum()),))
+            except SpecError as exc:
+                raise ValueError(f"staged steps: {key}: {exc}") from None
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Hold the steps of :meth:`state_dict`'s output (checked first: a refusal changes nothing)."""

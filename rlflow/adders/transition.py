@@ -79,11 +79,21 @@ class NStepTransition(Adder):
         super().__init__(store, tables, view=self._item_view(), item_spec=item_spec, priority_fns=priority_fns,
                          min_capacity=self.n + 2, stage_steps=stage_steps)
         self._reward_shape = store.fields["reward"].shape
-        self._rule = KS.NStep(self.n, self.discount ** np.arange(self.n + 1), store.column_rows("reward"),
-                              store.capacity)
-        self._out = _items_out(self.n * self.num_lanes * self.stage_steps, self._rule.rewards.shape[1])
-        self._packed_items = KS.pack(KS.NStepItems(self._rule, self._out))
+        self._out = _items_out(self.n * self.num_lanes * self.stage_steps, int(np.prod(self._reward_shape)))
+        self._bind_rule()
         self._one_lane: StepBlock | None = None  # add_steps's block
+
+    _derived = (*Adder._derived, "_rule", "_packed_items")
+
+    def _bind(self) -> None:
+        super()._bind()
+        self._bind_rule()
+
+    def _bind_rule(self) -> None:
+        """The n-step rule on the store's rewards (a view), packed with the items' output buffers."""
+        self._rule = KS.NStep(self.n, self.discount ** np.arange(self.n + 1), self.store.column_rows("reward"),
+                              self.store.capacity)
+        self._packed_items = KS.pack(KS.NStepItems(self._rule, self._out))
 
     def waiting_actions(self) -> np.ndarray:
         """Per lane (int64 ``[E]``): the actions of the episode in progress that no item holds yet. Each becomes

@@ -88,6 +88,19 @@ class Records:
         self.next_seq = 0
         self.times_total = 0
 
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        if self.inline is not None:
+            del state["columns"]  # views into meta, made again when unpickled
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        meta = _line_aligned(*state["meta"].shape)  # on a cache line again
+        meta[...] = state["meta"]
+        self.__dict__.update(state, meta=meta)
+        if self.inline is not None:
+            self.columns = _field_columns(meta, self.fields)
+
     @property
     def keys(self) -> np.ndarray:
         return self.meta[:, KEY]

@@ -59,6 +59,11 @@ class Sample:
     def __len__(self) -> int:
         return len(self.keys)
 
+    def copy(self) -> Sample:
+        """The same sample with every array a writable copy (a sample received from another process comes as
+        read-only views of Ray's object store)."""
+        return replace(self, **{f.name: map_structure(np.array, getattr(self, f.name)) for f in fields(self)})
+
     def to_torch(self, device: Any = None, *, pin_memory: bool = False) -> Sample:
         """The same sample as torch tensors (sharing memory with the numpy arrays when on the CPU).
 

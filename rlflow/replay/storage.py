@@ -55,6 +55,21 @@ class OverwriteListener(Protocol):
         """Rows ``lo .. hi - 1`` (absolute) of ``lane`` are about to be overwritten."""
 
 
+# What StepStore._bind derives, and what a pickle leaves out (the lock and the subscribed tables).
+_DERIVED = frozenset({"lock", "_listeners", "_flat", "_small_rows", "_row_bytes", "_prefetch_cols", "_all_lanes",
+                      "_ranges", "_rings"})
+
+
+def _unpickle_store(cls: type, state: dict[str, Any]) -> Any:
+    """A pickled :class:`StepStore` (:meth:`StepStore.__reduce__`), with a new lock and no tables."""
+    store = cls.__new__(cls)
+    store.__dict__.update(state)
+    store.lock = threading.RLock()
+    store._listeners = []
+    store._bind()
+    return store
+
+
 class StepStore:
     """Columnar rings of step rows. See the module docstring for the addressing model.
 
@@ -98,6 +113,15 @@ class StepStore:
             self.columns = self._open_disk_columns(shape2)
         else:
             raise ValueError(f"backend must be 'memory' or 'disk', got {backend!r}")
+        self.episode_id = np.full(shape2, -1, np.int64)
+        self.episode_step = np.full(shape2, -1, np.int64)
+        self.count = np.zeros(self.num_lanes, np.int64)
+        self._next_episode = np.zeros(self.num_lanes, np.int64)
+        self._next_step = np.zeros(self.num_lanes, np.int64)
+        self._bind()
+
+    def _bind(self) -> None:
+        """Derive the views of the columns and cursors the kernels read (at construction and unpickling)."""
         # Flat views (lanes * capacity, ...) for one-index gathers, and the same rows as raw bytes
         # (lanes * capacity, row bytes) for the compiled write kernels and the gathers' prefetch pass.
         rows = self.num_lanes * self.capacity  # explicit: -1 cannot be inferred for a field of no values
@@ -111,15 +135,19 @@ class StepStore:
         self._row_bytes = {n: np.asarray(c).reshape(rows, int(np.prod(self.fields[n].shape))).view(np.uint8)
                            for n, c in self.columns.items()}
         self._prefetch_cols = tuple(self._row_bytes.values())
-        self.episode_id = np.full(shape2, -1, np.int64)
-        self.episode_step = np.full(shape2, -1, np.int64)
-        self.count = np.zeros(self.num_lanes, np.int64)
-        self._next_episode = np.zeros(self.num_lanes, np.int64)
-        self._next_step = np.zeros(self.num_lanes, np.int64)
         self._all_lanes = np.arange(self.num_lanes)
         self._ranges = np.zeros((self.num_lanes, 3), np.int64)  # before_write's (lane, lo, hi) of overwritten rows
         self._rings = Rings(self.count, self.episode_id, self.episode_step, self._next_episode, self._next_step,
                             self.capacity)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle the columns and cursors (copies come back; the tables on the store are not pickled with it:
+        they subscribe again when they are unpickled). A disk store is refused: its rows live in its files."""
+        if self.backend != "memory":
+            raise TypeError(f"a StepStore with backend={self.backend!r} cannot be pickled (its rows live in "
+                            f"{self.directory}): build it with backend='memory', or save a checkpoint "
+                            "(rlflow.replay.save) and load it into a store built where it is needed")
+        return _unpickle_store, (type(self), {k: v for k, v in self.__dict__.items() if k not in _DERIVED})
 
     def _open_disk_columns(self, shape2: tuple[int, int]) -> dict[str, np.ndarray]:
         if self.directory is None:

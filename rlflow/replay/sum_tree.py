@@ -17,6 +17,8 @@ A batch of updates is applied in order (a repeated leaf keeps its last value).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from numba import njit
 
@@ -227,6 +229,13 @@ class SumTree:
         self.offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
         self.sums = _cache_aligned(int(self.offsets[-1]), 0.0)
         self.mins = _cache_aligned(int(self.offsets[-2]), np.inf)  # internal nodes only
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        for name in ("sums", "mins"):  # on a cache line again
+            aligned = _cache_aligned(state[name].size, 0.0)
+            aligned[...] = state[name]
+            setattr(self, name, aligned)
 
     @property
     def leaves(self) -> np.ndarray:

@@ -153,6 +153,18 @@ class TableBase(ABC):
         self._waiting = 0  # threads blocked in insert or sample
         self.view: ItemView | None = None
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Everything but the lock and its condition (pickled with the store, whose rows the items reference;
+        a sample or insert waiting at the time is not part of the state)."""
+        return {k: v for k, v in self.__dict__.items() if k not in ("lock", "_cond", "_waiting")}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.lock = self.store.lock
+        self._cond = threading.Condition(self.store.lock)
+        self._waiting = 0
+        self.store.subscribe(self)
+
     # ------------------------------------------------------------------ what a kind provides
     @abstractmethod
     def _new_items(self, fields: dict[str, _specs.Field]) -> Records:
