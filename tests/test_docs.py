@@ -60,9 +60,12 @@ def test_ci_runs_the_readme_test_command():
 
 
 @pytest.mark.parametrize("page", sorted(p.name for p in (ROOT / "docs").glob("*.md") if python_blocks(p)))
-def test_docs_examples_run(page, tmp_path):
-    """Every python block of a page runs, in order, in one namespace (files land in a temporary folder)."""
-    scope: dict = {}
+def test_docs_examples_run(page, tmp_path, request):
+    """Every python block of a page runs, in order, in one namespace (files land in a temporary folder); the
+    distributed page's on the session's local Ray instance."""
+    if page == "distributed.md":
+        request.getfixturevalue("ray_local")
+    scope: dict = {"__name__": f"docs_{page[:-3]}"}  # a module no process imports: Ray pickles its code by value
     cwd = os.getcwd()
     os.chdir(tmp_path)
     try:

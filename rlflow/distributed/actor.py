@@ -1,0 +1,138 @@
+"""A remote actor: its env(s) and policy, built in its own process, filling StepBlocks for the replay server.
+
+:class:`ActorWorker` is what each Ray actor of :func:`rlflow.distributed.run` holds. It builds its env with
+``make_env(index)`` and its policy with ``make_policy(index)``, acts as the one-process loop does (an
+:class:`~rlflow.actors.Actor` checks the policy's actions), and puts every step into a
+:class:`~rlflow.adders.StepBlock` of its own lanes of the server's store. A full block is shipped straight to
+the replay server (``insert_block``), with at most ``max_in_flight`` blocks unanswered: past that the actor
+waits for the server, which waits for the rate limiter, so a fast actor runs only as far ahead of the
+learner as the limiter lets it.
+
+Parameters come from the :class:`~rlflow.distributed.variables.VariableSource`: every ``sync_period`` env
+steps (of this actor's lanes) the actor asks for parameters newer than its own and goes on acting; it sets
+them on its policy when they arrive, at a later step.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from rlflow.actors import Actor, EpisodeStats
+from rlflow.adders import StepBlock
+from rlflow.run_checks import check_env
+from rlflow.types import TimeStep
+
+__all__ = ["ActorWorker"]
+
+
+class ActorWorker:
+    """One actor of a distributed run (see the module docstring).
+
+    Args:
+        index: the actor's number (0 ..), given to ``make_env`` and ``make_policy``.
+        make_env, make_policy: build the actor's env (an rlflow env, ``num_envs`` lanes) and policy.
+        server, source: Ray handles of the replay server and the variable source.
+        spec, lanes: the server's store spec, and the store lanes this actor fills (one per env lane).
+        block_steps: steps a block holds before it is shipped.
+        sync_period: env steps (of this actor) between asks for newer parameters.
+        max_in_flight: blocks shipped and not yet answered, at most.
+        seed: the env's first reset is seeded ``seed`` (None: unseeded).
+    """
+
+    def __init__(self, index: int, make_env: Callable[[int], Any], make_policy: Callable[[int], Any], server: Any,
+                 source: Any, spec: Any, lanes: Any, *, block_steps: int, sync_period: int, max_in_flight: int,
+                 seed: int | None) -> None:
+        self.index = index
+        self.env = make_env(index)
+        check_env(self.env, f"make_env({index})", "rlflow.distributed.run")
+        lanes = np.asarray(lanes, np.int64)
+        if self.env.num_envs != lanes.size:
+            raise ValueError(f"make_env({index}) made an env of {self.env.num_envs} lanes; actor {index} was given "
+                             f"{lanes.size} store lanes: make_env must build the same number of envs for every actor")
+        self.policy = make_policy(index)
+        self.actor = Actor(self.policy, self.env.action_spec, lanes.size, self.env.single_action_space)
+        self.block = StepBlock(spec, lanes, block_steps, subset=True)
+        self.stats = EpisodeStats(lanes.size)
+        self.server, self.source = server, source
+        self.sync_period, self.max_in_flight, self.seed = int(sync_period), int(max_in_flight), seed
+        self.version = -1  # of the parameters the policy has
+        self.env_steps = 0  # this actor's, over its lanes
+        self._pending_pull: Any = None
+        self._in_flight: deque[Any] = deque()
+        self._seq = 0
+        self._unshipped_steps = 0
+        self._episodes: list[tuple[float, int]] = []
+        self._last_pull = 0
+
+    def run(self) -> int:
+        """Act until the server says the run's steps are taken (or it stops); return this actor's env steps."""
+        import ray
+
+        ray.get(self.server.start_actor.remote(self.index))
+        self.pull(wait=True)
+        ts = self.env.reset(seed=self.seed)
+        self.begin(ts)
+        stop = False
+        while not stop:
+            actions, extras = self.actor.select_action(ts.observation, first=ts.first)
+            ts = self.env.step(actions)
+            self.block.put(actions, ts, extras)
+            self.env_steps += self.block.num_lanes
+            self._unshipped_steps += self.block.num_lanes
+            self._episodes += self.stats.update(ts)
+            if self.block.steps == self.block.max_steps:
+                stop = self.ship()
+            if self.env_steps - self._last_pull >= self.sync_period:
+                self.pull(wait=False)
+        while self._in_flight:
+            ray.get(self._in_flight.popleft())
+        return self.env_steps
+
+    def begin(self, ts: TimeStep) -> None:
+        """Start every lane's episode at ``ts`` (the env's reset): the block's first step, with no action."""
+        block = self.block
+        block.start(np.zeros(block.num_lanes, bool))
+        no = np.zeros(block.num_lanes, bool)
+        block.put(block.act_zeros(), TimeStep(ts.observation, block.reward_zeros(), no, no, np.asarray(ts.first), no),
+                  block.extras_zeros())
+        self.actor.reset()
+
+    def ship(self) -> bool:
+        """Send the block to the server and empty it; whether an answer that came says stop."""
+        import ray
+
+        ref = self.server.insert_block.remote(self.index, self._seq, self.block.state_dict(), self._unshipped_steps,
+                                              self._episodes)
+        self._seq += 1
+        self.block.clear()
+        self._unshipped_steps, self._episodes = 0, []
+        self._in_flight.append(ref)
+        stop = False
+        while len(self._in_flight) > self.max_in_flight:
+            stop = ray.get(self._in_flight.popleft()) or stop
+        ready, _ = ray.wait(list(self._in_flight), num_returns=len(self._in_flight), timeout=0)
+        for ref in ready:  # answers already here: a stop is seen without waiting
+            self._in_flight.remove(ref)
+            stop = ray.get(ref) or stop
+        return stop
+
+    def pull(self, *, wait: bool) -> None:
+        """Ask the variable source for parameters newer than the policy's; set them when they have come (at once
+        with ``wait``; else at a later call, never blocking)."""
+        import ray
+
+        if self._pending_pull is None:
+            self._pending_pull = self.source.newer.remote(self.version)
+        ready, _ = ray.wait([self._pending_pull], timeout=None if wait else 0)
+        if not ready:
+            return
+        answer = ray.get(self._pending_pull)
+        self._pending_pull = None
+        self._last_pull = self.env_steps
+        if answer is not None:
+            self.version, (params_ref,) = answer
+            self.policy.set_params(ray.get(params_ref))

@@ -1,0 +1,213 @@
+"""The replay server: the adder's store and tables in one asyncio process, fed StepBlocks by remote actors.
+
+:class:`ReplayServer` holds the very adder (with its store and tables) a one-process run would use. Each
+actor owns some of the store's lanes and ships what it collected as StepBlocks of those lanes
+(:meth:`insert_block`); the server writes each block through the adder's one write path, whole or not
+at all, and the learner samples the table (:meth:`sample`) and sends priorities back
+(:meth:`update_priorities`, stale-safe: keys of removed items are skipped).
+
+All of it runs in one event loop (a Ray asyncio actor that reserves no CPU), so the store and tables see
+one call at a time. Nothing here waits inside a table: a block waits (``await``) until every table admits
+its items, a sample until the table admits it, each for at most ``wait_timeout`` seconds, and every wait
+ends when :meth:`stop` is called. A waiting block or sample lets every other call through, which is how
+the rate limiter's samples-per-insert holds across processes: actors pushing faster than the learner
+samples wait for it, and the other way round.
+
+The class has no Ray in it (:mod:`rlflow.distributed.launcher` makes it a Ray actor); it can be driven by
+``asyncio`` alone, as its tests do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from rlflow.adders import StepBlock
+
+__all__ = ["BlockRefused", "Progress", "ReplayServer"]
+
+
+class BlockRefused(ValueError):
+    """A block an actor shipped does not fit the server's store or does not follow from its lanes' state."""
+
+
+@dataclass
+class Progress:
+    """What the server has taken so far, for the driver's progress bar and logs."""
+
+    env_steps: int = 0  # env steps written (over every actor's lanes)
+    blocks: int = 0
+    inserts: int = 0  # items inserted into the learner's table
+    samples: int = 0  # items sampled from it
+    episodes: list[tuple[int, int, float, int]] = field(default_factory=list)  # (actor, env step, return, length)
+    table_size: int = 0
+    stopping: bool = False
+
+
+class ReplayServer:
+    """The adder, its store and tables, taking blocks from actors and serving samples.
+
+    Args:
+        adder: the adder a one-process run would use (its store and tables with it), or its pickle (what
+            another process sends: unpickled here, its arrays are the server's own and writable).
+        table: the name of the table the learner samples (one of ``adder.tables``), or None.
+        actor_lanes: per actor, the store lanes it fills.
+        steps: the env steps to take in all; a block that reaches them gets ``stop`` in its answer.
+        block_steps: the most steps an actor's block holds.
+        wait_timeout: seconds a block or sample waits for the rate limiter before its call gives up.
+    """
+
+    def __init__(self, adder: Any, table: str | None, actor_lanes: Sequence[Sequence[int]], steps: int,
+                 block_steps: int, wait_timeout: float = 30.0) -> None:
+        self.adder = adder = pickle.loads(adder) if isinstance(adder, bytes) else adder
+        names = [t.name for t in adder.tables]
+        if table is not None and table not in names:
+            raise ValueError(f"table {table!r}: the adder writes tables {names}")
+        self.table = next((t for t in adder.tables if t.name == table), None)
+        self.spec = adder.store.spec
+        self.steps = int(steps)
+        self.block_steps = int(block_steps)
+        self.wait_timeout = float(wait_timeout)
+        self._lanes = [np.asarray(lanes, np.int64) for lanes in actor_lanes]
+        self._receivers: dict[int, StepBlock] = {}
+        self._next_seq = [0] * len(self._lanes)
+        self._progress = Progress()
+        self._changed: asyncio.Condition | None = None  # made in the event loop, on first use
+
+    # ------------------------------------------------------------------ waits
+    def _condition(self) -> asyncio.Condition:
+        if self._changed is None:
+            self._changed = asyncio.Condition()
+        return self._changed
+
+    async def _until(self, ready: Callable[[], bool], timeout: float | None) -> bool:
+        """Wait until ``ready()`` or :meth:`stop`; False if ``timeout`` seconds passed first."""
+        changed = self._condition()
+        async with changed:
+            try:
+                await asyncio.wait_for(changed.wait_for(lambda: self._progress.stopping or ready()), timeout)
+            except TimeoutError:
+                return False
+        return True
+
+    async def _notify(self) -> None:
+        changed = self._condition()
+        async with changed:
+            changed.notify_all()
+
+    # ------------------------------------------------------------------ actors
+    async def insert_block(self, actor: int, seq: int, state: Mapping[str, Any], env_steps: int,
+                           episodes: Sequence[tuple[float, int]] = ()) -> bool:
+        """Write actor ``actor``'s ``seq``-th block (a :meth:`StepBlock.state_dict`), once its blocks before it are
+        written and every table admits its items; ``env_steps`` and ``episodes`` (return, length) are what the
+        actor's env did to fill it. Returns whether the actor should stop (the run's steps are reached, or the
+        server stops). Raises :class:`BlockRefused` naming the actor for a block that does not fit; the store
+        and tables are then as they were."""
+        if not 0 <= actor < len(self._lanes):
+            raise BlockRefused(f"actor {actor}: the server knows actors 0..{len(self._lanes) - 1}")
+        if not await self._until(lambda: self._next_seq[actor] == seq, self.wait_timeout):
+            raise BlockRefused(f"actor {actor}: block {seq} came, block {self._next_seq[actor]} never did")
+        try:
+            if self._progress.stopping:
+                return True
+            return await self._write(actor, state, env_steps, episodes)
+        finally:
+            self._next_seq[actor] = seq + 1
+            await self._notify()
+
+    async def _write(self, actor: int, state: Mapping[str, Any], env_steps: int,
+                     episodes: Sequence[tuple[float, int]]) -> bool:
+        block = self._receiver(actor)
+        try:
+            block.load_state_dict(state)
+        except (ValueError, TypeError, KeyError) as exc:
+            raise BlockRefused(f"actor {actor}: its block does not fit the store: {exc}") from None
+        adder = self.adder
+        most = block.steps * block.num_lanes * adder.max_items_per_step
+        tables = adder.tables
+        if not await self._until(lambda: all(t.can_insert(most) for t in tables), self.wait_timeout):
+            block.clear()
+            raise BlockRefused(f"actor {actor}: its block's {most} items waited {self.wait_timeout:g} s for the "
+                               "rate limiter (is the learner sampling?)")
+        if self._progress.stopping:
+            block.clear()
+            return True
+        before = self.table.rate_limiter.inserts if self.table is not None else 0
+        try:
+            adder.write(block)
+        except RuntimeError as exc:  # the steps do not follow from the lanes' state: nothing was written
+            block.clear()
+            raise BlockRefused(f"actor {actor}: {exc}") from None
+        progress = self._progress
+        progress.blocks += 1
+        for ret, length in episodes:
+            progress.episodes.append((actor, progress.env_steps + int(env_steps), float(ret), int(length)))
+        progress.env_steps += int(env_steps)
+        if self.table is not None:
+            progress.inserts += self.table.rate_limiter.inserts - before
+        return progress.env_steps >= self.steps
+
+    def _receiver(self, actor: int) -> StepBlock:
+        """The block actor ``actor``'s blocks are loaded into (its lanes, ``block_steps`` steps)."""
+        block = self._receivers.get(actor)
+        return block if block is not None else self._receivers.setdefault(
+            actor, StepBlock(self.spec, self._lanes[actor], self.block_steps, subset=True))
+
+    async def start_actor(self, actor: int) -> int:
+        """Actor ``actor`` (re)starts: the episodes in progress on its lanes end as truncated at their last
+        step (a restarted actor loses only the steps it had not shipped) and its blocks count from 0 again.
+        Returns the env steps taken so far."""
+        lanes = self._lanes[actor]
+        most = lanes.size * self.adder.max_items_per_step
+        if not await self._until(lambda: all(t.can_insert(most) for t in self.adder.tables), self.wait_timeout):
+            raise RuntimeError(f"actor {actor}: the tables admitted no room for the {most} items that end its "
+                               f"episodes in progress within {self.wait_timeout:g} s")
+        self.adder.truncate(lanes)
+        self._next_seq[actor] = 0
+        await self._notify()
+        return self._progress.env_steps
+
+    # ------------------------------------------------------------------ the learner
+    async def sample(self, batch_size: int, timeout: float | None = None) -> Any:
+        """A sample of ``batch_size`` items of the learner's table, once its rate limiter admits one; None if
+        ``timeout`` (default ``wait_timeout``) seconds pass first or the server stops."""
+        table = self._learner_table()
+        ready = await self._until(lambda: table.can_sample(batch_size),
+                                  self.wait_timeout if timeout is None else timeout)
+        if not ready or self._progress.stopping:
+            return None
+        sample = table.sample(batch_size)
+        self._progress.samples += batch_size
+        await self._notify()  # samples are what let a waiting block in
+        return sample
+
+    async def update_priorities(self, keys: Any, priorities: Any) -> int:
+        """Set the priorities of the sampled items still present (see ``Table.update_priorities``)."""
+        return self._learner_table().update_priorities(keys, priorities)
+
+    def _learner_table(self) -> Any:
+        if self.table is None:
+            raise RuntimeError("this server has no learner's table (table=None)")
+        return self.table
+
+    # ------------------------------------------------------------------ the driver
+    async def progress(self, episodes_from: int = 0) -> Progress:
+        """What was taken so far, with the episodes from number ``episodes_from`` on."""
+        p = self._progress
+        return Progress(p.env_steps, p.blocks, p.inserts, p.samples, p.episodes[episodes_from:],
+                        self.table.size if self.table is not None else 0, p.stopping)
+
+    async def stop(self) -> None:
+        """End every wait now and from now on: blocks are answered ``stop`` unwritten, samples None."""
+        self._progress.stopping = True
+        await self._notify()
+
+    async def ping(self) -> float:
+        """The server's clock (an answer shows the server is up)."""
+        return time.monotonic()
