@@ -73,7 +73,8 @@ def latest(checkpoint_dir: str | Path) -> Path | None:
 
 
 def save_run(checkpoint_dir: str | Path, env_steps: int, store: Any, table: Any, state: dict[str, Any]) -> Path:
-    """Write a checkpoint of ``store``, ``table`` and the run ``state``; returns its directory."""
+    """Write a checkpoint of ``store``, ``table`` (a table on it, or a list of them) and the run ``state``;
+    returns its directory."""
     import torch
 
     state = _walk(state, _encode_numpy, "state")  # before anything is written: a refusal keeps the last checkpoint
@@ -86,7 +87,7 @@ def save_run(checkpoint_dir: str | Path, env_steps: int, store: Any, table: Any,
     tmp = root / f".{name}.tmp"
     tmp.mkdir()
     try:
-        replay_checkpoint.save(tmp / "replay.ckpt", store, [table])
+        replay_checkpoint.save(tmp / "replay.ckpt", store, _tables(table))
         payload = {"format": FORMAT, "version": VERSION, **state, "torch_rng": torch.get_rng_state()}
         with (tmp / "run.pt").open("wb") as f:
             torch.save(payload, f)
@@ -137,7 +138,8 @@ def _load_torch(path: Path, what: str) -> Any:
 def load_run(path: str | Path, store: Any, table: Any, adder: Any = None,
              before_replay: Callable[[dict[str, Any]], None] | None = None,
              check: Callable[[dict[str, Any], str], None] | None = None) -> dict[str, Any]:
-    """Load the checkpoint at ``path`` into ``store`` and ``table``; returns the run state (checked).
+    """Load the checkpoint at ``path`` into ``store`` and ``table`` (a table, or a list of them, as saved);
+    returns the run state (checked).
 
     ``run.pt`` is read and checked in full first, then ``check(state, where)`` is called (it raises
     :class:`CheckpointError` for a state its caller cannot use, e.g. :func:`check_run_state`). With
@@ -169,12 +171,16 @@ def load_run(path: str | Path, store: Any, table: Any, adder: Any = None,
         adder.check_state(state["adder"])
     if before_replay is not None:
         before_replay(state)
-    replay_checkpoint.load(path / "replay.ckpt", store, [table])
+    replay_checkpoint.load(path / "replay.ckpt", store, _tables(table))
     torch.set_rng_state(rng)
     return state
 
 
 _MISSING = object()
+
+
+def _tables(table: Any) -> list[Any]:
+    return list(table) if isinstance(table, list | tuple) else [table]
 _COUNTERS = ("next_eval", "next_log", "next_checkpoint")
 
 

@@ -84,3 +84,18 @@ class WindowLearner(rlflow.Learner):
 
     def get_params(self):
         return self.steps
+
+
+class PidFiles:
+    """``make_env`` that also writes the actor process's id to ``<folder>/actor-<i>.pid`` (again after a
+    restart), so a test can kill it."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
+
+    def __call__(self, actor: int) -> GymEnvironment:
+        import os
+        from pathlib import Path
+
+        Path(self.folder, f"actor-{actor}.pid").write_text(str(os.getpid()))
+        return make_tagged(actor)

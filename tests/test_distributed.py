@@ -4,17 +4,21 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import pickle
+import signal
 import subprocess
 import sys
+import threading
+import time
 
 import numpy as np
 import pytest
-from dist_parts import BadPolicy, RandomPolicy, WindowLearner, make_tagged
+from dist_parts import BadPolicy, PidFiles, RandomPolicy, WindowLearner, make_tagged
 
 from rlflow import adders, distributed
 from rlflow.adders import StepBlock
-from rlflow.distributed.server import BlockRefused, ReplayServer
+from rlflow.distributed.server import BlockRefused, ReplayServer, ServerRestarted
 from rlflow.replay import Fifo, MinSize, SampleToInsertRatio, StepStore, Table, Uniform
 from rlflow.types import TimeStep
 
@@ -68,7 +72,7 @@ def test_blocks_land_in_each_actors_order_whatever_order_they_come_in():
                               wait_timeout=5)
         for actor in (0, 1):
             await server.start_actor(actor)
-        await asyncio.gather(*(server.insert_block(a, seq, shipped[a][seq], 8) for a, seq in order))
+        await asyncio.gather(*(server.insert_block(a, server.incarnation, seq, shipped[a][seq], 8) for a, seq in order))
         return server
 
     in_order = asyncio.run(scenario([(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]))
@@ -95,16 +99,17 @@ def test_a_bad_block_is_refused_naming_the_actor_and_changes_nothing():
         nan = pickle.loads(pickle.dumps(good[0]))
         nan["observation"]["observation"][2, 1, 0] = np.nan
         with pytest.raises(BlockRefused, match=r"actor 0: .*observation.*finite"):
-            await server.insert_block(0, 0, nan, 8)
+            await server.insert_block(0, server.incarnation, 0, nan, 8)
         with pytest.raises(BlockRefused, match=r"actor 1: .*lanes"):
             await server.start_actor(1)
-            await server.insert_block(1, 0, good[0], 8)
+            await server.insert_block(1, server.incarnation, 0, good[0], 8)
         with pytest.raises(BlockRefused, match=r"actor 0: .*follow"):
-            await server.insert_block(0, 1, good[1], 8)  # its first block never landed: no episode in progress
+            # its first block never landed: no episode in progress
+            await server.insert_block(0, server.incarnation, 1, good[1], 8)
         for k, v in server.adder.store.state_dict().items():
             np.testing.assert_array_equal(v, before[k], err_msg=k)
         assert server.table.size == 0
-        await server.insert_block(0, 2, good[0], 8)
+        await server.insert_block(0, server.incarnation, 2, good[0], 8)
         assert server.table.size == 6  # its first step is the reset
 
     asyncio.run(scenario())
@@ -123,11 +128,11 @@ def test_samples_and_blocks_wait_for_each_other_under_the_rate_limiter():
         early = asyncio.create_task(server.sample(6, timeout=5))
         await asyncio.sleep(0.05)
         assert not early.done()
-        await server.insert_block(0, 0, shipped[0], 8)  # 6 items (its first step is the reset): the sample may go
+        await server.insert_block(0, server.incarnation, 0, shipped[0], 8)  # 6 items (after the reset step): a sample
         assert len(await early) == 6
         seq = 1
         while True:  # blocks go in until the limiter's window is full
-            task = asyncio.create_task(server.insert_block(0, seq, shipped[seq], 8))
+            task = asyncio.create_task(server.insert_block(0, server.incarnation, seq, shipped[seq], 8))
             await asyncio.sleep(0.05)
             seq += 1
             if not task.done():
@@ -137,7 +142,7 @@ def test_samples_and_blocks_wait_for_each_other_under_the_rate_limiter():
         await asyncio.wait_for(task, 5)
         assert server.table.size == 6 + 8 * (seq - 1)
         while True:
-            stuck = asyncio.create_task(server.insert_block(0, seq, shipped[seq], 8))
+            stuck = asyncio.create_task(server.insert_block(0, server.incarnation, seq, shipped[seq], 8))
             await asyncio.sleep(0.05)
             seq += 1
             if not stuck.done():
@@ -150,6 +155,49 @@ def test_samples_and_blocks_wait_for_each_other_under_the_rate_limiter():
 
     progress = asyncio.run(scenario())
     assert progress.samples == 14 and progress.stopping
+
+
+def test_a_restored_server_holds_exactly_what_its_checkpoint_held(tmp_path):
+    """A server checkpoints every 16 env steps; a new one restored from the directory holds the store, table and
+    counters of the last checkpoint, not what came after it; a block of the old incarnation is refused with
+    ServerRestarted, and the actor started again goes on (its open episodes ended where the checkpoint had
+    them)."""
+    shipped = blocks(0, [0, 1], 5)
+    folder = str(tmp_path / "server")
+
+    async def first():
+        server = ReplayServer(pickle.dumps(parts()), "replay", [[0, 1]], steps=10_000, block_steps=4,
+                              wait_timeout=5, checkpoint_dir=folder, checkpoint_every=16)
+        incarnation = await server.start_actor(0)
+        for seq in range(2):
+            await server.insert_block(0, incarnation, seq, shipped[seq], 8)
+        saved = {k: v.copy() for k, v in server.adder.store.state_dict().items()}
+        items = server.table.items()
+        await server.insert_block(0, incarnation, 2, shipped[2], 8)  # 24 env steps: 8 since the checkpoint
+        assert (await server.progress()).checkpoints == 1
+        return incarnation, saved, items
+
+    async def second(old):
+        server = ReplayServer(pickle.dumps(parts()), "replay", [[0, 1]], steps=10_000, block_steps=4,
+                              wait_timeout=5, checkpoint_dir=folder, checkpoint_every=16, restore=True)
+        progress = await server.progress()
+        assert progress.restored_from == 16 and progress.env_steps == 16 and progress.blocks == 2
+        store = {k: v.copy() for k, v in server.adder.store.state_dict().items()}
+        items = server.table.items()
+        with pytest.raises(ServerRestarted, match="restarted"):
+            await server.insert_block(0, old, 2, shipped[2], 8)
+        incarnation = await server.start_actor(0)
+        assert incarnation != old
+        fresh = blocks(0, [0, 1], 1)[0]  # the actor's envs reset: a block that starts new episodes
+        await server.insert_block(0, incarnation, 0, fresh, 8)
+        return store, items
+
+    old, saved, saved_items = asyncio.run(first())
+    store, items = asyncio.run(second(old))
+    for k, v in saved.items():
+        np.testing.assert_array_equal(v, store[k], err_msg=k)
+    for k, v in saved_items.items():
+        np.testing.assert_array_equal(v, items[k], err_msg=k)
 
 
 # --------------------------------------------------------------------------- whole runs on Ray
@@ -198,7 +246,7 @@ def test_settings_that_cannot_work_are_refused_before_anything_starts():
     adder, table = run_parts()
     with pytest.raises(ValueError, match="4 lanes for 3 actors"):
         distributed.run(make_tagged, RandomPolicy, None, adder, table, steps=10, num_actors=3)
-    with pytest.raises(ValueError, match="checkpoint_every"):
+    with pytest.raises(ValueError, match="checkpoints need a checkpoint_dir or a logdir"):
         distributed.run(make_tagged, RandomPolicy, None, adder, table, steps=10, checkpoint_every=5)
     with pytest.raises(TypeError, match="unknown option"):
         distributed.run(make_tagged, RandomPolicy, None, adder, table, steps=10, num_actor=2)
@@ -207,3 +255,91 @@ def test_settings_that_cannot_work_are_refused_before_anything_starts():
         distributed.run(make_tagged, RandomPolicy, WindowLearner(), tight, tight_table, steps=10, num_actors=2)
     with pytest.raises(ValueError, match="block_steps: expected an integer >= 1"):
         distributed.run(make_tagged, RandomPolicy, None, adder, table, steps=10, block_steps=0)
+
+
+def kill_when(condition, pid_of, timeout=60):
+    """In a thread: once ``condition()`` holds, SIGKILL the process ``pid_of()`` names (once)."""
+    killed = []
+
+    def watch():
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if condition():
+                pid = pid_of()
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+                return
+            time.sleep(0.1)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return killed
+
+
+@pytest.mark.timeout(300)
+def test_a_killed_actor_restarts_and_the_run_completes(ray_local, tmp_path):
+    """SIGKILL an actor's process mid-run: Ray restarts it, the run says so (a "faults" row), its steps go on
+    and the run reaches its steps; every sampled window is still one lane's one episode."""
+    adder, table = run_parts()
+    learner = WindowLearner()
+    rows = []
+    pid_file = tmp_path / "actor-1.pid"
+    killed = kill_when(lambda: pid_file.exists() and len([r for r in rows if r[0] == "train"]) > 200,
+                       lambda: int(pid_file.read_text()))
+    with pytest.warns(RuntimeWarning, match="actor 1's process died"):
+        result = distributed.run(PidFiles(str(tmp_path)), RandomPolicy, learner, adder, table, steps=12_000,
+                                 batch_size=32, num_actors=2, progress=False, seed=0,
+                                 observers=[lambda *row: rows.append(row)])
+    assert killed and result.env_steps >= 12_000 and learner.bad == []
+    faults = [r[2] for r in rows if r[0] == "faults"]
+    assert faults == [{"actor": 1, "restarts": 1}]
+    assert int(pid_file.read_text()) != killed[0]  # the restarted actor wrote its new process id
+    actors_after = {int(r[2]["actor"]) for r in rows[rows.index(next(r for r in rows if r[0] == "faults")):]
+                    if r[0] == "train"}
+    assert actors_after == {0, 1}  # the restarted actor's episodes come in again
+
+
+@pytest.mark.timeout(300)
+def test_a_killed_replay_server_comes_back_from_its_checkpoint(ray_local, tmp_path):
+    """SIGKILL the replay server's process after its first checkpoint: Ray restarts it, it comes back from that
+    checkpoint (the run says from which env step), actors and learner go on, and the run completes."""
+    adder, table = run_parts()
+    learner = WindowLearner()
+    rows = []
+    latest = tmp_path / "checkpoints" / "server" / "latest"
+
+    def server_pid():
+        names = [n for n in ray_local.util.list_named_actors() if n.startswith("rlflow-replay-server-")]
+        return ray_local.get(ray_local.get_actor(names[-1]).ping.remote())
+
+    killed = kill_when(latest.exists, server_pid)
+    with pytest.warns(RuntimeWarning, match="replay server restarted from its checkpoint"):
+        result = distributed.run(make_tagged, RandomPolicy, learner, adder, table, steps=12_000, batch_size=32,
+                                 num_actors=2, progress=False, seed=0, logdir=str(tmp_path), tensorboard=False,
+                                 checkpoint_every=2_000, observers=[lambda *row: rows.append(row)])
+    assert killed and result.env_steps >= 12_000 and learner.bad == []
+    restored = [r[2]["server_restored_from"] for r in rows if r[0] == "faults"]
+    assert len(restored) == 1 and restored[0] >= 2_000
+    assert (tmp_path / "checkpoints" / "learner.pt").exists()
+
+
+@pytest.mark.timeout(300)
+def test_a_run_resumes_from_its_last_checkpoint(ray_local, tmp_path):
+    """A run that ends writes the server's checkpoint and the learner's state; run again with resume=True and
+    more steps, it goes on from them: its env steps and learner steps continue."""
+    options = dict(batch_size=32, num_actors=2, progress=False, seed=0, logdir=str(tmp_path), tensorboard=False,
+                   checkpoint_every=1_000)
+    adder, table = run_parts()
+    first = distributed.run(make_tagged, RandomPolicy, WindowLearner(), adder, table, steps=3_000, **options)
+    adder, table = run_parts()
+    learner = WindowLearner()
+    second = distributed.run(make_tagged, RandomPolicy, learner, adder, table, steps=6_000, resume=True, **options)
+    assert first.env_steps >= 3_000 and second.env_steps >= 6_000
+    assert learner.steps > 0 and second.learner_steps == first.learner_steps + learner.steps
+    assert learner.bad == []
+    store, table = StepStore(make_tagged(0).spec, capacity=2_000, lanes=4), None
+    table = Table(store, sampler=Uniform(seed=0), remover=Fifo(), name="replay",
+                  rate_limiter=SampleToInsertRatio(samples_per_insert=2.0, min_size_to_sample=64, error_buffer=256))
+    other = adders.NStepTransition(store, [table], n=2, discount=0.5)
+    with pytest.raises(Exception, match=r"adder setting 'n'"):
+        distributed.run(make_tagged, RandomPolicy, WindowLearner(), other, table, steps=9_000, resume=True, **options)

@@ -15,6 +15,9 @@ them on its policy when they arrive, at a later step.
 
 from __future__ import annotations
 
+import contextlib
+import time
+import warnings
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -23,10 +26,15 @@ import numpy as np
 
 from rlflow.actors import Actor, EpisodeStats
 from rlflow.adders import StepBlock
+from rlflow.distributed.server import ServerRestarted
 from rlflow.run_checks import check_env
 from rlflow.types import TimeStep
 
 __all__ = ["ActorWorker"]
+
+
+class _ServerGone(Exception):
+    """The replay server died or restarted: the actor starts again on it."""
 
 
 class ActorWorker:
@@ -41,11 +49,12 @@ class ActorWorker:
         sync_period: env steps (of this actor) between asks for newer parameters.
         max_in_flight: blocks shipped and not yet answered, at most.
         seed: the env's first reset is seeded ``seed`` (None: unseeded).
+        wait_timeout: seconds to wait for the replay server to be up when (re)starting on it.
     """
 
     def __init__(self, index: int, make_env: Callable[[int], Any], make_policy: Callable[[int], Any], server: Any,
                  source: Any, spec: Any, lanes: Any, *, block_steps: int, sync_period: int, max_in_flight: int,
-                 seed: int | None) -> None:
+                 seed: int | None, wait_timeout: float = 60.0) -> None:
         self.index = index
         self.env = make_env(index)
         check_env(self.env, f"make_env({index})", "rlflow.distributed.run")
@@ -59,6 +68,8 @@ class ActorWorker:
         self.stats = EpisodeStats(lanes.size)
         self.server, self.source = server, source
         self.sync_period, self.max_in_flight, self.seed = int(sync_period), int(max_in_flight), seed
+        self.wait_timeout = float(wait_timeout)
+        self.incarnation = -1  # of the server this actor started on
         self.version = -1  # of the parameters the policy has
         self.env_steps = 0  # this actor's, over its lanes
         self._pending_pull: Any = None
@@ -69,13 +80,11 @@ class ActorWorker:
         self._last_pull = 0
 
     def run(self) -> int:
-        """Act until the server says the run's steps are taken (or it stops); return this actor's env steps."""
-        import ray
+        """Act until the server says the run's steps are taken (or it stops); return this actor's env steps.
 
-        ray.get(self.server.start_actor.remote(self.index))
-        self.pull(wait=True)
-        ts = self.env.reset(seed=self.seed)
-        self.begin(ts)
+        When the replay server restarts (from its checkpoint), the actor starts again on it: its episodes in
+        progress end where the server's checkpoint has them, and the actor's envs reset."""
+        ts = self.start()
         stop = False
         while not stop:
             actions, extras = self.actor.select_action(ts.observation, first=ts.first)
@@ -84,13 +93,43 @@ class ActorWorker:
             self.env_steps += self.block.num_lanes
             self._unshipped_steps += self.block.num_lanes
             self._episodes += self.stats.update(ts)
-            if self.block.steps == self.block.max_steps:
-                stop = self.ship()
-            if self.env_steps - self._last_pull >= self.sync_period:
-                self.pull(wait=False)
-        while self._in_flight:
-            ray.get(self._in_flight.popleft())
+            try:
+                if self.block.steps == self.block.max_steps:
+                    stop = self.ship()
+                if self.env_steps - self._last_pull >= self.sync_period:
+                    self.pull(wait=False)
+            except _ServerGone as gone:
+                warnings.warn(f"actor {self.index}: {gone}; its episodes in progress are lost and its envs reset",
+                              RuntimeWarning, stacklevel=1)
+                ts = self.start()
+        for ref in self._in_flight:  # the last answers (the run is over: a server gone now changes nothing)
+            with contextlib.suppress(_ServerGone):
+                self._answer(ref)
         return self.env_steps
+
+    def start(self) -> TimeStep:
+        """(Re)start on the replay server (waiting up to ``wait_timeout`` seconds for it to be up): reset the
+        envs and begin every lane's episode; the parameters are pulled first."""
+        import ray
+
+        deadline = time.monotonic() + self.wait_timeout
+        while True:
+            try:
+                self.incarnation = ray.get(self.server.start_actor.remote(self.index), timeout=self.wait_timeout)
+                break
+            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+        self._in_flight.clear()
+        self._seq, self._unshipped_steps, self._episodes = 0, 0, []
+        self._pending_pull = None
+        self.pull(wait=True)
+        # The first reset is seeded with seed, a restart's with seed + the actor's env steps (as rlflow.run's)
+        ts = self.env.reset(seed=None if self.seed is None else self.seed + self.env_steps)
+        self.stats.reset()
+        self.begin(ts)
+        return ts
 
     def begin(self, ts: TimeStep) -> None:
         """Start every lane's episode at ``ts`` (the env's reset): the block's first step, with no action."""
@@ -105,20 +144,32 @@ class ActorWorker:
         """Send the block to the server and empty it; whether an answer that came says stop."""
         import ray
 
-        ref = self.server.insert_block.remote(self.index, self._seq, self.block.state_dict(), self._unshipped_steps,
-                                              self._episodes)
+        ref = self.server.insert_block.remote(self.index, self.incarnation, self._seq, self.block.state_dict(),
+                                              self._unshipped_steps, self._episodes)
         self._seq += 1
         self.block.clear()
         self._unshipped_steps, self._episodes = 0, []
         self._in_flight.append(ref)
         stop = False
         while len(self._in_flight) > self.max_in_flight:
-            stop = ray.get(self._in_flight.popleft()) or stop
+            stop = self._answer(self._in_flight.popleft()) or stop
         ready, _ = ray.wait(list(self._in_flight), num_returns=len(self._in_flight), timeout=0)
         for ref in ready:  # answers already here: a stop is seen without waiting
             self._in_flight.remove(ref)
-            stop = ray.get(ref) or stop
+            stop = self._answer(ref) or stop
         return stop
+
+    def _answer(self, ref: Any) -> bool:
+        """The server's answer to a block (whether to stop); :class:`_ServerGone` when the server died or
+        restarted since."""
+        import ray
+
+        try:
+            return bool(ray.get(ref))
+        except ServerRestarted as exc:
+            raise _ServerGone(str(exc).splitlines()[-1]) from None
+        except ray.exceptions.RayActorError as exc:
+            raise _ServerGone(f"the replay server is gone ({type(exc).__name__})") from None
 
     def pull(self, *, wait: bool) -> None:
         """Ask the variable source for parameters newer than the policy's; set them when they have come (at once

@@ -10,13 +10,16 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import os
 import pickle
 import time
+import warnings
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from rlflow import run_checkpoint
 from rlflow.actors import evaluate as evaluate_policy
 from rlflow.core import Learner, learner_step
 from rlflow.distributed.actor import ActorWorker
@@ -30,7 +33,6 @@ __all__ = ["Layout", "run"]
 
 _POLL = 0.2  # seconds between the driver's looks at the server's progress
 _SAMPLE_WAIT = 0.5  # seconds a sample request waits at the server before the driver looks around again
-_NOT_YET = ("checkpoint_every", "checkpoint_dir", "resume")  # RunConfig fields a distributed run does not take
 
 
 @dataclass(frozen=True)
@@ -47,7 +49,12 @@ class Layout:
         prefetch: sample requests the learner keeps in flight.
         publish_every: learner steps between publications of its parameters.
         actor_cpus: CPUs Ray reserves for each actor (the replay server and variable source reserve none).
-        wait_timeout: seconds a block or sample waits for the rate limiter at the server before it gives up.
+        wait_timeout: seconds a block or sample waits for the rate limiter at the server before it gives up
+            (and that the actors and the driver wait for a restarting server).
+        max_restarts: how many times Ray restarts a dead actor process or replay server (a restarted server
+            comes back from its latest checkpoint).
+        checkpoint_seconds: the replay server also checkpoints when this many seconds passed since its last
+            checkpoint (None: only every ``checkpoint_every`` env steps).
     """
 
     num_actors: int = 2
@@ -58,12 +65,18 @@ class Layout:
     publish_every: int = 1
     actor_cpus: float = 1.0
     wait_timeout: float = 60.0
+    max_restarts: int = 3
+    checkpoint_seconds: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("num_actors", "block_steps", "max_in_flight", "prefetch", "publish_every"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}: expected an integer >= 1, got {value!r}")
+        if isinstance(self.max_restarts, bool) or not isinstance(self.max_restarts, int) or self.max_restarts < 0:
+            raise ValueError(f"max_restarts: expected an integer >= 0, got {self.max_restarts!r}")
+        if self.checkpoint_seconds is not None and not self.checkpoint_seconds > 0:
+            raise ValueError(f"checkpoint_seconds: expected seconds > 0 or None, got {self.checkpoint_seconds!r}")
         if not self.actor_cpus >= 0 or not self.wait_timeout > 0:
             raise ValueError(f"actor_cpus >= 0 and wait_timeout > 0 expected, got {self.actor_cpus!r} and "
                              f"{self.wait_timeout!r}")
@@ -89,10 +102,7 @@ def run(make_env: Callable[[int], Any], make_policy: Callable[[int], Any], learn
         {k: v for k, v in options.items() if k not in names})
     layout = dataclasses.replace(layout if layout is not None else Layout(),
                                  **{k: v for k, v in options.items() if k in names})
-    unsupported = [name for name in _NOT_YET if getattr(config, name) != getattr(RunConfig(), name)]
-    if unsupported:
-        raise ValueError(f"rlflow.distributed.run does not take {', '.join(unsupported)}: run checkpoints are "
-                         "written by rlflow.run only")
+    config.checkpoint_path()  # raises when checkpoints are asked for with nowhere to write them
     return _Launch(make_env, make_policy, learner, adder, table, int(steps), int(batch_size), config, layout).run()
 
 
@@ -122,48 +132,68 @@ class _Launch:
         self.result = RunResult()
 
     def run(self) -> RunResult:
-        ray = _ray()
+        ray = self.ray = _ray()
         started = not ray.is_initialized()
         if started:
             ray.init(address=self.layout.address, include_dashboard=False, log_to_driver=True)
-        server = source = None
-        workers: list[Any] = []
+        self.server = self.source = None
+        self.workers: list[Any] = []
         try:
-            server = ray.remote(num_cpus=0)(ReplayServer).remote(
-                pickle.dumps(self.adder), self.table.name, self.actor_lanes, self.steps, self.block_steps,
-                self.layout.wait_timeout)
-            source = ray.remote(num_cpus=0)(VariableSource).remote()
-            if self.learner is not None:
-                ray.get(source.publish.remote(0, [ray.put(self.learner.get_params())]))
-            seed = self.config.seed
-            remote_worker = ray.remote(num_cpus=self.layout.actor_cpus)(ActorWorker)
-            workers = [remote_worker.remote(i, self.make_env, self.make_policy, server, source, self.adder.store.spec,
-                                            lanes, block_steps=self.block_steps, sync_period=self.config.sync_period,
-                                            max_in_flight=self.layout.max_in_flight,
-                                            seed=None if seed is None else seed + 100_000 * i)
-                       for i, lanes in enumerate(self.actor_lanes)]
-            runs = [w.run.remote() for w in workers]
-            self._drive(ray, server, source, runs)
+            self._start()
+            self._drive()
             return self.result
         finally:
-            for handle in (*workers, server, source):
+            for handle in (*self.workers, self.server, self.source):
                 if handle is not None:
                     with contextlib.suppress(Exception):
-                        ray.kill(handle)
+                        ray.kill(handle, no_restart=True)
             if started:
                 ray.shutdown()
 
-    def _drive(self, ray: Any, server: Any, source: Any, runs: list[Any]) -> None:
+    def _start(self) -> None:
+        """The replay server (from its checkpoint with ``resume``), the variable source and the actors."""
+        ray, config, layout = self.ray, self.config, self.layout
+        checkpoint_dir = config.checkpoint_path()
+        self.learner_state = None if checkpoint_dir is None else checkpoint_dir / "learner.pt"
+        if config.resume and self.learner is not None and self.learner_state is not None \
+                and self.learner_state.exists():
+            saved = run_checkpoint.load_state(self.learner_state)
+            self.learner.load_state_dict(saved["learner"])
+            self.result.learner_steps = int(saved["learner_steps"])
+        name = f"rlflow-replay-server-{os.getpid()}-{time.time_ns()}"  # ray.get_actor(name) finds it
+        # The adder's pickle, held here for the run: a server Ray restarts is built from it again.
+        self.adder_ref = ray.put(pickle.dumps(self.adder))
+        self.server = ray.remote(num_cpus=0, max_restarts=layout.max_restarts, name=name)(_RemoteServer).remote(
+            self.adder_ref, self.table.name, self.actor_lanes, self.steps, self.block_steps,
+            layout.wait_timeout, None if checkpoint_dir is None else str(checkpoint_dir / "server"),
+            config.checkpoint_every, layout.checkpoint_seconds, config.resume)
+        ray.get(self.server.ping.remote())  # raises now what its building raised (e.g. a checkpoint that differs)
+        self.source = ray.remote(num_cpus=0)(VariableSource).remote()
+        if self.learner is not None:
+            self.version = 0
+            ray.get(self.source.publish.remote(0, [ray.put(self.learner.get_params())]))
+        seed = config.seed
+        remote_worker = ray.remote(num_cpus=layout.actor_cpus, max_restarts=layout.max_restarts)(ActorWorker)
+        self.workers = [remote_worker.remote(i, self.make_env, self.make_policy, self.server, self.source,
+                                             self.adder.store.spec, lanes, block_steps=self.block_steps,
+                                             sync_period=config.sync_period, max_in_flight=layout.max_in_flight,
+                                             seed=None if seed is None else seed + 100_000 * i,
+                                             wait_timeout=layout.wait_timeout)
+                        for i, lanes in enumerate(self.actor_lanes)]
+        self.runs = [w.run.remote() for w in self.workers]
+        self.restarts = [0] * len(self.workers)
+
+    def _drive(self) -> None:
         """Learn while the actors act, until the run's steps (or a stop); then stop the server and the actors."""
         from tqdm.auto import tqdm
 
         config, result, learner = self.config, self.result, self.learner
-        logger = make_logger(config.logdir, tensorboard=config.tensorboard)
-        bar = tqdm(total=self.steps, unit="step", disable=not config.progress, dynamic_ncols=True)
-        samples: deque[Any] = deque()
-        pending: dict[str, list[float]] = {}
+        self.logger = make_logger(config.logdir, tensorboard=config.tensorboard)
+        self.bar = tqdm(total=self.steps, unit="step", disable=not config.progress, dynamic_ncols=True)
+        self.samples: deque[Any] = deque()
+        self.pending: dict[str, list[float]] = {}
         next_log, next_eval = config.log_every, config.eval_every or math.inf
-        started, next_poll, version = time.monotonic(), 0.0, 0
+        started, next_poll = time.monotonic(), 0.0
         try:
             with StopRequest() as stop:
                 while not stop.reason:
@@ -171,71 +201,147 @@ class _Launch:
                         result.stopped = "max_seconds"
                         break
                     if time.monotonic() >= next_poll:
-                        self._take(ray.get(server.progress.remote(len(result.episodes))), logger, bar)
-                        _raise_failed(ray, runs)
+                        self._take(self._server_call("progress"))
+                        self._watch_actors()
                         next_poll = time.monotonic() + _POLL
                         if result.env_steps >= self.steps:
                             break
-                        if result.env_steps >= next_log and pending:
+                        if result.env_steps >= next_log and self.pending:
                             next_log += config.log_every
-                            self._emit(logger, "learner", {k: sum(v) / len(v) for k, v in pending.items()})
-                            pending = {}
+                            self._emit("learner", {k: sum(v) / len(v) for k, v in self.pending.items()})
+                            self.pending = {}
                         if result.env_steps >= next_eval and config.eval_env is not None:
                             next_eval += config.eval_every
-                            self._evaluate(ray, source, logger)
+                            self._evaluate()
                     if learner is None:
                         time.sleep(_POLL / 4)
-                        continue
-                    while len(samples) < self.layout.prefetch:
-                        samples.append(server.sample.remote(self.batch_size, _SAMPLE_WAIT))
-                    sample = ray.get(samples.popleft())
-                    if sample is None:
-                        continue
-                    sample = sample.copy()  # writable arrays of this process (Ray's are read-only views)
-                    update = learner_step(learner, sample)
-                    if update.priorities is not None:
-                        server.update_priorities.remote(sample.keys, update.priorities)
-                    result.learner_steps += 1
-                    result.learner_metrics = update.metrics
-                    for k, v in update.metrics.items():
-                        pending.setdefault(k, []).append(v)
-                    if result.learner_steps % self.layout.publish_every == 0:
-                        version += 1
-                        source.publish.remote(version, [ray.put(learner.get_params())])
+                    else:
+                        self._learn_once()
                 if stop.reason:
                     result.stopped = stop.reason
-            ray.get(server.stop.remote())
-            ray.get(runs, timeout=self.layout.wait_timeout)
-            self._take(ray.get(server.progress.remote(len(result.episodes))), logger, bar)
-            if pending:
-                self._emit(logger, "learner", {k: sum(v) / len(v) for k, v in pending.items()})
-            if config.eval_env is not None and not result.stopped:
-                self._evaluate(ray, source, logger)
+            self._finish()
         finally:
-            bar.close()
-            logger.close()
+            self.bar.close()
+            self.logger.close()
 
-    def _take(self, progress: Progress, logger: Any, bar: Any) -> None:
-        """Count the server's new env steps and log each new episode (tagged with its actor)."""
+    def _learn_once(self) -> None:
+        """One learner step on the next prefetched sample (none if it did not come within ``_SAMPLE_WAIT``)."""
+        ray, result, learner = self.ray, self.result, self.learner
+        while len(self.samples) < self.layout.prefetch:
+            self.samples.append(self.server.sample.remote(self.batch_size, _SAMPLE_WAIT))
+        try:
+            sample = ray.get(self.samples.popleft())
+        except ray.exceptions.RayActorError:  # the server restarts: ask again once it is up
+            self.samples.clear()
+            self._server_call("ping")
+            return
+        if sample is None:
+            return
+        sample = sample.copy()  # writable arrays of this process (Ray's are read-only views)
+        update = learner_step(learner, sample)
+        if update.priorities is not None:
+            self.server.update_priorities.remote(sample.keys, update.priorities)
+        result.learner_steps += 1
+        result.learner_metrics = update.metrics
+        for k, v in update.metrics.items():
+            self.pending.setdefault(k, []).append(v)
+        if result.learner_steps % self.layout.publish_every == 0:
+            self.version += 1
+            self.source.publish.remote(self.version, [ray.put(learner.get_params())])
+
+    def _finish(self) -> None:
+        """Stop the server and the actors, write the last checkpoint, log what is left and evaluate."""
+        ray, result, config = self.ray, self.result, self.config
+        self._server_call("stop")
+        with contextlib.suppress(ray.exceptions.RayActorError):
+            ray.get(self.runs, timeout=self.layout.wait_timeout)
+        self._take(self._server_call("progress"))
+        if self.learner_state is not None:
+            self._server_call("checkpoint")
+            if self.learner is not None:
+                run_checkpoint.save_state(self.learner_state, {"learner": self.learner.state_dict(),
+                                                               "learner_steps": result.learner_steps})
+        if self.pending:
+            self._emit("learner", {k: sum(v) / len(v) for k, v in self.pending.items()})
+        if config.eval_env is not None and not result.stopped:
+            self._evaluate()
+
+    def _server_call(self, method: str, *args: Any) -> Any:
+        """``server.method(*args)``, again while the server restarts (up to ``wait_timeout`` seconds)."""
+        ray = self.ray
+        deadline = time.monotonic() + self.layout.wait_timeout
+        while True:
+            try:
+                return ray.get(getattr(self.server, method).remote(*args), timeout=self.layout.wait_timeout)
+            except ray.exceptions.RayActorError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+
+    def _watch_actors(self) -> None:
+        """Raise the error of an actor whose run failed in its code; run again an actor Ray restarted after its
+        process died (while it has restarts left), saying so."""
+        ray = self.ray
+        done, _ = ray.wait(self.runs, num_returns=len(self.runs), timeout=0)
+        for ref in done:
+            i = self.runs.index(ref)
+            try:
+                ray.get(ref)
+            except ray.exceptions.RayActorError:
+                if self.restarts[i] >= self.layout.max_restarts:
+                    raise
+                self.restarts[i] += 1
+                warnings.warn(f"actor {i}'s process died; Ray restarted it ({self.restarts[i]} of max_restarts="
+                              f"{self.layout.max_restarts}): its steps not yet shipped are lost, its episodes in "
+                              "progress end where the server has them", RuntimeWarning, stacklevel=2)
+                self._emit("faults", {"actor": i, "restarts": self.restarts[i]})
+                self._until_up(self.workers[i])
+                self.runs[i] = self.workers[i].run.remote()
+
+    def _until_up(self, handle: Any) -> None:
+        """Wait (up to ``wait_timeout`` seconds) for a restarting Ray actor to be up again."""
+        ray = self.ray
+        deadline = time.monotonic() + self.layout.wait_timeout
+        while True:
+            try:
+                ray.get(handle.__ray_ready__.remote(), timeout=self.layout.wait_timeout)
+                return
+            except ray.exceptions.ActorUnavailableError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+
+    def _take(self, progress: Progress) -> None:
+        """Count the server's env steps and log each episode it took since the last look (tagged with its
+        actor); say so when the server came back from a checkpoint."""
         result = self.result
+        seen = getattr(self, "incarnation", None)
+        self.incarnation = progress.incarnation
+        if seen is not None and seen != progress.incarnation:
+            warnings.warn(f"the replay server restarted from its checkpoint at env step {progress.restored_from}: "
+                          f"what it took after that checkpoint is lost (it had taken {result.env_steps} env steps)",
+                          RuntimeWarning, stacklevel=2)
+            self._emit("faults", {"server_restored_from": -1 if progress.restored_from is None else
+                                  progress.restored_from})
         for actor, env_step, ret, length in progress.episodes:
             result.episodes.append((env_step, ret, length))
-            logger.write("train", env_step, {"return": ret, "length": length, "actor": actor})
+            self.logger.write("train", env_step, {"return": ret, "length": length, "actor": actor})
             for fn in self.config.observers:
                 fn("train", env_step, {"return": ret, "length": length, "actor": actor})
         if self.config.progress:
-            bar.update(max(0, min(progress.env_steps, self.steps) - min(result.env_steps, self.steps)))
+            self.bar.update(max(0, min(progress.env_steps, self.steps) - min(result.env_steps, self.steps)))
         result.env_steps = progress.env_steps
 
-    def _emit(self, logger: Any, stream: str, metrics: Mapping[str, float]) -> None:
-        logger.write(stream, self.result.env_steps, metrics)
+    def _emit(self, stream: str, metrics: Mapping[str, float]) -> None:
+        self.logger.write(stream, self.result.env_steps, metrics)
         for fn in self.config.observers:
             fn(stream, self.result.env_steps, metrics)
 
-    def _evaluate(self, ray: Any, source: Any, logger: Any) -> None:
+    def _evaluate(self) -> None:
         """Evaluation episodes in this process, with the policy of actor 0 given the latest parameters."""
+        ray = self.ray
         policy = self.make_policy(0)
-        answer = ray.get(source.newer.remote(-1))
+        answer = ray.get(self.source.newer.remote(-1))
         if answer is not None:
             policy.set_params(ray.get(answer[1][0]))
         began = time.monotonic()
@@ -244,7 +350,7 @@ class _Launch:
         self.result.eval_seconds += time.monotonic() - began
         mean = float(sum(returns) / len(returns))
         self.result.evaluations.append((self.result.env_steps, mean))
-        self._emit(logger, "eval", {"return": mean})
+        self._emit("eval", {"return": mean})
 
 
 def _fit_block_steps(table: Any, batch_size: int, block_steps: int, items_per_step: int) -> int:
@@ -263,11 +369,17 @@ def _fit_block_steps(table: Any, batch_size: int, block_steps: int, items_per_st
     return 1
 
 
-def _raise_failed(ray: Any, runs: list[Any]) -> None:
-    """Raise the error of an actor whose run ended with one."""
-    done, _ = ray.wait(runs, num_returns=len(runs), timeout=0)
-    if done:
-        ray.get(done)
+class _RemoteServer(ReplayServer):
+    """The replay server as a Ray actor: a process Ray restarted comes back from its latest checkpoint."""
+
+    def __init__(self, *args: Any) -> None:
+        import ray
+
+        *settings, resume = args
+        with warnings.catch_warnings():  # (Ray's own deprecation warning from inside the call)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            restarted = ray.get_runtime_context().was_current_actor_reconstructed
+        super().__init__(*settings, restore=resume or restarted)
 
 
 def _ray() -> Any:

@@ -20,6 +20,8 @@ The class has no Ray in it (:mod:`rlflow.distributed.launcher` makes it a Ray ac
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import os
 import pickle
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -30,11 +32,16 @@ import numpy as np
 
 from rlflow.adders import StepBlock
 
-__all__ = ["BlockRefused", "Progress", "ReplayServer"]
+__all__ = ["BlockRefused", "Progress", "ReplayServer", "ServerRestarted"]
 
 
 class BlockRefused(ValueError):
     """A block an actor shipped does not fit the server's store or does not follow from its lanes' state."""
+
+
+class ServerRestarted(RuntimeError):
+    """A block was filled for an earlier run of the server (before a restart): the actor must start again
+    (:meth:`ReplayServer.start_actor`)."""
 
 
 @dataclass
@@ -48,6 +55,9 @@ class Progress:
     episodes: list[tuple[int, int, float, int]] = field(default_factory=list)  # (actor, env step, return, length)
     table_size: int = 0
     stopping: bool = False
+    restored_from: int | None = None  # env steps of the checkpoint this server came back from (None: none)
+    checkpoints: int = 0  # written by this server
+    incarnation: int = 0  # of the server process (another after a restart)
 
 
 class ReplayServer:
@@ -61,10 +71,17 @@ class ReplayServer:
         steps: the env steps to take in all; a block that reaches them gets ``stop`` in its answer.
         block_steps: the most steps an actor's block holds.
         wait_timeout: seconds a block or sample waits for the rate limiter before its call gives up.
+        checkpoint_dir: where the server writes its checkpoints (:mod:`rlflow.run_checkpoint`'s layout: the
+            store, every table, the adder's state and the server's counters), None: none.
+        checkpoint_every, checkpoint_seconds: a checkpoint when this many env steps (0: never) or seconds
+            (None: never) have passed since the last one, checked after each block.
+        restore: come back from the latest checkpoint in ``checkpoint_dir`` (a restarted server, or a
+            resumed run), if there is one.
     """
 
     def __init__(self, adder: Any, table: str | None, actor_lanes: Sequence[Sequence[int]], steps: int,
-                 block_steps: int, wait_timeout: float = 30.0) -> None:
+                 block_steps: int, wait_timeout: float = 30.0, checkpoint_dir: str | None = None,
+                 checkpoint_every: int = 0, checkpoint_seconds: float | None = None, restore: bool = False) -> None:
         self.adder = adder = pickle.loads(adder) if isinstance(adder, bytes) else adder
         names = [t.name for t in adder.tables]
         if table is not None and table not in names:
@@ -79,6 +96,50 @@ class ReplayServer:
         self._next_seq = [0] * len(self._lanes)
         self._progress = Progress()
         self._changed: asyncio.Condition | None = None  # made in the event loop, on first use
+        self.incarnation = time.time_ns()  # blocks filled for another incarnation are refused
+        self.checkpoint_dir = checkpoint_dir
+        self.checkpoint_every, self.checkpoint_seconds = int(checkpoint_every), checkpoint_seconds
+        if restore and checkpoint_dir is not None:
+            self._restore()
+        self._saved_at = (self._progress.env_steps, time.monotonic())
+
+    # ------------------------------------------------------------------ checkpoints
+    def _restore(self) -> None:
+        """Load the latest checkpoint (store, tables, adder, counters), if one was written."""
+        from rlflow import run_checkpoint
+
+        path = run_checkpoint.latest(self.checkpoint_dir)
+        if path is None:
+            return
+        state = run_checkpoint.load_run(path, self.adder.store, self.adder.tables, self.adder)
+        self.adder.load_state_dict(state["adder"])
+        counters = state["server"]
+        p = self._progress
+        p.env_steps, p.blocks, p.inserts, p.samples = (int(counters[k]) for k in ("env_steps", "blocks", "inserts",
+                                                                                   "samples"))
+        p.restored_from = p.env_steps
+
+    async def checkpoint(self) -> str | None:
+        """Write a checkpoint now (atomically: a crash while writing keeps the one before); its directory."""
+        if self.checkpoint_dir is None:
+            return None
+        from rlflow import run_checkpoint
+
+        p = self._progress
+        counters = {"env_steps": p.env_steps, "blocks": p.blocks, "inserts": p.inserts, "samples": p.samples}
+        path = run_checkpoint.save_run(self.checkpoint_dir, p.env_steps, self.adder.store, self.adder.tables,
+                                       {"adder": self.adder.state_dict(), "server": counters})
+        p.checkpoints += 1
+        self._saved_at = (p.env_steps, time.monotonic())
+        return str(path)
+
+    async def _maybe_checkpoint(self) -> None:
+        steps, when = self._saved_at
+        p = self._progress
+        due_steps = self.checkpoint_every > 0 and p.env_steps - steps >= self.checkpoint_every
+        due_time = self.checkpoint_seconds is not None and time.monotonic() - when >= self.checkpoint_seconds
+        if due_steps or due_time:
+            await self.checkpoint()
 
     # ------------------------------------------------------------------ waits
     def _condition(self) -> asyncio.Condition:
@@ -102,24 +163,30 @@ class ReplayServer:
             changed.notify_all()
 
     # ------------------------------------------------------------------ actors
-    async def insert_block(self, actor: int, seq: int, state: Mapping[str, Any], env_steps: int,
+    async def insert_block(self, actor: int, incarnation: int, seq: int, state: Mapping[str, Any], env_steps: int,
                            episodes: Sequence[tuple[float, int]] = ()) -> bool:
-        """Write actor ``actor``'s ``seq``-th block (a :meth:`StepBlock.state_dict`), once its blocks before it are
-        written and every table admits its items; ``env_steps`` and ``episodes`` (return, length) are what the
-        actor's env did to fill it. Returns whether the actor should stop (the run's steps are reached, or the
-        server stops). Raises :class:`BlockRefused` naming the actor for a block that does not fit; the store
-        and tables are then as they were."""
+        """Write actor ``actor``'s ``seq``-th block (a :meth:`StepBlock.state_dict`) since it started on this
+        server's ``incarnation`` (:meth:`start_actor`), once its blocks before it are written and every table
+        admits its items; ``env_steps`` and ``episodes`` (return, length) are what the actor's env did to fill
+        it. Returns whether the actor should stop (the run's steps are reached, or the server stops). Raises
+        :class:`BlockRefused` naming the actor for a block that does not fit (the store and tables are then
+        as they were), :class:`ServerRestarted` for a block of another incarnation."""
         if not 0 <= actor < len(self._lanes):
             raise BlockRefused(f"actor {actor}: the server knows actors 0..{len(self._lanes) - 1}")
+        if incarnation != self.incarnation:
+            raise ServerRestarted(f"actor {actor}: the replay server restarted (from its checkpoint at env step "
+                                  f"{self._progress.restored_from}); start the actor again")
         if not await self._until(lambda: self._next_seq[actor] == seq, self.wait_timeout):
             raise BlockRefused(f"actor {actor}: block {seq} came, block {self._next_seq[actor]} never did")
         try:
             if self._progress.stopping:
                 return True
-            return await self._write(actor, state, env_steps, episodes)
+            stop = await self._write(actor, state, env_steps, episodes)
         finally:
             self._next_seq[actor] = seq + 1
             await self._notify()
+        await self._maybe_checkpoint()
+        return stop
 
     async def _write(self, actor: int, state: Mapping[str, Any], env_steps: int,
                      episodes: Sequence[tuple[float, int]]) -> bool:
@@ -161,8 +228,8 @@ class ReplayServer:
 
     async def start_actor(self, actor: int) -> int:
         """Actor ``actor`` (re)starts: the episodes in progress on its lanes end as truncated at their last
-        step (a restarted actor loses only the steps it had not shipped) and its blocks count from 0 again.
-        Returns the env steps taken so far."""
+        step written (a restarted actor loses only the steps it had not shipped) and its blocks count from 0
+        again. Returns the incarnation its blocks name."""
         lanes = self._lanes[actor]
         most = lanes.size * self.adder.max_items_per_step
         if not await self._until(lambda: all(t.can_insert(most) for t in self.adder.tables), self.wait_timeout):
@@ -171,7 +238,7 @@ class ReplayServer:
         self.adder.truncate(lanes)
         self._next_seq[actor] = 0
         await self._notify()
-        return self._progress.env_steps
+        return self.incarnation
 
     # ------------------------------------------------------------------ the learner
     async def sample(self, batch_size: int, timeout: float | None = None) -> Any:
@@ -197,17 +264,18 @@ class ReplayServer:
         return self.table
 
     # ------------------------------------------------------------------ the driver
-    async def progress(self, episodes_from: int = 0) -> Progress:
-        """What was taken so far, with the episodes from number ``episodes_from`` on."""
+    async def progress(self) -> Progress:
+        """What was taken so far, with the episodes that ended since the last call (handed over once)."""
         p = self._progress
-        return Progress(p.env_steps, p.blocks, p.inserts, p.samples, p.episodes[episodes_from:],
-                        self.table.size if self.table is not None else 0, p.stopping)
+        episodes, p.episodes = p.episodes, []
+        return dataclasses.replace(p, episodes=episodes, table_size=self.table.size if self.table is not None else 0,
+                                   incarnation=self.incarnation)
 
     async def stop(self) -> None:
         """End every wait now and from now on: blocks are answered ``stop`` unwritten, samples None."""
         self._progress.stopping = True
         await self._notify()
 
-    async def ping(self) -> float:
-        """The server's clock (an answer shows the server is up)."""
-        return time.monotonic()
+    async def ping(self) -> int:
+        """The server's process id (an answer shows the server is up)."""
+        return os.getpid()
