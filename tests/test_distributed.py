@@ -37,29 +37,34 @@ def test_rlflow_imports_no_ray_outside_distributed():
 
 
 # --------------------------------------------------------------------------- the server, without Ray
-def parts(rate_limiter=None, lanes=4):
+def parts(rate_limiter=None, lanes=4, capacity=64):
     env = make_tagged(0)
-    store = StepStore(env.spec, capacity=64, lanes=lanes)
+    store = StepStore(env.spec, capacity=capacity, lanes=lanes)
     table = Table(store, sampler=Uniform(seed=0), remover=Fifo(), rate_limiter=rate_limiter, name="replay")
     return adders.NStepTransition(store, [table], n=1)
 
 
 def blocks(actor, lanes, count, steps=4):
     """``count`` block states of actor ``actor`` (its env's steps on ``lanes``), as the actor ships them."""
+    return list(block_stream(actor, lanes, count, steps))
+
+
+def block_stream(actor, lanes, count, steps=4):
+    """:func:`blocks`, made one at a time (an actor filling them as it goes)."""
     env = make_tagged(actor, len(lanes))
     block = StepBlock(parts().store.spec, lanes, steps, subset=True)
     ts = env.reset(seed=actor)
     block.start(np.zeros(len(lanes), bool))
     no = np.zeros(len(lanes), bool)
     block.put(block.act_zeros(), TimeStep(ts.observation, block.reward_zeros(), no, no, ts.first, no))
-    out = []
-    while len(out) < count:
+    made = 0
+    while made < count:
         ts = env.step(np.zeros(len(lanes), np.int64))
         block.put(np.zeros(len(lanes), np.int64), ts)
         if block.steps == block.max_steps:
-            out.append(block.state_dict())
+            yield block.state_dict()
             block.clear()
-    return out
+            made += 1
 
 
 def test_blocks_land_in_each_actors_order_whatever_order_they_come_in():
@@ -129,7 +134,8 @@ def test_samples_and_blocks_wait_for_each_other_under_the_rate_limiter():
         await asyncio.sleep(0.05)
         assert not early.done()
         await server.insert_block(0, server.incarnation, 0, shipped[0], 8)  # 6 items (after the reset step): a sample
-        assert len(await early) == 6
+        (sample,) = await early  # one sample (count=1)
+        assert len(sample) == 6
         seq = 1
         while True:  # blocks go in until the limiter's window is full
             task = asyncio.create_task(server.insert_block(0, server.incarnation, seq, shipped[seq], 8))
@@ -155,6 +161,72 @@ def test_samples_and_blocks_wait_for_each_other_under_the_rate_limiter():
 
     progress = asyncio.run(scenario())
     assert progress.samples == 14 and progress.stopping
+
+
+def test_blocks_at_a_full_window_go_in_in_turn_and_nothing_waits_inside_a_write(monkeypatch):
+    """Two actors push blocks as fast as they fill them while a learner samples under the window of the rate
+    limiter: each block goes in whole once the table admits it (a write never has to wait inside the table,
+    which would stop the server's event loop: the admission is checked again after every wake-up, right
+    before the write), and the blocks waiting go in in the order they came (neither actor starves)."""
+    from rlflow.replay.table import TableBase
+
+    def no_wait(self, deadline, what):
+        raise AssertionError(f"a write waited inside the table: {what}")
+
+    monkeypatch.setattr(TableBase, "_wait", no_wait)
+    limiter = SampleToInsertRatio(samples_per_insert=8.0, min_size_to_sample=200, error_buffer=4_000)
+    per_actor = 150
+    landed = {0: 0, 1: 0}
+
+    async def push(server, actor):
+        incarnation = await server.start_actor(actor)
+        for seq, state in enumerate(block_stream(actor, [2 * actor, 2 * actor + 1], per_actor, steps=16)):
+            await server.insert_block(actor, incarnation, seq, state, 32)
+            landed[actor] += 1
+
+    async def learn(server):
+        while min(landed.values()) < per_actor:
+            if await server.sample(64, timeout=5, count=4) is None:
+                return
+            await asyncio.sleep(0.001)  # a learner step
+
+    async def scenario():
+        server = ReplayServer(pickle.dumps(parts(limiter, capacity=1_000)), "replay", [[0, 1], [2, 3]],
+                              steps=10**6, block_steps=16, wait_timeout=10)
+        await asyncio.wait_for(asyncio.gather(push(server, 0), push(server, 1), learn(server)), 120)
+        return server
+
+    server = asyncio.run(scenario())
+    assert landed == {0: per_actor, 1: per_actor}
+    assert server.table.rate_limiter.inserts == (per_actor * 16 - 1) * 2 * 2
+
+
+@pytest.mark.parametrize("turns", [1, 2, 3, 4])
+def test_a_wait_returns_only_while_what_it_waited_for_still_holds(turns):
+    """A call waits for room for one; a notify makes it, and before the waiting call runs again another call
+    arrives (after ``turns`` turns of the event loop) and takes it if it is still there. Only one of them may
+    go on: a waiting call woken while the room was there must not go on once it is gone (to a write that would
+    then have to wait inside the table, stopping the event loop)."""
+    server = ReplayServer(pickle.dumps(parts()), "replay", [[0, 1]], steps=100, block_steps=4, wait_timeout=5)
+    room, went = [0], []
+
+    async def taker(name, timeout):
+        if await server._until(lambda: room[0] > 0, timeout):
+            room[0] -= 1  # what a block's write does with the room it waited for
+            went.append(name)
+
+    async def scenario():
+        waiting = asyncio.create_task(taker("waiting", 0.5))
+        await asyncio.sleep(0.05)
+        room[0] = 1
+        notified = asyncio.create_task(server._notify())
+        for _ in range(turns):  # the notify runs, the waiting call wakes up and looks at the room
+            await asyncio.sleep(0)
+        await taker("arriving", 0.5)
+        await asyncio.gather(waiting, notified)
+
+    asyncio.run(scenario())
+    assert len(went) == 1 and room == [0]  # one of them took the room; the other did not go on without it
 
 
 def test_a_restored_server_holds_exactly_what_its_checkpoint_held(tmp_path):

@@ -8,9 +8,10 @@ the replay server (``insert_block``), with at most ``max_in_flight`` blocks unan
 waits for the server, which waits for the rate limiter, so a fast actor runs only as far ahead of the
 learner as the limiter lets it.
 
-Parameters come from the :class:`~rlflow.distributed.variables.VariableSource`: every ``sync_period`` env
-steps (of this actor's lanes) the actor asks for parameters newer than its own and goes on acting; it sets
-them on its policy when they arrive, at a later step.
+Parameters come from the :class:`~rlflow.distributed.variables.VariableSource`: when it ships a block and
+``sync_period`` env steps (of this actor's lanes) have passed since its last pull, the actor asks for
+parameters newer than its own and goes on acting; it sets them on its policy when they have arrived, at a
+later block (so an actor asks at most once a block, however small ``sync_period`` is).
 """
 
 from __future__ import annotations
@@ -96,8 +97,8 @@ class ActorWorker:
             try:
                 if self.block.steps == self.block.max_steps:
                     stop = self.ship()
-                if self.env_steps - self._last_pull >= self.sync_period:
-                    self.pull(wait=False)
+                    if self.env_steps - self._last_pull >= self.sync_period:
+                        self.pull(wait=False)
             except _ServerGone as gone:
                 warnings.warn(f"actor {self.index}: {gone}; its episodes in progress are lost and its envs reset",
                               RuntimeWarning, stacklevel=1)

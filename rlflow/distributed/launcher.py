@@ -46,7 +46,7 @@ class Layout:
         block_steps: env steps an actor puts in a block before it ships it; fewer where the learner's
             rate limiter could not admit a block's items at once.
         max_in_flight: blocks an actor has shipped and not had answered, at most (then it waits).
-        prefetch: sample requests the learner keeps in flight.
+        prefetch: samples one request of the learner brings at most (it keeps two requests in flight).
         publish_every: learner steps between publications of its parameters.
         actor_cpus: CPUs Ray reserves for each actor (the replay server and variable source reserve none).
         wait_timeout: seconds a block or sample waits for the rate limiter at the server before it gives up
@@ -61,8 +61,8 @@ class Layout:
     address: str | None = None
     block_steps: int = 32
     max_in_flight: int = 2
-    prefetch: int = 2
-    publish_every: int = 1
+    prefetch: int = 4
+    publish_every: int = 10
     actor_cpus: float = 1.0
     wait_timeout: float = 60.0
     max_restarts: int = 3
@@ -190,7 +190,8 @@ class _Launch:
         config, result, learner = self.config, self.result, self.learner
         self.logger = make_logger(config.logdir, tensorboard=config.tensorboard)
         self.bar = tqdm(total=self.steps, unit="step", disable=not config.progress, dynamic_ncols=True)
-        self.samples: deque[Any] = deque()
+        self.samples: deque[Any] = deque()  # sample requests in flight
+        self.ready: deque[Any] = deque()  # samples received, not yet learned from
         self.pending: dict[str, list[float]] = {}
         next_log, next_eval = config.log_every, config.eval_every or math.inf
         started, next_poll = time.monotonic(), 0.0
@@ -225,19 +226,22 @@ class _Launch:
             self.logger.close()
 
     def _learn_once(self) -> None:
-        """One learner step on the next prefetched sample (none if it did not come within ``_SAMPLE_WAIT``)."""
+        """One learner step on the next sample received; samples come ``prefetch`` a call, two calls in flight
+        (none if no sample came within ``_SAMPLE_WAIT``)."""
         ray, result, learner = self.ray, self.result, self.learner
-        while len(self.samples) < self.layout.prefetch:
-            self.samples.append(self.server.sample.remote(self.batch_size, _SAMPLE_WAIT))
-        try:
-            sample = ray.get(self.samples.popleft())
-        except ray.exceptions.RayActorError:  # the server restarts: ask again once it is up
-            self.samples.clear()
-            self._server_call("ping")
-            return
-        if sample is None:
-            return
-        sample = sample.copy()  # writable arrays of this process (Ray's are read-only views)
+        if not self.ready:
+            while len(self.samples) < 2:
+                self.samples.append(self.server.sample.remote(self.batch_size, _SAMPLE_WAIT, self.layout.prefetch))
+            try:
+                received = ray.get(self.samples.popleft())
+            except ray.exceptions.RayActorError:  # the server restarts: ask again once it is up
+                self.samples.clear()
+                self._server_call("ping")
+                return
+            if received is None:
+                return
+            self.ready.extend(received)
+        sample = self.ready.popleft().copy()  # writable arrays of this process (Ray's are read-only views)
         update = learner_step(learner, sample)
         if update.priorities is not None:
             self.server.update_priorities.remote(sample.keys, update.priorities)

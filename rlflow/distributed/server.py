@@ -20,10 +20,12 @@ The class has no Ray in it (:mod:`rlflow.distributed.launcher` makes it a Ray ac
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import os
 import pickle
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -94,6 +96,8 @@ class ReplayServer:
         self._lanes = [np.asarray(lanes, np.int64) for lanes in actor_lanes]
         self._receivers: dict[int, StepBlock] = {}
         self._next_seq = [0] * len(self._lanes)
+        self._queue: deque[int] = deque()  # tickets of the blocks waiting for the rate limiter, in order
+        self._tickets = 0
         self._progress = Progress()
         self._changed: asyncio.Condition | None = None  # made in the event loop, on first use
         self.incarnation = time.time_ns()  # blocks filled for another incarnation are refused
@@ -148,13 +152,20 @@ class ReplayServer:
         return self._changed
 
     async def _until(self, ready: Callable[[], bool], timeout: float | None) -> bool:
-        """Wait until ``ready()`` or :meth:`stop`; False if ``timeout`` seconds passed first."""
+        """Wait until ``ready()`` or :meth:`stop`; False if ``timeout`` seconds passed first. On True, ``ready()``
+        holds now (it is checked again after every wake-up, with no await between that check and the return),
+        so the caller acts on it before any other call runs."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         changed = self._condition()
-        async with changed:
-            try:
-                await asyncio.wait_for(changed.wait_for(lambda: self._progress.stopping or ready()), timeout)
-            except TimeoutError:
+        while not (self._progress.stopping or ready()):
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
                 return False
+            async with changed:
+                if self._progress.stopping or ready():  # changed while the lock was taken
+                    break
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(changed.wait(), remaining)
         return True
 
     async def _notify(self) -> None:
@@ -198,7 +209,16 @@ class ReplayServer:
         adder = self.adder
         most = block.steps * block.num_lanes * adder.max_items_per_step
         tables = adder.tables
-        if not await self._until(lambda: all(t.can_insert(most) for t in tables), self.wait_timeout):
+        # Blocks waiting for the rate limiter go in in the order they began to wait (no actor starves another).
+        ticket = self._tickets
+        self._tickets += 1
+        self._queue.append(ticket)
+        try:
+            admitted = await self._until(lambda: self._queue[0] == ticket and all(t.can_insert(most) for t in tables),
+                                         self.wait_timeout)
+        finally:
+            self._queue.remove(ticket)  # (the next in the queue is woken when this call ends: insert_block)
+        if not admitted:
             block.clear()
             raise BlockRefused(f"actor {actor}: its block's {most} items waited {self.wait_timeout:g} s for the "
                                "rate limiter (is the learner sampling?)")
@@ -241,18 +261,22 @@ class ReplayServer:
         return self.incarnation
 
     # ------------------------------------------------------------------ the learner
-    async def sample(self, batch_size: int, timeout: float | None = None) -> Any:
-        """A sample of ``batch_size`` items of the learner's table, once its rate limiter admits one; None if
-        ``timeout`` (default ``wait_timeout``) seconds pass first or the server stops."""
+    async def sample(self, batch_size: int, timeout: float | None = None, count: int = 1) -> list[Any] | None:
+        """Up to ``count`` samples of ``batch_size`` items of the learner's table: the first once the rate
+        limiter admits it, the others as far as it admits them at once (one call brings a learner several
+        steps' samples). None if ``timeout`` (default ``wait_timeout``) seconds pass before the first, or the
+        server stops."""
         table = self._learner_table()
         ready = await self._until(lambda: table.can_sample(batch_size),
                                   self.wait_timeout if timeout is None else timeout)
         if not ready or self._progress.stopping:
             return None
-        sample = table.sample(batch_size)
-        self._progress.samples += batch_size
+        samples = [table.sample(batch_size)]
+        while len(samples) < count and table.can_sample(batch_size):
+            samples.append(table.sample(batch_size))
+        self._progress.samples += batch_size * len(samples)
         await self._notify()  # samples are what let a waiting block in
-        return sample
+        return samples
 
     async def update_priorities(self, keys: Any, priorities: Any) -> int:
         """Set the priorities of the sampled items still present (see ``Table.update_priorities``)."""
