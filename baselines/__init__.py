@@ -29,6 +29,26 @@ class RunArgs:
     evaluate: str = ""  # a saved learner.pt: evaluate it over eval_episodes episodes instead of training
 
 
+@dataclass
+class ActorArgs:
+    """The flags of the baselines that also run with actor processes on Ray (``rlflow.distributed``)."""
+
+    num_actors: int = 0  # actor processes on Ray, each with its own envs and policy; 0: one process
+    address: str | None = None  # with --num-actors: a running Ray cluster ("auto" or HOST:PORT); None: a local one
+    sync_period: int = 400  # with --num-actors: env steps of an actor between pulls of the learner's parameters
+
+
+def actor_args(args: Any, actor: int) -> Any:
+    """``args`` as actor ``actor`` of ``args.num_actors`` uses them: its own seed, and its share of the random
+    start (``learning_starts`` over all actors together)."""
+    import dataclasses
+
+    changes = {"seed": args.seed + 10_000 * (actor + 1)}
+    if hasattr(args, "learning_starts"):
+        changes["learning_starts"] = args.learning_starts // args.num_actors
+    return dataclasses.replace(args, **changes)
+
+
 class RandomStartPolicy(rlflow.Policy):
     """A continuous-action policy: uniform random actions in the box for the first ``args.learning_starts``
     steps, then :meth:`choose` (the subclass's), clipped to the box. Acts with the learner's actor itself
@@ -97,13 +117,16 @@ def evaluate_saved(args: Any, eval_env: Any, policy: Any, learner: Any) -> rlflo
 def continuous_replay(args: Any, capacity: int) -> tuple[Any, ...]:
     """The off-policy set-up of the continuous-control baselines: the env and an evaluation env, the action
     bounds and sizes, and a one-step transition adder writing to a uniform table under the ratio of
-    ``args.samples_per_insert`` (from ``args.learning_starts`` stored transitions on).
+    ``args.samples_per_insert`` (from ``args.learning_starts`` stored transitions on); with
+    ``args.num_actors``, a store lane per actor.
 
     Returns ``(env, eval_env, low, high, obs_dim, act_dim, adder, table)``.
     """
     from rlflow import adders, envs
     from rlflow.replay import Fifo, SampleToInsertRatio, StepStore, Table, Uniform
 
+    lanes = max(1, args.num_actors)  # one env per actor with --num-actors
+    steps_at_once = 32 if args.num_actors else 1  # the window holds one sample and one env step (or block)
     env = envs.make(args.env_id, num_envs=None, seed=args.seed)
     eval_env = envs.make(args.env_id, num_envs=None)
     space = env.single_action_space
@@ -111,9 +134,10 @@ def continuous_replay(args: Any, capacity: int) -> tuple[Any, ...]:
     high = space.high.astype(np.float32)
     obs_dim = int(np.prod(env.single_observation_space.shape))
     act_dim = int(np.prod(space.shape))
-    store = StepStore(env.spec, capacity=capacity)
+    store = StepStore(env.spec, capacity=capacity // lanes, lanes=lanes)
     table = Table(store, sampler=Uniform(seed=args.seed), remover=Fifo(), rate_limiter=SampleToInsertRatio(
-        args.samples_per_insert, args.learning_starts, error_buffer=args.batch_size + args.samples_per_insert))
+        args.samples_per_insert, args.learning_starts,
+        error_buffer=args.batch_size + steps_at_once * lanes * args.samples_per_insert))
     adder = adders.NStepTransition(store, [table], n=1, discount=args.gamma)
     return env, eval_env, low, high, obs_dim, act_dim, adder, table
 
@@ -167,11 +191,12 @@ class BestLearner:
 
 
 def train(name: str, args: Any, env: Any, eval_env: Any, policy: Any, learner: Any, adder: Any,
-          table: Any) -> rlflow.RunResult:
+          table: Any, actors: Any = None) -> rlflow.RunResult:
     """Run ``rlflow.run`` with the baseline's common flags, then save the learner, plot and report; with
     ``args.evaluate``, evaluate that saved learner instead (:func:`evaluate_saved`). The learner of the best
     evaluation is saved beside the final one as it happens (:class:`BestLearner`), and both results are
-    printed at the end."""
+    printed at the end. With ``actors`` (``(make_env, make_policy)``), the run is ``rlflow.distributed.run``
+    with ``args.num_actors`` actor processes on the Ray cluster at ``args.address`` (None: a local one)."""
     from rlflow.run_checkpoint import save_state
 
     if args.evaluate:
@@ -179,10 +204,16 @@ def train(name: str, args: Any, env: Any, eval_env: Any, policy: Any, learner: A
         return evaluate_saved(args, eval_env, policy, learner)
     logdir = Path(args.logdir)
     best = BestLearner(logdir / "learner_best.pt", args, learner, resume=args.resume)
-    result = rlflow.run(env, policy, learner, adder, table, steps=args.total_steps, batch_size=args.batch_size,
-                        eval_env=eval_env, eval_every=args.eval_every, eval_episodes=args.eval_episodes,
-                        logdir=args.logdir, progress=args.progress, seed=args.seed, observers=[best],
-                        checkpoint_every=args.checkpoint_every, resume=args.resume)
+    options = dict(steps=args.total_steps, batch_size=args.batch_size, eval_env=eval_env, eval_every=args.eval_every,
+                   eval_episodes=args.eval_episodes, logdir=args.logdir, progress=args.progress, seed=args.seed,
+                   observers=[best], checkpoint_every=args.checkpoint_every, resume=args.resume)
+    if actors is None:
+        result = rlflow.run(env, policy, learner, adder, table, **options)
+    else:
+        from rlflow import distributed
+
+        result = distributed.run(*actors, learner, adder, table, num_actors=args.num_actors, address=args.address,
+                                 sync_period=args.sync_period, **options)
     env.close()
     eval_env.close()
     save_state(logdir / "learner.pt", {"args": asdict(args), "learner": learner.state_dict()})

@@ -3,6 +3,7 @@ default; dueling heads and prioritized replay as options.
 
     python -m baselines.dqn                                  # CartPole-v1, 50k env steps
     python -m baselines.dqn --env-id Acrobot-v1 --total-steps 100000
+    python -m baselines.dqn --num-actors 2                   # Ape-X style: actor processes on Ray
 
 rlflow does the data: the env wrapper, an n-step transition adder writing each step once, a uniform or
 prioritized table under a SampleToInsertRatio rate limiter (how many samples each env step buys), and
@@ -15,6 +16,13 @@ double Q, 3-step returns, a target moving 0.02 of the way to the online network 
 step (CleanRL's and SB3's ``tau``), the learning rate falling linearly to 0, and the gradient norm
 clipped at 10; one learner step of 64 every 4 env steps on 128-128 networks (16 samples per inserted
 transition, spread evenly). baselines/README.md has their runs on CartPole-v1 and Acrobot-v1.
+
+With ``--num-actors N`` the run is Ape-X's layout on ``rlflow.distributed`` (``pip install "rlflow[ray]"``):
+N actor processes, each with ``--num-envs`` envs and a Q-network of its own whose epsilon falls from 1 over
+the first ``--exploration-fraction`` of its share of the run to Ape-X's ``0.4 ** (1 + 7 i / (N - 1))``
+(actor ``i``; 0.4 for one actor), taking the learner's parameters every ``--sync-period`` env steps; the
+replay (n-step transitions, uniform or ``--prioritized``) in a replay server; the learner here.
+``--address`` joins a running Ray cluster.
 """
 
 from __future__ import annotations
@@ -28,7 +36,7 @@ import tyro
 from torch import nn
 
 import rlflow
-from baselines import RunArgs, train
+from baselines import ActorArgs, RunArgs, actor_args, train
 from baselines._nets import QNetwork
 from rlflow import adders, envs
 from rlflow.replay import Fifo, Prioritized, SampleToInsertRatio, StepStore, Table, Uniform
@@ -40,7 +48,7 @@ FINAL_EPSILON: dict[str, float] = {"Acrobot-v1": 0.1}
 
 
 @dataclass
-class Args(RunArgs):
+class Args(RunArgs, ActorArgs):
     env_id: str = "CartPole-v1"
     total_steps: int = 50_000
     num_envs: int = 1
@@ -194,6 +202,40 @@ class EpsilonGreedy(rlflow.Policy):
         self.rng.bit_generator.state = state["rng"]
 
 
+class ActorEpsilon(EpsilonGreedy):
+    """:class:`EpsilonGreedy` of one actor of several: epsilon falls from 1 over the first
+    ``exploration_fraction`` of the actor's share of the run (``total_steps / num_actors``) to the actor's own
+    final value (Ape-X's, :func:`apex_epsilon`). In an actor process the network it is given
+    (``set_params``) is a copy of the learner's."""
+
+    def __init__(self, q: QNetwork, n_actions: int, args: Args, final: float) -> None:
+        super().__init__(q, n_actions, args)
+        self.decay_steps = max(1, int(args.exploration_fraction * args.total_steps / max(1, args.num_actors)))
+        self.final_eps = final
+
+
+def apex_epsilon(actor: int, num_actors: int) -> float:
+    """Ape-X's exploration rate of actor ``actor`` of ``num_actors``: ``0.4 ** (1 + 7 i / (N - 1))`` (0.4 for
+    one actor)."""
+    return 0.4 if num_actors == 1 else 0.4 ** (1 + 7 * actor / (num_actors - 1))
+
+
+class ActorParts:
+    """What each actor process builds for itself: its envs (seeded apart) and its epsilon-greedy policy."""
+
+    def __init__(self, args: Args, obs_dim: int, n_actions: int) -> None:
+        self.args, self.obs_dim, self.n_actions = args, obs_dim, n_actions
+
+    def env(self, actor: int):
+        return envs.make(self.args.env_id, num_envs=self.args.num_envs, seed=actor_args(self.args, actor).seed)
+
+    def policy(self, actor: int) -> ActorEpsilon:
+        torch.set_num_threads(1)
+        args = actor_args(self.args, actor)
+        q = QNetwork(self.obs_dim, self.n_actions, args.hidden, args.dueling)
+        return ActorEpsilon(q, self.n_actions, args, apex_epsilon(actor, args.num_actors))
+
+
 def main(args: Args) -> rlflow.RunResult:
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)
@@ -203,9 +245,12 @@ def main(args: Args) -> rlflow.RunResult:
     obs_dim = int(np.prod(env.single_observation_space.shape))
 
     # Data: every step stored once, one n-step transition item per action, sampled under a ratio.
-    store = StepStore(env.spec, capacity=args.buffer_size // args.num_envs, lanes=args.num_envs)
+    lanes = args.num_envs * max(1, args.num_actors)
+    store = StepStore(env.spec, capacity=args.buffer_size // lanes, lanes=lanes)
     sampler = Prioritized(args.alpha, args.beta, seed=args.seed) if args.prioritized else Uniform(seed=args.seed)
-    window = args.batch_size + args.num_envs * args.n_step * args.samples_per_insert  # one sample + one env step
+    # The window holds one sample and one env step's items (one process) or one actor's block of 32 steps.
+    steps_at_once = 32 if args.num_actors else 1
+    window = args.batch_size + steps_at_once * args.num_envs * args.n_step * args.samples_per_insert
     table = Table(store, sampler=sampler, remover=Fifo(), rate_limiter=SampleToInsertRatio(
         args.samples_per_insert, args.learning_starts, error_buffer=max(window, 2 * args.batch_size)))
     adder = adders.NStepTransition(store, [table], n=args.n_step, discount=args.gamma)
@@ -214,8 +259,12 @@ def main(args: Args) -> rlflow.RunResult:
     # over through get_params / set_params).
     learner = DQNLearner(QNetwork(obs_dim, n_actions, args.hidden, args.dueling), args)
     policy = EpsilonGreedy(learner.q, n_actions, args)
+    if not args.num_actors:
+        return train("DQN", args, env, eval_env, policy, learner, adder, table)
 
-    return train("DQN", args, env, eval_env, policy, learner, adder, table)
+    # Ape-X: actor processes with their own networks and fixed epsilons; the evaluation policy acts greedily.
+    parts = ActorParts(args, obs_dim, n_actions)
+    return train("DQN", args, env, eval_env, policy, learner, adder, table, actors=(parts.env, parts.policy))
 
 
 if __name__ == "__main__":

@@ -7,6 +7,11 @@ SampleToInsertRatio rate limiter, the loop); this file is the algorithm. Hyperpa
 Baselines3 Zoo's Pendulum-v1 SAC (learning rate 1e-3 and SB3's SAC defaults: one gradient step of 256
 per env step after 100 steps, gamma 0.99, tau 0.005, target entropy -dim(A), networks of 256 and 256).
 The MLP and the twin ``Q(s, a)`` critics are ``baselines/_nets.py``'s, shared with TD3.
+
+With ``--num-actors N`` (``pip install "rlflow[ray]"``) N actor processes act, one env each, with their own
+seeds and an N-th of the random start each, and take the learner's actor every ``--sync-period`` env steps;
+the replay is in a replay server and the learner here (``rlflow.distributed``; ``--address auto`` joins a
+running Ray cluster).
 """
 
 from __future__ import annotations
@@ -22,8 +27,9 @@ import tyro
 from torch import nn
 
 import rlflow
-from baselines import RandomStartPolicy, RunArgs, continuous_replay, train
+from baselines import ActorArgs, RandomStartPolicy, RunArgs, actor_args, continuous_replay, train
 from baselines._nets import Critic, mlp
+from rlflow import envs
 from rlflow.replay.sample import map_structure
 
 LOG_STD_MIN = -20.0  # the actor's log standard deviations are clamped to [LOG_STD_MIN, LOG_STD_MAX]
@@ -31,7 +37,7 @@ LOG_STD_MAX = 2.0
 
 
 @dataclass
-class Args(RunArgs):
+class Args(RunArgs, ActorArgs):
     env_id: str = "Pendulum-v1"
     total_steps: int = 20_000
     learning_rate: float = 1e-3
@@ -166,6 +172,23 @@ class StochasticPolicy(RandomStartPolicy):
             return self.actor(obs, noise)[0].numpy()
 
 
+class ActorParts:
+    """What each actor process builds with ``--num-actors``: its env and its own policy (its own seed and share
+    of the random start: ``baselines.actor_args``), acting with the copies of the learner's actor it is given."""
+
+    def __init__(self, args: Args, obs_dim: int, low: np.ndarray, high: np.ndarray) -> None:
+        self.args, self.obs_dim, self.low, self.high = args, obs_dim, low, high
+
+    def env(self, actor: int):
+        return envs.make(self.args.env_id, num_envs=None, seed=actor_args(self.args, actor).seed)
+
+    def policy(self, actor: int) -> StochasticPolicy:
+        torch.set_num_threads(1)
+        args = actor_args(self.args, actor)
+        actor_net = GaussianActor(self.obs_dim, self.low, self.high, args.hidden)
+        return StochasticPolicy(actor_net, self.low, self.high, args)
+
+
 def main(args: Args) -> rlflow.RunResult:
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)
@@ -176,7 +199,10 @@ def main(args: Args) -> rlflow.RunResult:
     critics = (Critic(obs_dim, act_dim, args.hidden), Critic(obs_dim, act_dim, args.hidden))
     learner = SACLearner(actor, critics, args)
     policy = StochasticPolicy(actor, low, high, args)
-    return train("SAC", args, env, eval_env, policy, learner, adder, table)
+    if not args.num_actors:
+        return train("SAC", args, env, eval_env, policy, learner, adder, table)
+    parts = ActorParts(args, obs_dim, low, high)  # actor processes on Ray, one env each
+    return train("SAC", args, env, eval_env, policy, learner, adder, table, actors=(parts.env, parts.policy))
 
 
 if __name__ == "__main__":

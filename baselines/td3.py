@@ -7,6 +7,11 @@ SampleToInsertRatio rate limiter, the loop); this file is the algorithm (the MLP
 critic are ``baselines/_nets.py``'s, shared with SAC). Hyperparameters default to RL Baselines3 Zoo's
 Pendulum-v1 TD3 (one gradient step of 256 per env step after 10,000 random steps,
 gamma 0.98, Gaussian exploration noise of std 0.1 in action units, networks of 400 and 300 units).
+
+With ``--num-actors N`` (``pip install "rlflow[ray]"``) N actor processes act, one env each, with their own
+seeds and an N-th of the random start each, and take the learner's actor every ``--sync-period`` env steps;
+the replay is in a replay server and the learner here (``rlflow.distributed``; ``--address auto`` joins a
+running Ray cluster).
 """
 
 from __future__ import annotations
@@ -21,13 +26,14 @@ import tyro
 from torch import nn
 
 import rlflow
-from baselines import RandomStartPolicy, RunArgs, continuous_replay, train
+from baselines import ActorArgs, RandomStartPolicy, RunArgs, actor_args, continuous_replay, train
 from baselines._nets import Critic, mlp
+from rlflow import envs
 from rlflow.replay.sample import map_structure
 
 
 @dataclass
-class Args(RunArgs):
+class Args(RunArgs, ActorArgs):
     env_id: str = "Pendulum-v1"
     total_steps: int = 20_000
     learning_rate: float = 1e-3
@@ -156,6 +162,22 @@ class GaussianExploration(RandomStartPolicy):
         return action if evaluation else action + self.rng.normal(0.0, self.sigma, action.shape)
 
 
+class ActorParts:
+    """What each actor process builds with ``--num-actors``: its env and its own policy (its own seed and share
+    of the random start: ``baselines.actor_args``), acting with the copies of the learner's actor it is given."""
+
+    def __init__(self, args: Args, obs_dim: int, low: np.ndarray, high: np.ndarray) -> None:
+        self.args, self.obs_dim, self.low, self.high = args, obs_dim, low, high
+
+    def env(self, actor: int):
+        return envs.make(self.args.env_id, num_envs=None, seed=actor_args(self.args, actor).seed)
+
+    def policy(self, actor: int) -> GaussianExploration:
+        torch.set_num_threads(1)
+        args = actor_args(self.args, actor)
+        return GaussianExploration(Actor(self.obs_dim, self.low, self.high, args.hidden), self.low, self.high, args)
+
+
 def main(args: Args) -> rlflow.RunResult:
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)
@@ -166,7 +188,10 @@ def main(args: Args) -> rlflow.RunResult:
     learner = TD3Learner(actor, critics, args)
     policy = GaussianExploration(actor, low, high, args)
 
-    return train("TD3", args, env, eval_env, policy, learner, adder, table)
+    if not args.num_actors:
+        return train("TD3", args, env, eval_env, policy, learner, adder, table)
+    parts = ActorParts(args, obs_dim, low, high)  # actor processes on Ray, one env each
+    return train("TD3", args, env, eval_env, policy, learner, adder, table, actors=(parts.env, parts.policy))
 
 
 if __name__ == "__main__":

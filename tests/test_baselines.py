@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from baselines import BestLearner, dqn
+from baselines import BestLearner, actor_args, dqn, sac, td3
 from rlflow import envs, run_checkpoint
 from rlflow.actors import evaluate
 from rlflow.loggers import read_csv
@@ -73,6 +73,37 @@ def test_dqn_runs_and_logs(tmp_path, options):
     learner = dqn.DQNLearner(dqn.QNetwork(4, 2, (16,), args.dueling), args)
     learner.load_state_dict(saved["learner"])
     assert learner.steps == result.learner_steps
+
+
+@pytest.mark.timeout(300)
+def test_dqn_with_actor_processes_runs_apex_style(ray_local, tmp_path):
+    """--num-actors 2: actor processes with their own networks and Ape-X's fixed epsilons, the replay in a
+    replay server, the learner here; the train log tags each episode with its actor, evaluation is greedy,
+    and the learner's steps follow the rate limiter's samples per insert."""
+    args = dqn.Args(total_steps=3_000, learning_starts=200, samples_per_insert=8.0, batch_size=32, hidden=(16,),
+                    eval_every=1_500, eval_episodes=2, logdir=str(tmp_path), progress=False, num_actors=2,
+                    prioritized=True, sync_period=100)
+    result = dqn.main(args)
+    assert result.env_steps >= 3_000 and [e for e, _ in result.evaluations] and result.learner_steps > 0
+    assert abs(result.learner_steps - (result.env_steps - 200) * 8 / 32) <= 32 * 3 * 8 * 2 / 32 + 64
+    assert {float(r["actor"]) for r in read_csv(tmp_path / "train.csv")} == {0.0, 1.0}
+    assert [dqn.apex_epsilon(i, 3) for i in range(3)] == pytest.approx([0.4, 0.4 ** 4.5, 0.4 ** 8])
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("name", ["td3", "sac"])
+def test_continuous_baselines_run_with_actor_processes(ray_local, tmp_path, name):
+    """TD3 and SAC with --num-actors 2: one env per actor, their own seeds and half the random start each;
+    the run learns from both actors' episodes."""
+    module = {"td3": td3, "sac": sac}[name]
+    args = module.Args(total_steps=1_200, learning_starts=200, samples_per_insert=32.0, batch_size=32, hidden=(16,),
+                       eval_every=1_200, eval_episodes=1, logdir=str(tmp_path), progress=False, num_actors=2,
+                       sync_period=64)
+    result = module.main(args)
+    assert result.env_steps >= 1_200 and result.learner_steps > 0 and result.evaluations
+    assert {float(r["actor"]) for r in read_csv(tmp_path / "train.csv")} == {0.0, 1.0}
+    firsts = [actor_args(args, i) for i in range(2)]
+    assert [a.learning_starts for a in firsts] == [100, 100] and len({a.seed for a in firsts}) == 2
 
 
 def test_a_saved_learner_is_evaluated_without_training(tmp_path, capsys):

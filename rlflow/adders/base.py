@@ -133,7 +133,7 @@ class Adder:
         fields = store.fields
         self._act_names = [n for n in fields if _under(n, "action") or n == "reward" or _under(n, "extras")]
         self._obs_names = [n for n in fields if _under(n, "observation")]
-        Adder._bind(self)
+        self._bind_store()
         # A block never overwrites rows of its own items: its rows (at most two a step) and the rows its
         # items reach back (min_capacity) fit in a lane.
         self.max_block_steps = max(1, (store.capacity - min_capacity) // 2)
@@ -144,8 +144,12 @@ class Adder:
         self._ones = np.ones(self.num_lanes, np.float64)  # priority 1 for new items (read only)
 
     def _bind(self) -> None:
-        """Derive what the compiled writer reads of the store (views of its columns), at construction and
-        when unpickled; a subclass adds what its item maker reads."""
+        """Derive the views of the store the adder reads, when unpickled; a subclass adds what its item maker
+        reads."""
+        self._bind_store()
+
+    def _bind_store(self) -> None:
+        """The compiled writer's views of the store's columns."""
         self._columns = self.store.row_columns(self._act_names, self._obs_names)
         self._packed_store = KS.pack(KS.Store(self._state, self.store.rings(), self._columns))
 

@@ -83,7 +83,7 @@ class NStepTransition(Adder):
         self._bind_rule()
         self._one_lane: StepBlock | None = None  # add_steps's block
 
-    _derived = (*Adder._derived, "_rule", "_packed_items")
+    _derived = ("_columns", "_packed_store", "_rule", "_packed_items")
 
     def _bind(self) -> None:
         super()._bind()

@@ -130,6 +130,7 @@ class _Launch:
                                                                                  adder, table)
         self.steps, self.batch_size, self.config, self.layout = steps, batch_size, config, layout
         self.result = RunResult()
+        self.incarnation: int | None = None  # of the replay server, as last seen (another: it restarted)
 
     def run(self) -> RunResult:
         ray = self.ray = _ray()
@@ -319,8 +320,7 @@ class _Launch:
         """Count the server's env steps and log each episode it took since the last look (tagged with its
         actor); say so when the server came back from a checkpoint."""
         result = self.result
-        seen = getattr(self, "incarnation", None)
-        self.incarnation = progress.incarnation
+        seen, self.incarnation = self.incarnation, progress.incarnation
         if seen is not None and seen != progress.incarnation:
             warnings.warn(f"the replay server restarted from its checkpoint at env step {progress.restored_from}: "
                           f"what it took after that checkpoint is lost (it had taken {result.env_steps} env steps)",

@@ -60,16 +60,6 @@ _DERIVED = frozenset({"lock", "_listeners", "_flat", "_small_rows", "_row_bytes"
                       "_ranges", "_rings"})
 
 
-def _unpickle_store(cls: type, state: dict[str, Any]) -> Any:
-    """A pickled :class:`StepStore` (:meth:`StepStore.__reduce__`), with a new lock and no tables."""
-    store = cls.__new__(cls)
-    store.__dict__.update(state)
-    store.lock = threading.RLock()
-    store._listeners = []
-    store._bind()
-    return store
-
-
 class StepStore:
     """Columnar rings of step rows. See the module docstring for the addressing model.
 
@@ -147,7 +137,15 @@ class StepStore:
             raise TypeError(f"a StepStore with backend={self.backend!r} cannot be pickled (its rows live in "
                             f"{self.directory}): build it with backend='memory', or save a checkpoint "
                             "(rlflow.replay.save) and load it into a store built where it is needed")
-        return _unpickle_store, (type(self), {k: v for k, v in self.__dict__.items() if k not in _DERIVED})
+        return type(self)._unpickled, ({k: v for k, v in self.__dict__.items() if k not in _DERIVED},)
+
+    @classmethod
+    def _unpickled(cls, state: dict[str, Any]) -> StepStore:
+        """A pickled store (:meth:`__reduce__`), with a new lock and no tables."""
+        store = cls.__new__(cls)
+        store.__dict__.update(state, lock=threading.RLock(), _listeners=[])
+        store._bind()
+        return store
 
     def _open_disk_columns(self, shape2: tuple[int, int]) -> dict[str, np.ndarray]:
         if self.directory is None:
