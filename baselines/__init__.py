@@ -49,6 +49,26 @@ def actor_args(args: Any, actor: int) -> Any:
     return dataclasses.replace(args, **changes)
 
 
+class ActorParts:
+    """``make_env`` and ``make_policy`` of a baseline run with ``--num-actors``: actor ``i`` gets ``num_envs``
+    envs (None: one plain env) seeded with its own seed, and the policy ``policy_of(args)`` makes from its
+    :func:`actor_args`, in its own process."""
+
+    def __init__(self, args: Any, num_envs: int | None, policy_of: Any) -> None:
+        self.args, self.num_envs, self.policy_of = args, num_envs, policy_of
+
+    def env(self, actor: int) -> Any:
+        from rlflow import envs
+
+        return envs.make(self.args.env_id, num_envs=self.num_envs, seed=actor_args(self.args, actor).seed)
+
+    def policy(self, actor: int) -> Any:
+        import torch
+
+        torch.set_num_threads(1)
+        return self.policy_of(actor_args(self.args, actor), actor)
+
+
 class RandomStartPolicy(rlflow.Policy):
     """A continuous-action policy: uniform random actions in the box for the first ``args.learning_starts``
     steps, then :meth:`choose` (the subclass's), clipped to the box. Acts with the learner's actor itself

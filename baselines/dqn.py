@@ -36,7 +36,7 @@ import tyro
 from torch import nn
 
 import rlflow
-from baselines import ActorArgs, RunArgs, actor_args, train
+from baselines import ActorArgs, ActorParts, RunArgs, train
 from baselines._nets import QNetwork
 from rlflow import adders, envs
 from rlflow.replay import Fifo, Prioritized, SampleToInsertRatio, StepStore, Table, Uniform
@@ -220,22 +220,6 @@ def apex_epsilon(actor: int, num_actors: int) -> float:
     return 0.4 if num_actors == 1 else 0.4 ** (1 + 7 * actor / (num_actors - 1))
 
 
-class ActorParts:
-    """What each actor process builds for itself: its envs (seeded apart) and its epsilon-greedy policy."""
-
-    def __init__(self, args: Args, obs_dim: int, n_actions: int) -> None:
-        self.args, self.obs_dim, self.n_actions = args, obs_dim, n_actions
-
-    def env(self, actor: int):
-        return envs.make(self.args.env_id, num_envs=self.args.num_envs, seed=actor_args(self.args, actor).seed)
-
-    def policy(self, actor: int) -> ActorEpsilon:
-        torch.set_num_threads(1)
-        args = actor_args(self.args, actor)
-        q = QNetwork(self.obs_dim, self.n_actions, args.hidden, args.dueling)
-        return ActorEpsilon(q, self.n_actions, args, apex_epsilon(actor, args.num_actors))
-
-
 def main(args: Args) -> rlflow.RunResult:
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)
@@ -263,7 +247,8 @@ def main(args: Args) -> rlflow.RunResult:
         return train("DQN", args, env, eval_env, policy, learner, adder, table)
 
     # Ape-X: actor processes with their own networks and fixed epsilons; the evaluation policy acts greedily.
-    parts = ActorParts(args, obs_dim, n_actions)
+    parts = ActorParts(args, args.num_envs, lambda a, i: ActorEpsilon(
+        QNetwork(obs_dim, n_actions, a.hidden, a.dueling), n_actions, a, apex_epsilon(i, a.num_actors)))
     return train("DQN", args, env, eval_env, policy, learner, adder, table, actors=(parts.env, parts.policy))
 
 

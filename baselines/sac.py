@@ -27,9 +27,8 @@ import tyro
 from torch import nn
 
 import rlflow
-from baselines import ActorArgs, RandomStartPolicy, RunArgs, actor_args, continuous_replay, train
+from baselines import ActorArgs, ActorParts, RandomStartPolicy, RunArgs, continuous_replay, train
 from baselines._nets import Critic, mlp
-from rlflow import envs
 from rlflow.replay.sample import map_structure
 
 LOG_STD_MIN = -20.0  # the actor's log standard deviations are clamped to [LOG_STD_MIN, LOG_STD_MAX]
@@ -172,23 +171,6 @@ class StochasticPolicy(RandomStartPolicy):
             return self.actor(obs, noise)[0].numpy()
 
 
-class ActorParts:
-    """What each actor process builds with ``--num-actors``: its env and its own policy (its own seed and share
-    of the random start: ``baselines.actor_args``), acting with the copies of the learner's actor it is given."""
-
-    def __init__(self, args: Args, obs_dim: int, low: np.ndarray, high: np.ndarray) -> None:
-        self.args, self.obs_dim, self.low, self.high = args, obs_dim, low, high
-
-    def env(self, actor: int):
-        return envs.make(self.args.env_id, num_envs=None, seed=actor_args(self.args, actor).seed)
-
-    def policy(self, actor: int) -> StochasticPolicy:
-        torch.set_num_threads(1)
-        args = actor_args(self.args, actor)
-        actor_net = GaussianActor(self.obs_dim, self.low, self.high, args.hidden)
-        return StochasticPolicy(actor_net, self.low, self.high, args)
-
-
 def main(args: Args) -> rlflow.RunResult:
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)
@@ -201,7 +183,9 @@ def main(args: Args) -> rlflow.RunResult:
     policy = StochasticPolicy(actor, low, high, args)
     if not args.num_actors:
         return train("SAC", args, env, eval_env, policy, learner, adder, table)
-    parts = ActorParts(args, obs_dim, low, high)  # actor processes on Ray, one env each
+    # Actor processes on Ray, one env each, acting with copies of the learner's actor.
+    parts = ActorParts(args, None, lambda a, i: StochasticPolicy(GaussianActor(obs_dim, low, high, a.hidden), low,
+                                                                 high, a))
     return train("SAC", args, env, eval_env, policy, learner, adder, table, actors=(parts.env, parts.policy))
 
 

@@ -26,9 +26,8 @@ import tyro
 from torch import nn
 
 import rlflow
-from baselines import ActorArgs, RandomStartPolicy, RunArgs, actor_args, continuous_replay, train
+from baselines import ActorArgs, ActorParts, RandomStartPolicy, RunArgs, continuous_replay, train
 from baselines._nets import Critic, mlp
-from rlflow import envs
 from rlflow.replay.sample import map_structure
 
 
@@ -162,22 +161,6 @@ class GaussianExploration(RandomStartPolicy):
         return action if evaluation else action + self.rng.normal(0.0, self.sigma, action.shape)
 
 
-class ActorParts:
-    """What each actor process builds with ``--num-actors``: its env and its own policy (its own seed and share
-    of the random start: ``baselines.actor_args``), acting with the copies of the learner's actor it is given."""
-
-    def __init__(self, args: Args, obs_dim: int, low: np.ndarray, high: np.ndarray) -> None:
-        self.args, self.obs_dim, self.low, self.high = args, obs_dim, low, high
-
-    def env(self, actor: int):
-        return envs.make(self.args.env_id, num_envs=None, seed=actor_args(self.args, actor).seed)
-
-    def policy(self, actor: int) -> GaussianExploration:
-        torch.set_num_threads(1)
-        args = actor_args(self.args, actor)
-        return GaussianExploration(Actor(self.obs_dim, self.low, self.high, args.hidden), self.low, self.high, args)
-
-
 def main(args: Args) -> rlflow.RunResult:
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)
@@ -190,7 +173,8 @@ def main(args: Args) -> rlflow.RunResult:
 
     if not args.num_actors:
         return train("TD3", args, env, eval_env, policy, learner, adder, table)
-    parts = ActorParts(args, obs_dim, low, high)  # actor processes on Ray, one env each
+    # Actor processes on Ray, one env each, acting with copies of the learner's actor.
+    parts = ActorParts(args, None, lambda a, i: GaussianExploration(Actor(obs_dim, low, high, a.hidden), low, high, a))
     return train("TD3", args, env, eval_env, policy, learner, adder, table, actors=(parts.env, parts.policy))
 
 
