@@ -301,15 +301,24 @@ def test_two_actors_and_a_learner_keep_samples_per_insert_and_sample_whole_windo
 
 @pytest.mark.timeout(240)
 def test_a_collect_only_run_and_a_refused_actor(ray_local):
-    """Without a learner the actors fill a table that only collects; an actor whose policy returns actions out
-    of the action space fails the run with an error naming the policy and the space."""
+    """Without a learner the actors fill a table that only collects, and an evaluator process evaluates; an
+    actor whose policy returns actions out of the action space fails the run with an error naming the policy
+    and the space."""
     env = make_tagged(0)
     store = StepStore(env.spec, capacity=500, lanes=4)
     table = Table(store, sampler=Uniform(seed=0), remover=Fifo(), rate_limiter=MinSize(1))
     adder = adders.NStepTransition(store, [table], n=1)
+    rows = []
     result = distributed.run(make_tagged, RandomPolicy, None, adder, table, steps=2_000, num_actors=2,
-                             progress=False)
+                             progress=False, eval_env=make_tagged(7), eval_every=500, eval_episodes=3,
+                             observers=[lambda *row: rows.append(row)])
     assert result.env_steps >= 2_000 and result.learner_steps == 0 and result.episodes
+    # Evaluations run in the evaluator process, each logged at the env step it was asked at: every 500 and
+    # at the end (Tagged's episodes return 1 + 2 + ... + length, length 3 to 9).
+    asked = [step for step, _ in result.evaluations]
+    assert len(asked) >= 3 and asked == sorted(asked) and asked[-1] == result.env_steps and result.eval_seconds > 0
+    assert all(6 <= mean <= 45 for _, mean in result.evaluations)
+    assert [(r[1], r[2]["return"]) for r in rows if r[0] == "eval"] == result.evaluations
     with pytest.raises(Exception, match=r"BadPolicy.act returned actions that do not fit"):
         distributed.run(make_tagged, BadPolicy, None, adder, table, steps=2_000, num_actors=2, progress=False)
 

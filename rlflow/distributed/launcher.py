@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlflow import run_checkpoint
-from rlflow.actors import evaluate as evaluate_policy
 from rlflow.core import Learner, learner_step
 from rlflow.distributed.actor import ActorWorker
+from rlflow.distributed.evaluator import Evaluator
 from rlflow.distributed.server import Progress, ReplayServer
 from rlflow.distributed.variables import VariableSource
 from rlflow.loggers import make_logger
@@ -137,14 +137,14 @@ class _Launch:
         started = not ray.is_initialized()
         if started:
             ray.init(address=self.layout.address, include_dashboard=False, log_to_driver=True)
-        self.server = self.source = None
+        self.server = self.source = self.evaluator = None
         self.workers: list[Any] = []
         try:
             self._start()
             self._drive()
             return self.result
         finally:
-            for handle in (*self.workers, self.server, self.source):
+            for handle in (*self.workers, self.server, self.source, self.evaluator):
                 if handle is not None:
                     with contextlib.suppress(Exception):
                         ray.kill(handle, no_restart=True)
@@ -183,6 +183,9 @@ class _Launch:
                         for i, lanes in enumerate(self.actor_lanes)]
         self.runs = [w.run.remote() for w in self.workers]
         self.restarts = [0] * len(self.workers)
+        self.evaluations: list[Any] = []  # evaluations asked for, not yet logged
+        self.evaluator = None if config.eval_env is None else ray.remote(num_cpus=0)(Evaluator).remote(
+            _pickled(config.eval_env, "eval_env"), self.make_policy, self.source, config.eval_episodes, config.seed)
 
     def _drive(self) -> None:
         """Learn while the actors act, until the run's steps (or a stop); then stop the server and the actors."""
@@ -205,6 +208,7 @@ class _Launch:
                     if time.monotonic() >= next_poll:
                         self._take(self._server_call("progress"))
                         self._watch_actors()
+                        self._evaluated(wait=False)
                         next_poll = time.monotonic() + _POLL
                         if result.env_steps >= self.steps:
                             break
@@ -270,6 +274,8 @@ class _Launch:
             self._emit("learner", {k: sum(v) / len(v) for k, v in self.pending.items()})
         if config.eval_env is not None and not result.stopped:
             self._evaluate()
+        if config.eval_env is not None:
+            self._evaluated(wait=True)
 
     def _server_call(self, method: str, *args: Any) -> Any:
         """``server.method(*args)``, again while the server restarts (up to ``wait_timeout`` seconds)."""
@@ -342,19 +348,23 @@ class _Launch:
             fn(stream, self.result.env_steps, metrics)
 
     def _evaluate(self) -> None:
-        """Evaluation episodes in this process, with the policy of actor 0 given the latest parameters."""
-        ray = self.ray
-        policy = self.make_policy(0)
-        answer = ray.get(self.source.newer.remote(-1))
-        if answer is not None:
-            policy.set_params(ray.get(answer[1][0]))
-        began = time.monotonic()
-        returns = evaluate_policy(self.config.eval_env, policy, self.config.eval_episodes,
-                                  seed=self.config.seed)
-        self.result.eval_seconds += time.monotonic() - began
-        mean = float(sum(returns) / len(returns))
-        self.result.evaluations.append((self.result.env_steps, mean))
-        self._emit("eval", {"return": mean})
+        """Ask the evaluator for episodes with the latest parameters, at the current env step (the answer is
+        logged when it comes: :meth:`_evaluated`)."""
+        self.evaluations.append(self.evaluator.evaluate.remote(self.result.env_steps))
+
+    def _evaluated(self, *, wait: bool) -> None:
+        """Log the evaluations that have come (all of them with ``wait``), each at the env step it was asked at."""
+        ray, result = self.ray, self.result
+        while self.evaluations:
+            ready, _ = ray.wait(self.evaluations[:1], timeout=None if wait else 0)
+            if not ready:
+                return
+            env_steps, mean, seconds = ray.get(self.evaluations.pop(0))
+            result.eval_seconds += seconds
+            result.evaluations.append((env_steps, mean))
+            self.logger.write("eval", env_steps, {"return": mean})
+            for fn in self.config.observers:
+                fn("eval", env_steps, {"return": mean})
 
 
 def _fit_block_steps(table: Any, batch_size: int, block_steps: int, items_per_step: int) -> int:
@@ -384,6 +394,18 @@ class _RemoteServer(ReplayServer):
             warnings.simplefilter("ignore", DeprecationWarning)
             restarted = ray.get_runtime_context().was_current_actor_reconstructed
         super().__init__(*settings, restore=resume or restarted)
+
+
+def _pickled(value: Any, name: str) -> bytes:
+    """``value`` pickled (with Ray's cloudpickle), for a process that needs its own writable copy; a TypeError
+    names ``name`` when it cannot be."""
+    from ray import cloudpickle
+
+    try:
+        return cloudpickle.dumps(value)
+    except Exception as exc:
+        raise TypeError(f"{name}: rlflow.distributed.run moves it into another process, and it cannot be pickled "
+                        f"({type(exc).__name__}: {exc})") from None
 
 
 def _ray() -> Any:
