@@ -14,12 +14,13 @@ import time
 
 import numpy as np
 import pytest
-from dist_parts import BadPolicy, PidFiles, RandomPolicy, WindowLearner, make_tagged
+from dist_parts import BadPolicy, ParityPolicy, PidFiles, RandomPolicy, RecordingLearner, WindowLearner, make_tagged
 
+import rlflow
 from rlflow import adders, distributed
 from rlflow.adders import StepBlock
 from rlflow.distributed.server import BlockRefused, ReplayServer, ServerRestarted
-from rlflow.replay import Fifo, MinSize, SampleToInsertRatio, StepStore, Table, Uniform
+from rlflow.replay import Fifo, MinSize, Queue, SampleToInsertRatio, StepStore, Table, Uniform
 from rlflow.types import TimeStep
 
 
@@ -137,25 +138,27 @@ def test_samples_and_blocks_wait_for_each_other_under_the_rate_limiter():
         (sample,) = await early  # one sample (count=1)
         assert len(sample) == 6
         seq = 1
-        while True:  # blocks go in until the limiter's window is full
-            task = asyncio.create_task(server.insert_block(0, server.incarnation, seq, shipped[seq], 8))
-            await asyncio.sleep(0.05)
+        while server.table.can_insert(8):  # blocks go in until the limiter's window is full
+            await server.insert_block(0, server.incarnation, seq, shipped[seq], 8)
             seq += 1
-            if not task.done():
-                break
-        assert seq > 2 and server.table.size == 6 + 8 * (seq - 2)
+        assert seq > 2
+        size = server.table.size
+        task = asyncio.create_task(server.insert_block(0, server.incarnation, seq, shipped[seq], 8))
+        await asyncio.sleep(0.05)
+        assert not task.done() and server.table.size == size  # it waits for room
         await server.sample(8)  # makes room: the waiting block goes in
         await asyncio.wait_for(task, 5)
-        assert server.table.size == 6 + 8 * (seq - 1)
-        while True:
-            stuck = asyncio.create_task(server.insert_block(0, server.incarnation, seq, shipped[seq], 8))
-            await asyncio.sleep(0.05)
+        assert server.table.size == size + 8
+        seq += 1
+        while server.table.can_insert(8):
+            await server.insert_block(0, server.incarnation, seq, shipped[seq], 8)
             seq += 1
-            if not stuck.done():
-                break
+        size = server.table.size
+        stuck = asyncio.create_task(server.insert_block(0, server.incarnation, seq, shipped[seq], 8))
+        await asyncio.sleep(0.05)
         await server.stop()
         assert await asyncio.wait_for(stuck, 5) is True  # told to stop, not written
-        assert server.table.size == 6 + 8 * (seq - 2)
+        assert server.table.size == size
         assert await server.sample(8) is None
         return await server.progress()
 
@@ -424,3 +427,27 @@ def test_a_run_resumes_from_its_last_checkpoint(ray_local, tmp_path):
     other = adders.NStepTransition(store, [table], n=2, discount=0.5)
     with pytest.raises(Exception, match=r"adder setting 'n'"):
         distributed.run(make_tagged, RandomPolicy, WindowLearner(), other, table, steps=9_000, resume=True, **options)
+
+
+@pytest.mark.timeout(240)
+def test_one_actor_and_a_queue_feed_the_learner_what_one_process_feeds_it(ray_local):
+    """With one actor, sync_period=1, a policy whose actions follow from the observations, and a FIFO queue
+    (each item sampled once, in insertion order), the distributed learner sees the very items, in the very
+    order, that rlflow.run's learner sees (as far as both runs went)."""
+    def parts():
+        store = StepStore(make_tagged(0).spec, capacity=400, lanes=2)
+        table = Table(store, sampler=Fifo(), remover=Fifo(), max_times_sampled=1, rate_limiter=Queue(64))
+        return adders.NStepTransition(store, [table], n=2, discount=0.5), table
+
+    adder, table = parts()
+    alone = RecordingLearner()
+    rlflow.run(make_tagged(0), ParityPolicy(), alone, adder, table, steps=1_500, batch_size=8, progress=False,
+               seed=0)
+    adder, table = parts()
+    spread = RecordingLearner()
+    distributed.run(make_tagged, lambda actor: ParityPolicy(), spread, adder, table, steps=1_500, batch_size=8,
+                    num_actors=1, sync_period=1, progress=False, seed=0)
+    common = min(len(alone.seen), len(spread.seen))
+    assert common > 150
+    for i in range(common):
+        np.testing.assert_array_equal(alone.seen[i], spread.seen[i], err_msg=f"sample {i}")

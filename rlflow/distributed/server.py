@@ -97,6 +97,7 @@ class ReplayServer:
         self._receivers: dict[int, StepBlock] = {}
         self._next_seq = [0] * len(self._lanes)
         self._queue: deque[int] = deque()  # tickets of the blocks waiting for the rate limiter, in order
+        self._sample_queue: deque[int] = deque()  # the same for sample requests
         self._tickets = 0
         self._progress = Progress()
         self._changed: asyncio.Condition | None = None  # made in the event loop, on first use
@@ -267,9 +268,18 @@ class ReplayServer:
         steps' samples). None if ``timeout`` (default ``wait_timeout``) seconds pass before the first, or the
         server stops."""
         table = self._learner_table()
-        ready = await self._until(lambda: table.can_sample(batch_size),
-                                  self.wait_timeout if timeout is None else timeout)
+        # Requests waiting for the rate limiter are served in the order they came: a learner that keeps several
+        # in flight gets its samples in the order the table gives them (e.g. a FIFO queue's).
+        ticket = self._tickets
+        self._tickets += 1
+        self._sample_queue.append(ticket)
+        try:
+            ready = await self._until(lambda: self._sample_queue[0] == ticket and table.can_sample(batch_size),
+                                      self.wait_timeout if timeout is None else timeout)
+        finally:
+            self._sample_queue.remove(ticket)
         if not ready or self._progress.stopping:
+            await self._notify()  # the next request in the queue may go
             return None
         samples = [table.sample(batch_size)]
         while len(samples) < count and table.can_sample(batch_size):
