@@ -100,24 +100,3 @@ class PidFiles:
         Path(self.folder, f"actor-{actor}.pid").write_text(str(os.getpid()))
         return make_tagged(actor)
 
-
-class ParityPolicy(rlflow.Policy):
-    """Actions from the observation alone (step parity), so that any process acting on the same stream takes
-    the same actions."""
-
-    def act(self, observation, state, *, evaluation=False):
-        return (np.asarray(observation)[:, 2].astype(np.int64) % 2), None, state
-
-
-class RecordingLearner(rlflow.Learner):
-    """Keeps every sample's observations, in the order it learned from them."""
-
-    def __init__(self) -> None:
-        self.seen: list[np.ndarray] = []
-
-    def step(self, sample):
-        self.seen.append(np.array(sample.data.observation))
-        return {}
-
-    def get_params(self):
-        return len(self.seen)

@@ -14,13 +14,12 @@ import time
 
 import numpy as np
 import pytest
-from dist_parts import BadPolicy, ParityPolicy, PidFiles, RandomPolicy, RecordingLearner, WindowLearner, make_tagged
+from dist_parts import BadPolicy, PidFiles, RandomPolicy, WindowLearner, make_tagged
 
-import rlflow
 from rlflow import adders, distributed
 from rlflow.adders import StepBlock
 from rlflow.distributed.server import BlockRefused, ReplayServer, ServerRestarted
-from rlflow.replay import Fifo, MinSize, Queue, SampleToInsertRatio, StepStore, Table, Uniform
+from rlflow.replay import Fifo, MinSize, SampleToInsertRatio, StepStore, Table, Uniform
 from rlflow.types import TimeStep
 
 
@@ -428,26 +427,3 @@ def test_a_run_resumes_from_its_last_checkpoint(ray_local, tmp_path):
     with pytest.raises(Exception, match=r"adder setting 'n'"):
         distributed.run(make_tagged, RandomPolicy, WindowLearner(), other, table, steps=9_000, resume=True, **options)
 
-
-@pytest.mark.timeout(240)
-def test_one_actor_and_a_queue_feed_the_learner_what_one_process_feeds_it(ray_local):
-    """With one actor, sync_period=1, a policy whose actions follow from the observations, and a FIFO queue
-    (each item sampled once, in insertion order), the distributed learner sees the very items, in the very
-    order, that rlflow.run's learner sees (as far as both runs went)."""
-    def parts():
-        store = StepStore(make_tagged(0).spec, capacity=400, lanes=2)
-        table = Table(store, sampler=Fifo(), remover=Fifo(), max_times_sampled=1, rate_limiter=Queue(64))
-        return adders.NStepTransition(store, [table], n=2, discount=0.5), table
-
-    adder, table = parts()
-    alone = RecordingLearner()
-    rlflow.run(make_tagged(0), ParityPolicy(), alone, adder, table, steps=1_500, batch_size=8, progress=False,
-               seed=0)
-    adder, table = parts()
-    spread = RecordingLearner()
-    distributed.run(make_tagged, lambda actor: ParityPolicy(), spread, adder, table, steps=1_500, batch_size=8,
-                    num_actors=1, sync_period=1, progress=False, seed=0)
-    common = min(len(alone.seen), len(spread.seen))
-    assert common > 150
-    for i in range(common):
-        np.testing.assert_array_equal(alone.seen[i], spread.seen[i], err_msg=f"sample {i}")
