@@ -315,10 +315,11 @@ def test_a_collect_only_run_and_a_refused_actor(ray_local):
                              progress=False, eval_env=make_tagged(7), eval_every=500, eval_episodes=3,
                              observers=[lambda *row: rows.append(row)])
     assert result.env_steps >= 2_000 and result.learner_steps == 0 and result.episodes
-    # Evaluations run in the evaluator process, each logged at the env step it was asked at: every 500 and
-    # at the end (Tagged's episodes return 1 + 2 + ... + length, length 3 to 9).
+    # Evaluations run in the evaluator process, each logged at the env step it was asked at: every 500 as the
+    # driver sees the steps go by (a fast run may pass them between two looks) and at the end (Tagged's
+    # episodes return 1 + 2 + ... + length, length 3 to 9).
     asked = [step for step, _ in result.evaluations]
-    assert len(asked) >= 3 and asked == sorted(asked) and asked[-1] == result.env_steps and result.eval_seconds > 0
+    assert asked and asked == sorted(asked) and asked[-1] == result.env_steps and result.eval_seconds > 0
     assert all(6 <= mean <= 45 for _, mean in result.evaluations)
     assert [(r[1], r[2]["return"]) for r in rows if r[0] == "eval"] == result.evaluations
     with pytest.raises(Exception, match=r"BadPolicy.act returned actions that do not fit"):
