@@ -372,14 +372,13 @@ def _fit_block_steps(table: Any, batch_size: int, block_steps: int, items_per_st
     items beside a sample (``rlflow.run_checks.check_limiter``); raises its error when one step is too many."""
     if table is None:
         return block_steps
-    for steps in range(block_steps, 0, -1):
+    for steps in range(block_steps, 1, -1):
         try:
             check_limiter(table, batch_size, steps * items_per_step)
+            return steps
         except ValueError:
-            if steps == 1:
-                raise
             continue
-        return steps
+    check_limiter(table, batch_size, items_per_step)  # raises, naming the fix, when one step is too many
     return 1
 
 
