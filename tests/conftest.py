@@ -13,16 +13,29 @@ settings.load_profile("rlflow")
 
 
 @pytest.fixture(scope="session")
-def ray_local():
-    """A local Ray instance bound to 127.0.0.1, with a small object store and a temporary folder of its own;
-    its workers import this folder's helper modules. Shut down at the end of the session (never
+def ray_cluster():
+    """A local Ray cluster's head node bound to 127.0.0.1 (``ray.cluster_utils.Cluster``, so a test can add and
+    remove nodes), with a small object store and a temporary folder of its own; the session's Ray connects
+    to it. Its workers import this folder's helper modules. Shut down at the end of the session (never
     ``ray stop``, which would end every Ray process of the machine)."""
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     here = str(Path(__file__).resolve().parent)
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p)
     import ray
+    from ray.cluster_utils import Cluster
 
-    ray.init(num_cpus=4, include_dashboard=False, object_store_memory=200 * 2**20, _node_ip_address="127.0.0.1",
-             _temp_dir=tempfile.mkdtemp(prefix="rlflow-ray-"), log_to_driver=False)
-    yield ray
+    cluster = Cluster(initialize_head=True, head_node_args=dict(
+        num_cpus=4, object_store_memory=200 * 2**20, node_ip_address="127.0.0.1", include_dashboard=False,
+        temp_dir=tempfile.mkdtemp(prefix="rlflow-ray-")))
+    ray.init(address=cluster.address, log_to_driver=False)
+    yield cluster
     ray.shutdown()
+    cluster.shutdown()
+
+
+@pytest.fixture(scope="session")
+def ray_local(ray_cluster):
+    """The session's Ray (connected to :func:`ray_cluster`'s head), as the ``ray`` module."""
+    import ray
+
+    return ray

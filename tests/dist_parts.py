@@ -100,3 +100,63 @@ class PidFiles:
         Path(self.folder, f"actor-{actor}.pid").write_text(str(os.getpid()))
         return make_tagged(actor)
 
+
+
+class NodeFiles:
+    """``make_env`` that also writes the id of the Ray node the actor runs on to ``<folder>/actor-<i>.node``
+    (again after a restart)."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
+
+    def __call__(self, actor: int) -> GymEnvironment:
+        from pathlib import Path
+
+        import ray
+
+        Path(self.folder, f"actor-{actor}.node").write_text(ray.get_runtime_context().get_node_id())
+        return make_tagged(actor)
+
+
+class StatefulLearner(WindowLearner):
+    """:class:`WindowLearner` whose state (its counts, the bad windows' count and the id of the process it
+    trained in) goes through ``state_dict``, as a learner in a process of its own hands it back."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pid = None
+
+    def step(self, sample):
+        import os
+
+        self.pid = os.getpid()
+        return super().step(sample)
+
+    def state_dict(self):
+        return {"steps": self.steps, "items": self.items, "bad": len(self.bad), "pid": self.pid}
+
+    def load_state_dict(self, state):
+        self.steps, self.items, self.pid = state["steps"], state["items"], state["pid"]
+        self.bad = [None] * state["bad"]
+
+
+class ParityPolicy(rlflow.Policy):
+    """Actions from the observation alone (step parity), so that any process acting on the same stream takes
+    the same actions."""
+
+    def act(self, observation, state, *, evaluation=False):
+        return (np.asarray(observation)[:, 2].astype(np.int64) % 2), None, state
+
+
+class RecordingLearner(rlflow.Learner):
+    """Keeps every sample's observations, in the order it learned from them."""
+
+    def __init__(self) -> None:
+        self.seen: list[np.ndarray] = []
+
+    def step(self, sample):
+        self.seen.append(np.array(sample.data.observation))
+        return {}
+
+    def get_params(self):
+        return len(self.seen)

@@ -14,11 +14,20 @@ import time
 
 import numpy as np
 import pytest
-from dist_parts import BadPolicy, PidFiles, RandomPolicy, WindowLearner, make_tagged
+from dist_parts import (
+    BadPolicy,
+    NodeFiles,
+    PidFiles,
+    RandomPolicy,
+    StatefulLearner,
+    WindowLearner,
+    make_tagged,
+)
 
-from rlflow import adders, distributed
+from rlflow import adders, distributed, run_checkpoint
 from rlflow.adders import StepBlock
 from rlflow.distributed.server import BlockRefused, ReplayServer, ServerRestarted
+from rlflow.loggers import read_csv
 from rlflow.replay import Fifo, MinSize, SampleToInsertRatio, StepStore, Table, Uniform
 from rlflow.types import TimeStep
 
@@ -421,10 +430,87 @@ def test_a_run_resumes_from_its_last_checkpoint(ray_local, tmp_path):
     assert first.env_steps >= 3_000 and second.env_steps >= 6_000
     assert learner.steps > 0 and second.learner_steps == first.learner_steps + learner.steps
     assert learner.bad == []
+    # The logs go on from where the first run stopped: its rows up to that env step, then the second run's.
+    train = [int(r["step"]) for r in read_csv(tmp_path / "train.csv")]
+    assert train == sorted(train) and train[0] < first.env_steps < train[-1]
+    assert min(int(r["step"]) for r in read_csv(tmp_path / "learner.csv")) < first.env_steps
     store, table = StepStore(make_tagged(0).spec, capacity=2_000, lanes=4), None
     table = Table(store, sampler=Uniform(seed=0), remover=Fifo(), name="replay",
                   rate_limiter=SampleToInsertRatio(samples_per_insert=2.0, min_size_to_sample=64, error_buffer=256))
     other = adders.NStepTransition(store, [table], n=2, discount=0.5)
     with pytest.raises(Exception, match=r"adder setting 'n'"):
         distributed.run(make_tagged, RandomPolicy, WindowLearner(), other, table, steps=9_000, resume=True, **options)
+
+
+
+@pytest.mark.timeout(240)
+def test_the_learner_trains_in_a_ray_actor_of_its_own(ray_local, tmp_path):
+    """With ``learner_options`` the learner trains in a Ray actor of its own (another process), samples whole
+    windows there, and its state comes back to the learner object; ``learner.pt`` holds it."""
+    adder, table = run_parts()
+    learner = StatefulLearner()
+    result = distributed.run(make_tagged, RandomPolicy, learner, adder, table, steps=4_000, batch_size=32,
+                             num_actors=2, progress=False, seed=0, learner_options={"num_cpus": 0},
+                             checkpoint_dir=str(tmp_path), checkpoint_every=1_000)
+    assert result.env_steps >= 4_000 and result.learner_steps > 0
+    assert learner.pid is not None and learner.pid != os.getpid()
+    assert learner.steps == result.learner_steps and learner.bad == []
+    saved = run_checkpoint.load_state(tmp_path / "learner.pt")
+    assert saved["learner_steps"] == result.learner_steps and saved["learner"]["steps"] == learner.steps
+
+
+@pytest.mark.timeout(240)
+def test_the_learner_state_is_saved_with_each_server_checkpoint(ray_local, tmp_path):
+    """``learner.pt`` is written each time the replay server writes a checkpoint, not only at the end: a
+    driver killed mid-run resumes with a trained learner."""
+    adder, table = run_parts()
+    learner = StatefulLearner()
+    path = tmp_path / "learner.pt"
+    seen = []
+
+    def look(stream, step, row):
+        if stream == "train" and path.exists():
+            seen.append((step, run_checkpoint.load_state(path)["learner_steps"]))
+
+    result = distributed.run(make_tagged, RandomPolicy, learner, adder, table, steps=8_000, batch_size=32,
+                             num_actors=2, progress=False, seed=0, checkpoint_dir=str(tmp_path),
+                             checkpoint_every=1_000, observers=[look])
+    assert seen and seen[0][0] < result.env_steps - 1_000  # written well before the end
+    counts = [count for _, count in seen]
+    assert counts == sorted(counts) and 0 < counts[0] < result.learner_steps and len(set(counts)) >= 2
+
+
+@pytest.mark.timeout(300)
+def test_an_actor_on_a_removed_node_comes_back_on_the_head(ray_cluster, ray_local, tmp_path):
+    """Two nodes on this machine: actors placed on the second node (a soft node affinity, through
+    ``actor_options``) come back on the head node when the second node is removed, and the run completes."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    node = ray_cluster.add_node(num_cpus=2, node_ip_address="127.0.0.1", object_store_memory=100 * 2**20)
+    head = ray_local.get_runtime_context().get_node_id()
+    files = [tmp_path / f"actor-{i}.node" for i in (0, 1)]
+    removed = []
+
+    def remove_when_placed():
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if all(f.exists() and f.read_text() == node.node_id for f in files):
+                time.sleep(1.0)  # a few blocks from the second node
+                ray_cluster.remove_node(node)
+                removed.append(True)
+                return
+            time.sleep(0.1)
+
+    threading.Thread(target=remove_when_placed, daemon=True).start()
+    adder, table = run_parts()
+    learner = WindowLearner()
+    rows = []
+    with pytest.warns(RuntimeWarning, match="process died"):
+        result = distributed.run(NodeFiles(str(tmp_path)), RandomPolicy, learner, adder, table, steps=20_000,
+                                 batch_size=32, num_actors=2, progress=False, seed=0, actor_cpus=1,
+                                 actor_options={"scheduling_strategy": NodeAffinitySchedulingStrategy(
+                                     node.node_id, soft=True)}, observers=[lambda *row: rows.append(row)])
+    assert removed and result.env_steps >= 20_000 and learner.bad == []
+    assert [f.read_text() for f in files] == [head, head]  # built again on the head node
+    assert {int(r[2]["actor"]) for r in rows if r[0] == "faults"} == {0, 1}
 

@@ -14,15 +14,15 @@ import os
 import pickle
 import time
 import warnings
-from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from rlflow import run_checkpoint
-from rlflow.core import Learner, learner_step
+from rlflow.core import Learner
 from rlflow.distributed.actor import ActorWorker
 from rlflow.distributed.evaluator import Evaluator
+from rlflow.distributed.learning import LearnerReport, LearnerWorker
 from rlflow.distributed.server import Progress, ReplayServer
 from rlflow.distributed.variables import VariableSource
 from rlflow.loggers import make_logger
@@ -32,7 +32,6 @@ from rlflow.run_checks import check_limiter, check_unsampled, unsampled_tables
 __all__ = ["Layout", "run"]
 
 _POLL = 0.2  # seconds between the driver's looks at the server's progress
-_SAMPLE_WAIT = 0.5  # seconds a sample request waits at the server before the driver looks around again
 
 
 @dataclass(frozen=True)
@@ -55,6 +54,11 @@ class Layout:
             comes back from its latest checkpoint).
         checkpoint_seconds: the replay server also checkpoints when this many seconds passed since its last
             checkpoint (None: only every ``checkpoint_every`` env steps).
+        learner_options: None trains the learner in this process; a mapping trains it in a Ray actor of its
+            own, made with these Ray actor options (e.g. ``{"num_gpus": 1}``, or ``{"num_cpus": 1,
+            "resources": {"learner_node": 1}}``); the trained state comes back to the learner object at the end.
+        actor_options: more Ray actor options for every actor process (e.g. ``{"resources": {...}}`` or a
+            ``scheduling_strategy``), beside ``actor_cpus`` and ``max_restarts``.
     """
 
     num_actors: int = 2
@@ -67,8 +71,15 @@ class Layout:
     wait_timeout: float = 60.0
     max_restarts: int = 3
     checkpoint_seconds: float | None = None
+    learner_options: Mapping[str, Any] | None = None
+    actor_options: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
+        for name in ("learner_options", "actor_options"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, Mapping):
+                raise TypeError(f"{name}: expected a mapping of Ray actor options (e.g. {{'num_gpus': 1}}) or None, "
+                                f"got {type(value).__name__}")
         for name in ("num_actors", "block_steps", "max_in_flight", "prefetch", "publish_every"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -137,14 +148,15 @@ class _Launch:
         started = not ray.is_initialized()
         if started:
             ray.init(address=self.layout.address, include_dashboard=False, log_to_driver=True)
-        self.server = self.source = self.evaluator = None
+        self.server = self.source = self.evaluator = self.trainer = None
         self.workers: list[Any] = []
         try:
             self._start()
             self._drive()
             return self.result
         finally:
-            for handle in (*self.workers, self.server, self.source, self.evaluator):
+            remote_learner = None if isinstance(self.trainer, LearnerWorker) else self.trainer
+            for handle in (*self.workers, self.server, self.source, self.evaluator, remote_learner):
                 if handle is not None:
                     with contextlib.suppress(Exception):
                         ray.kill(handle, no_restart=True)
@@ -152,29 +164,46 @@ class _Launch:
                 ray.shutdown()
 
     def _start(self) -> None:
-        """The replay server (from its checkpoint with ``resume``), the variable source and the actors."""
+        """The replay server (from its checkpoint with ``resume``), the variable source, the learner and the
+        actors."""
         ray, config, layout = self.ray, self.config, self.layout
         checkpoint_dir = config.checkpoint_path()
         self.learner_state = None if checkpoint_dir is None else checkpoint_dir / "learner.pt"
+        learner_steps = 0
         if config.resume and self.learner is not None and self.learner_state is not None \
                 and self.learner_state.exists():
             saved = run_checkpoint.load_state(self.learner_state)
             self.learner.load_state_dict(saved["learner"])
-            self.result.learner_steps = int(saved["learner_steps"])
+            learner_steps = self.result.learner_steps = int(saved["learner_steps"])
         name = f"rlflow-replay-server-{os.getpid()}-{time.time_ns()}"  # ray.get_actor(name) finds it
         # The adder's pickle, held here for the run: a server Ray restarts is built from it again.
         self.adder_ref = ray.put(pickle.dumps(self.adder))
-        self.server = ray.remote(num_cpus=0, max_restarts=layout.max_restarts, name=name)(_RemoteServer).remote(
+        # The replay server, the variable source and the evaluator live on this node, beside the learner.
+        here = _this_node()
+        self.server = ray.remote(num_cpus=0, max_restarts=layout.max_restarts, name=name,
+                                 scheduling_strategy=here)(_RemoteServer).remote(
             self.adder_ref, self.table.name, self.actor_lanes, self.steps, self.block_steps,
             layout.wait_timeout, None if checkpoint_dir is None else str(checkpoint_dir / "server"),
             config.checkpoint_every, layout.checkpoint_seconds, config.resume)
         ray.get(self.server.ping.remote())  # raises now what its building raised (e.g. a checkpoint that differs)
-        self.source = ray.remote(num_cpus=0)(VariableSource).remote()
+        restored = self._server_call("progress").restored_from
+        self.resumed_at = restored if config.resume else None  # a resumed run's env step (its logs go on there)
+        self.source = ray.remote(num_cpus=0, scheduling_strategy=here)(VariableSource).remote()
+        self.trainer = self.training = None
         if self.learner is not None:
-            self.version = 0
-            ray.get(self.source.publish.remote(0, [ray.put(self.learner.get_params())]))
+            settings = dict(batch_size=self.batch_size, prefetch=layout.prefetch, publish_every=layout.publish_every,
+                            wait_timeout=layout.wait_timeout, learner_steps=learner_steps)
+            if layout.learner_options is None:
+                self.trainer = LearnerWorker(self.learner, self.server, self.source, **settings)
+                self.trainer.publish()
+            else:
+                self.trainer = ray.remote(LearnerWorker).options(max_restarts=0, **layout.learner_options).remote(
+                    _pickled(self.learner, "learner"), self.server, self.source, **settings)
+                ray.get(self.trainer.publish.remote())  # raises now what its building raised
         seed = config.seed
         remote_worker = ray.remote(num_cpus=layout.actor_cpus, max_restarts=layout.max_restarts)(ActorWorker)
+        if layout.actor_options:
+            remote_worker = remote_worker.options(**layout.actor_options)
         self.workers = [remote_worker.remote(i, self.make_env, self.make_policy, self.server, self.source,
                                              self.adder.store.spec, lanes, block_steps=self.block_steps,
                                              sync_period=config.sync_period, max_in_flight=layout.max_in_flight,
@@ -184,45 +213,40 @@ class _Launch:
         self.runs = [w.run.remote() for w in self.workers]
         self.restarts = [0] * len(self.workers)
         self.evaluations: list[Any] = []  # evaluations asked for, not yet logged
-        self.evaluator = None if config.eval_env is None else ray.remote(num_cpus=0)(Evaluator).remote(
+        self.evaluator = None if config.eval_env is None else ray.remote(
+            num_cpus=0, scheduling_strategy=here)(Evaluator).remote(
             _pickled(config.eval_env, "eval_env"), self.make_policy, self.source, config.eval_episodes, config.seed)
 
     def _drive(self) -> None:
         """Learn while the actors act, until the run's steps (or a stop); then stop the server and the actors."""
         from tqdm.auto import tqdm
 
-        config, result, learner = self.config, self.result, self.learner
-        self.logger = make_logger(config.logdir, tensorboard=config.tensorboard)
+        config, result = self.config, self.result
+        self.logger = make_logger(config.logdir, tensorboard=config.tensorboard, resume_at=self.resumed_at)
         self.bar = tqdm(total=self.steps, unit="step", disable=not config.progress, dynamic_ncols=True)
-        self.samples: deque[Any] = deque()  # sample requests in flight
-        self.ready: deque[Any] = deque()  # samples received, not yet learned from
-        self.pending: dict[str, list[float]] = {}
+        self.pending: dict[str, list[float]] = {}  # learner metrics since the last log: name -> [sum, count]
+        self.checkpoints = (self.incarnation, 0)  # the server's checkpoints seen (its incarnation, count)
         next_log, next_eval = config.log_every, config.eval_every or math.inf
-        started, next_poll = time.monotonic(), 0.0
+        started = time.monotonic()
         try:
             with StopRequest() as stop:
                 while not stop.reason:
                     if config.max_seconds is not None and time.monotonic() - started > config.max_seconds:
                         result.stopped = "max_seconds"
                         break
-                    if time.monotonic() >= next_poll:
-                        self._take(self._server_call("progress"))
-                        self._watch_actors()
-                        self._evaluated(wait=False)
-                        next_poll = time.monotonic() + _POLL
-                        if result.env_steps >= self.steps:
-                            break
-                        if result.env_steps >= next_log and self.pending:
-                            next_log += config.log_every
-                            self._emit("learner", {k: sum(v) / len(v) for k, v in self.pending.items()})
-                            self.pending = {}
-                        if result.env_steps >= next_eval and config.eval_env is not None:
-                            next_eval += config.eval_every
-                            self._evaluate()
-                    if learner is None:
-                        time.sleep(_POLL / 4)
-                    else:
-                        self._learn_once()
+                    next_poll = time.monotonic() + _POLL
+                    self._take(self._server_call("progress"))
+                    self._watch_actors()
+                    self._evaluated(wait=False)
+                    if result.env_steps >= self.steps:
+                        break
+                    if result.env_steps >= next_log and self.pending:
+                        next_log += config.log_every
+                        self._emit_learner()
+                    if result.env_steps >= next_eval and config.eval_env is not None:
+                        next_eval += config.eval_every
+                        self._evaluate()
+                    self._learn(until=next_poll)
                 if stop.reason:
                     result.stopped = stop.reason
             self._finish()
@@ -230,36 +254,57 @@ class _Launch:
             self.bar.close()
             self.logger.close()
 
-    def _learn_once(self) -> None:
-        """One learner step on the next sample received; samples come ``prefetch`` a call, two calls in flight
-        (none if no sample came within ``_SAMPLE_WAIT``)."""
-        ray, result, learner = self.ray, self.result, self.learner
-        if not self.ready:
-            while len(self.samples) < 2:
-                self.samples.append(self.server.sample.remote(self.batch_size, _SAMPLE_WAIT, self.layout.prefetch))
-            try:
-                received = ray.get(self.samples.popleft())
-            except ray.exceptions.RayActorError:  # the server restarts: ask again once it is up
-                self.samples.clear()
-                self._server_call("ping")
-                return
-            if received is None:
-                return
-            self.ready.extend(received)
-        sample = self.ready.popleft().copy()  # writable arrays of this process (Ray's are read-only views)
-        update = learner_step(learner, sample)
-        if update.priorities is not None:
-            self.server.update_priorities.remote(sample.keys, update.priorities)
-        result.learner_steps += 1
-        result.learner_metrics = update.metrics
-        for k, v in update.metrics.items():
-            self.pending.setdefault(k, []).append(v)
-        if result.learner_steps % self.layout.publish_every == 0:
-            self.version += 1
-            self.source.publish.remote(self.version, [ray.put(learner.get_params())])
+    def _learn(self, *, until: float) -> None:
+        """Learner steps until ``until`` (``time.monotonic()``), in this process or by the learner's Ray actor
+        (one ``train`` call kept in flight); only a wait without a learner."""
+        ray = self.ray
+        remaining = max(0.0, until - time.monotonic())
+        if self.trainer is None:
+            time.sleep(remaining)
+        elif isinstance(self.trainer, LearnerWorker):
+            self._learned(self.trainer.train(remaining))
+        else:
+            if self.training is None:
+                self.training = self.trainer.train.remote(_POLL)
+            ready, _ = ray.wait([self.training], timeout=remaining)
+            if ready:
+                report, self.training = ray.get(self.training), None
+                self._learned(report)
+
+    def _learned(self, report: LearnerReport) -> None:
+        result = self.result
+        result.learner_steps = report.learner_steps
+        if report.last:
+            result.learner_metrics = report.last
+        for k, (total, count) in report.sums.items():
+            mine = self.pending.setdefault(k, [0.0, 0])
+            mine[0] += total
+            mine[1] += count
+
+    def _emit_learner(self) -> None:
+        self._emit("learner", {k: total / count for k, (total, count) in self.pending.items()})
+        self.pending = {}
+
+    def _learner_state(self) -> dict[str, Any]:
+        """The learner's state and step count (from its Ray actor, once its ``train`` call in flight ended)."""
+        if isinstance(self.trainer, LearnerWorker):
+            return self.trainer.state()
+        if self.training is not None:
+            self._learned(self.ray.get(self.training))
+            self.training = None
+        return self.ray.get(self.trainer.state.remote())
+
+    def _save_learner(self) -> dict[str, Any] | None:
+        """Write the learner's state to ``learner.pt`` (if the run checkpoints and has a learner); that state."""
+        if self.trainer is None or self.learner_state is None:
+            return None
+        state = self._learner_state()
+        run_checkpoint.save_state(self.learner_state, state)
+        return state
 
     def _finish(self) -> None:
-        """Stop the server and the actors, write the last checkpoint, log what is left and evaluate."""
+        """Stop the server and the actors, write the last checkpoints, log what is left and evaluate. A learner
+        that trained in its own Ray actor hands its state back to the user's learner object."""
         ray, result, config = self.ray, self.result, self.config
         self._server_call("stop")
         with contextlib.suppress(ray.exceptions.RayActorError):
@@ -267,11 +312,12 @@ class _Launch:
         self._take(self._server_call("progress"))
         if self.learner_state is not None:
             self._server_call("checkpoint")
-            if self.learner is not None:
-                run_checkpoint.save_state(self.learner_state, {"learner": self.learner.state_dict(),
-                                                               "learner_steps": result.learner_steps})
+        state = self._save_learner()
+        if self.trainer is not None and not isinstance(self.trainer, LearnerWorker):
+            state = state if state is not None else self._learner_state()
+            self.learner.load_state_dict(state["learner"])
         if self.pending:
-            self._emit("learner", {k: sum(v) / len(v) for k, v in self.pending.items()})
+            self._emit_learner()
         if config.eval_env is not None and not result.stopped:
             self._evaluate()
         if config.eval_env is not None:
@@ -338,6 +384,10 @@ class _Launch:
             self.logger.write("train", env_step, {"return": ret, "length": length, "actor": actor})
             for fn in self.config.observers:
                 fn("train", env_step, {"return": ret, "length": length, "actor": actor})
+        seen = (progress.incarnation, progress.checkpoints)
+        if progress.checkpoints and seen != self.checkpoints:  # the server wrote a checkpoint: the learner's too
+            self._save_learner()
+        self.checkpoints = seen
         if self.config.progress:
             self.bar.update(max(0, min(progress.env_steps, self.steps) - min(result.env_steps, self.steps)))
         result.env_steps = progress.env_steps
@@ -405,6 +455,15 @@ def _pickled(value: Any, name: str) -> bytes:
     except Exception as exc:
         raise TypeError(f"{name}: rlflow.distributed.run moves it into another process, and it cannot be pickled "
                         f"({type(exc).__name__}: {exc})") from None
+
+
+def _this_node() -> Any:
+    """The driver's Ray node, as a scheduling strategy (a hard one: Ray places actors that reserve no resources
+    anywhere under a soft one, and without the driver's node the run is over anyway)."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
 
 
 def _ray() -> Any:
