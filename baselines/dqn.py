@@ -20,8 +20,10 @@ transition, spread evenly). baselines/README.md has their runs on CartPole-v1 an
 With ``--num-actors N`` the run is Ape-X's layout on ``rlflow.distributed`` (``pip install "rlflow[ray]"``):
 N actor processes, each with ``--num-envs`` envs and a Q-network of its own whose epsilon falls from 1 over
 the first ``--exploration-fraction`` of its share of the run to Ape-X's ``0.4 ** (1 + 7 i / (N - 1))``
-(actor ``i``; 0.4 for one actor), taking the learner's parameters every ``--sync-period`` env steps; the
-replay (n-step transitions, uniform or ``--prioritized``) in a replay server; the learner here.
+(actor ``i``; 0.4 for one actor), but no lower than the one-process final epsilon (0.04 on CartPole:
+with few actors Ape-X's last ones act almost greedily, and runs collapsed late), taking the learner's
+parameters every ``--sync-period`` env steps; the replay (n-step transitions, uniform or
+``--prioritized``) in a replay server; the learner here.
 ``--address`` joins a running Ray cluster.
 """
 
@@ -220,6 +222,12 @@ def apex_epsilon(actor: int, num_actors: int) -> float:
     return 0.4 if num_actors == 1 else 0.4 ** (1 + 7 * actor / (num_actors - 1))
 
 
+def actor_epsilon(args: Args, actor: int) -> float:
+    """Actor ``actor``'s final epsilon: Ape-X's (:func:`apex_epsilon`), no lower than the one-process run's
+    (:func:`final_epsilon`)."""
+    return max(apex_epsilon(actor, args.num_actors), final_epsilon(args))
+
+
 def main(args: Args) -> rlflow.RunResult:
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)
@@ -246,9 +254,10 @@ def main(args: Args) -> rlflow.RunResult:
     if not args.num_actors:
         return train("DQN", args, env, eval_env, policy, learner, adder, table)
 
-    # Ape-X: actor processes with their own networks and fixed epsilons; the evaluation policy acts greedily.
+    # Ape-X: actor processes with their own networks and epsilons; the evaluation policy acts greedily.
     parts = ActorParts(args, args.num_envs, lambda a, i: ActorEpsilon(
-        QNetwork(obs_dim, n_actions, a.hidden, a.dueling), n_actions, a, apex_epsilon(i, a.num_actors)))
+        QNetwork(obs_dim, n_actions, a.hidden, a.dueling), n_actions, a,
+        actor_epsilon(a, i)))
     return train("DQN", args, env, eval_env, policy, learner, adder, table, actors=(parts.env, parts.policy))
 
 

@@ -160,3 +160,52 @@ class RecordingLearner(rlflow.Learner):
 
     def get_params(self):
         return len(self.seen)
+
+
+class NumberedSample:
+    """A stand-in for a Sample: its number, as the stand-in server made it."""
+
+    def __init__(self, number: int) -> None:
+        self.data, self.keys = number, np.array([number])
+
+    def copy(self):
+        return self
+
+
+class OneAtATimeServer:
+    """A stand-in replay server (an asyncio Ray actor) whose sample calls take a while and bring numbered
+    samples; it records the most sample calls it ever ran at once."""
+
+    def __init__(self) -> None:
+        self.running, self.most, self.made = 0, 0, 0
+
+    async def sample(self, batch_size, timeout=None, count=1):
+        import asyncio
+
+        self.running += 1
+        self.most = max(self.most, self.running)
+        await asyncio.sleep(0.02)
+        self.running -= 1
+        out = [NumberedSample(self.made + i) for i in range(count)]
+        self.made += count
+        return out
+
+    async def update_priorities(self, keys, priorities):
+        return 0
+
+    async def most_at_once(self):
+        return self.most
+
+
+class OrderLearner(rlflow.Learner):
+    """Keeps the numbers of the samples it learned from."""
+
+    def __init__(self) -> None:
+        self.seen: list[int] = []
+
+    def step(self, sample):
+        self.seen.append(sample.data)
+        return {}
+
+    def get_params(self):
+        return None

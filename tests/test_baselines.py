@@ -77,7 +77,7 @@ def test_dqn_runs_and_logs(tmp_path, options):
 
 @pytest.mark.timeout(300)
 def test_dqn_with_actor_processes_runs_apex_style(ray_local, tmp_path):
-    """--num-actors 2: actor processes with their own networks and Ape-X's fixed epsilons, the replay in a
+    """--num-actors 2: actor processes with their own networks and Ape-X's epsilons, the replay in a
     replay server, the learner here; the train log tags each episode with its actor, evaluation is greedy,
     and the learner's steps follow the rate limiter's samples per insert."""
     args = dqn.Args(total_steps=3_000, learning_starts=200, samples_per_insert=8.0, batch_size=32, hidden=(16,),
@@ -88,6 +88,13 @@ def test_dqn_with_actor_processes_runs_apex_style(ray_local, tmp_path):
     assert abs(result.learner_steps - (result.env_steps - 200) * 8 / 32) <= 32 * 3 * 8 * 2 / 32 + 64
     assert {float(r["actor"]) for r in read_csv(tmp_path / "train.csv")} == {0.0, 1.0}
     assert [dqn.apex_epsilon(i, 3) for i in range(3)] == pytest.approx([0.4, 0.4 ** 4.5, 0.4 ** 8])
+    # Each actor's final epsilon: Ape-X's, no lower than the one-process run's (the env's, or the flag).
+    for env_id, n, flag, want in [("CartPole-v1", 2, None, [0.4, 0.04]), ("Acrobot-v1", 2, None, [0.4, 0.1]),
+                                  ("CartPole-v1", 4, None, [0.4, 0.4 ** (1 + 7 / 3), 0.04, 0.04]),
+                                  ("CartPole-v1", 3, 0.001, [0.4, 0.4 ** 4.5, 0.001]),
+                                  ("CartPole-v1", 1, None, [0.4])]:
+        a = dqn.Args(env_id=env_id, num_actors=n, exploration_final_eps=flag)
+        assert [dqn.actor_epsilon(a, i) for i in range(n)] == pytest.approx(want)
 
 
 @pytest.mark.timeout(300)

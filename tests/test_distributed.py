@@ -17,18 +17,24 @@ import pytest
 from dist_parts import (
     BadPolicy,
     NodeFiles,
+    OneAtATimeServer,
+    OrderLearner,
+    ParityPolicy,
     PidFiles,
     RandomPolicy,
+    RecordingLearner,
     StatefulLearner,
     WindowLearner,
     make_tagged,
 )
 
+import rlflow
 from rlflow import adders, distributed, run_checkpoint
 from rlflow.adders import StepBlock
+from rlflow.distributed.learning import LearnerWorker
 from rlflow.distributed.server import BlockRefused, ReplayServer, ServerRestarted
 from rlflow.loggers import read_csv
-from rlflow.replay import Fifo, MinSize, SampleToInsertRatio, StepStore, Table, Uniform
+from rlflow.replay import Fifo, MinSize, Queue, SampleToInsertRatio, StepStore, Table, Uniform
 from rlflow.types import TimeStep
 
 
@@ -514,3 +520,48 @@ def test_an_actor_on_a_removed_node_comes_back_on_the_head(ray_cluster, ray_loca
     assert [f.read_text() for f in files] == [head, head]  # built again on the head node
     assert {int(r[2]["actor"]) for r in rows if r[0] == "faults"} == {0, 1}
 
+
+@pytest.mark.timeout(240)
+def test_one_actor_and_a_queue_feed_the_learner_what_one_process_feeds_it(ray_local):
+    """With one actor, sync_period=1, a policy whose actions follow from the observations, and a FIFO queue
+    (each item sampled once, in insertion order), the distributed learner sees the very items, in the very
+    order, that rlflow.run's learner sees: every sample of the distributed run is the one-process run's
+    sample of the same number (the one-process run goes on longer, so that it has one for each)."""
+    def parts():
+        store = StepStore(make_tagged(0).spec, capacity=400, lanes=2)
+        table = Table(store, sampler=Fifo(), remover=Fifo(), max_times_sampled=1, rate_limiter=Queue(64))
+        return adders.NStepTransition(store, [table], n=2, discount=0.5), table
+
+    adder, table = parts()
+    alone = RecordingLearner()
+    rlflow.run(make_tagged(0), ParityPolicy(), alone, adder, table, steps=3_000, batch_size=8, progress=False,
+               seed=0)
+    adder, table = parts()
+    spread = RecordingLearner()
+    distributed.run(make_tagged, lambda actor: ParityPolicy(), spread, adder, table, steps=1_500, batch_size=8,
+                    num_actors=1, sync_period=1, progress=False, seed=0)
+    assert 150 < len(spread.seen) < len(alone.seen)
+    for i, seen in enumerate(spread.seen):
+        np.testing.assert_array_equal(alone.seen[i], seen, err_msg=f"sample {i}")
+
+
+@pytest.mark.timeout(60)
+def test_the_learner_keeps_one_sample_request_in_flight_and_learns_in_the_order_served(ray_local):
+    """Ray runs an asyncio actor's calls concurrently in no set order, so the learner keeps one sample request
+    in flight: the server never runs two at once, and the learner learns from the samples in the order the
+    server made them."""
+    from rlflow.distributed.variables import VariableSource
+
+    server = ray_local.remote(OneAtATimeServer).remote()
+    source = ray_local.remote(VariableSource).remote()
+    learner = OrderLearner()
+    ray_local.get([server.most_at_once.remote(), source.newer.remote(-1)])  # both up
+    worker = LearnerWorker(learner, server, source, batch_size=4, prefetch=3, publish_every=5, wait_timeout=10)
+    for _ in range(100):
+        worker.train(0.1)
+        if len(learner.seen) > 20:
+            break
+    assert worker.learner_steps == len(learner.seen) > 20
+    assert learner.seen == list(range(len(learner.seen)))
+    assert ray_local.get(server.most_at_once.remote()) == 1
+    assert ray_local.get(source.newer.remote(-1))[0] == len(learner.seen) // 5 - 1  # published every 5 steps

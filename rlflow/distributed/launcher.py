@@ -45,7 +45,7 @@ class Layout:
         block_steps: env steps an actor puts in a block before it ships it; fewer where the learner's
             rate limiter could not admit a block's items at once.
         max_in_flight: blocks an actor has shipped and not had answered, at most (then it waits).
-        prefetch: samples one request of the learner brings at most (it keeps two requests in flight).
+        prefetch: samples one request of the learner brings at most (it keeps one request in flight).
         publish_every: learner steps between publications of its parameters.
         actor_cpus: CPUs Ray reserves for each actor (the replay server and variable source reserve none).
         wait_timeout: seconds a block or sample waits for the rate limiter at the server before it gives up

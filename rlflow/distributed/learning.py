@@ -5,9 +5,9 @@ process by default, or makes it a Ray actor of its own with the resources of ``L
 (e.g. ``{"num_gpus": 1}``): the same class, so the learner steps the same way wherever it is.
 
 Each :meth:`LearnerWorker.train` call makes learner steps for up to a given number of seconds. Samples come
-from the replay server ``prefetch`` a request, with two requests in flight, so the next sample is there
-when a step ends; priorities go back without waiting for an answer; the parameters are published to the
-variable source every ``publish_every`` learner steps.
+from the replay server up to ``prefetch`` a request, the next request asked as soon as one is answered, so
+the next samples are there when a step ends; priorities go back without waiting for an answer; the
+parameters are published to the variable source every ``publish_every`` learner steps.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ class LearnerWorker:
         self.wait_timeout = float(wait_timeout)
         self.learner_steps = int(learner_steps)
         self.version = -1  # of the parameters published last
-        self._requests: deque[Any] = deque()  # sample requests in flight
+        self._request: Any = None  # the sample request in flight
         self._ready: deque[Any] = deque()  # samples received, not yet learned from
 
     def publish(self) -> int:
@@ -93,22 +93,31 @@ class LearnerWorker:
             self.publish()
 
     def _next_sample(self) -> Any:
-        """The next sample received (None if none came within ``_SAMPLE_WAIT`` seconds, or the server stops)."""
+        """The next sample received (None if none came within ``_SAMPLE_WAIT`` seconds, or the server stops).
+
+        One request is in flight at a time, asked again as soon as the last one is answered (before the learner
+        trains on what it brought): Ray runs an asyncio actor's calls concurrently, in no set order, so two
+        requests in flight could be served in either order and a FIFO table's items reach the learner out of
+        order."""
         import ray
 
         if not self._ready:
-            while len(self._requests) < 2:
-                self._requests.append(self.server.sample.remote(self.batch_size, _SAMPLE_WAIT, self.prefetch))
+            if self._request is None:
+                self._request = self._ask()
             try:
-                received = ray.get(self._requests.popleft())
+                received = ray.get(self._request)
             except ray.exceptions.RayActorError:  # the server restarts: ask again once it is up
-                self._requests.clear()
+                self._request = None
                 self._until_server_up()
                 return None
+            self._request = self._ask()
             if received is None:
                 return None
             self._ready.extend(received)
         return self._ready.popleft()
+
+    def _ask(self) -> Any:
+        return self.server.sample.remote(self.batch_size, _SAMPLE_WAIT, self.prefetch)
 
     def _until_server_up(self) -> None:
         import ray

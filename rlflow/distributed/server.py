@@ -268,8 +268,8 @@ class ReplayServer:
         steps' samples). None if ``timeout`` (default ``wait_timeout``) seconds pass before the first, or the
         server stops."""
         table = self._learner_table()
-        # Requests waiting for the rate limiter are served in the order they came: a learner that keeps several
-        # in flight gets its samples in the order the table gives them (e.g. a FIFO queue's).
+        # Requests waiting for the rate limiter are served in the order they began to wait. (Ray starts an
+        # asyncio actor's calls in no set order: a learner that needs the table's order keeps one in flight.)
         ticket = self._tickets
         self._tickets += 1
         self._sample_queue.append(ticket)
