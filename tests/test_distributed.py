@@ -356,7 +356,7 @@ def test_settings_that_cannot_work_are_refused_before_anything_starts():
         distributed.run(make_tagged, RandomPolicy, None, adder, table, steps=10, block_steps=0)
 
 
-def kill_when(condition, pid_of, timeout=60):
+def kill_when(condition, pid_of, timeout=240):
     """In a thread: once ``condition()`` holds, SIGKILL the process ``pid_of()`` names (once)."""
     killed = []
 
