@@ -354,6 +354,10 @@ def test_settings_that_cannot_work_are_refused_before_anything_starts():
         distributed.run(make_tagged, RandomPolicy, WindowLearner(), tight, tight_table, steps=10, num_actors=2)
     with pytest.raises(ValueError, match="block_steps: expected an integer >= 1"):
         distributed.run(make_tagged, RandomPolicy, None, adder, table, steps=10, block_steps=0)
+    with pytest.raises(TypeError, match=r"learner_options: expected a mapping of Ray actor options .* got str"):
+        distributed.run(make_tagged, RandomPolicy, None, adder, table, steps=10, learner_options="gpu")
+    with pytest.raises(TypeError, match=r"actor_options: expected a mapping of Ray actor options .* got list"):
+        distributed.run(make_tagged, RandomPolicy, None, adder, table, steps=10, actor_options=["node"])
 
 
 def kill_when(condition, pid_of, timeout=240):
@@ -565,3 +569,15 @@ def test_the_learner_keeps_one_sample_request_in_flight_and_learns_in_the_order_
     assert learner.seen == list(range(len(learner.seen)))
     assert ray_local.get(server.most_at_once.remote()) == 1
     assert ray_local.get(source.newer.remote(-1))[0] == len(learner.seen) // 5 - 1  # published every 5 steps
+
+
+@pytest.mark.timeout(120)
+def test_a_learner_that_cannot_be_pickled_is_refused_for_its_own_actor(ray_local):
+    """With ``learner_options`` the learner moves into another process: one that cannot be pickled is refused,
+    naming it (in the driver it trains as it is)."""
+    adder, table = run_parts()
+    learner = WindowLearner()
+    learner.lock = threading.Lock()
+    with pytest.raises(TypeError, match=r"learner: rlflow\.distributed\.run moves it into another process"):
+        distributed.run(make_tagged, RandomPolicy, learner, adder, table, steps=500, batch_size=32, num_actors=2,
+                        progress=False, learner_options={"num_cpus": 0})
