@@ -209,3 +209,14 @@ class OrderLearner(rlflow.Learner):
 
     def get_params(self):
         return None
+
+
+class DyingLearner(WindowLearner):
+    """Its process exits at its 20th step (what a learner process killed mid-run looks like)."""
+
+    def step(self, sample):
+        import os
+
+        if self.steps == 20:
+            os._exit(1)
+        return super().step(sample)

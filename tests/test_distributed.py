@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from dist_parts import (
     BadPolicy,
+    DyingLearner,
     NodeFiles,
     OneAtATimeServer,
     OrderLearner,
@@ -581,3 +582,12 @@ def test_a_learner_that_cannot_be_pickled_is_refused_for_its_own_actor(ray_local
     with pytest.raises(TypeError, match=r"learner: rlflow\.distributed\.run moves it into another process"):
         distributed.run(make_tagged, RandomPolicy, learner, adder, table, steps=500, batch_size=32, num_actors=2,
                         progress=False, learner_options={"num_cpus": 0})
+
+
+@pytest.mark.timeout(120)
+def test_a_learner_process_that_dies_ends_the_run_with_its_error(ray_local):
+    """Ray does not restart the learner's own actor (its training would be lost): the run ends with the error."""
+    adder, table = run_parts()
+    with pytest.raises(ray_local.exceptions.RayActorError):
+        distributed.run(make_tagged, RandomPolicy, DyingLearner(), adder, table, steps=20_000, batch_size=32,
+                        num_actors=2, progress=False, learner_options={"num_cpus": 0})

@@ -17,7 +17,6 @@ later block (so an actor asks at most once a block, however small ``sync_period`
 from __future__ import annotations
 
 import contextlib
-import time
 import warnings
 from collections import deque
 from collections.abc import Callable
@@ -27,6 +26,7 @@ import numpy as np
 
 from rlflow.actors import Actor, EpisodeStats
 from rlflow.adders import StepBlock
+from rlflow.distributed.retry import until_answered
 from rlflow.distributed.server import ServerRestarted
 from rlflow.run_checks import check_env
 from rlflow.types import TimeStep
@@ -113,15 +113,9 @@ class ActorWorker:
         envs and begin every lane's episode; the parameters are pulled first."""
         import ray
 
-        deadline = time.monotonic() + self.wait_timeout
-        while True:
-            try:
-                self.incarnation = ray.get(self.server.start_actor.remote(self.index), timeout=self.wait_timeout)
-                break
-            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.5)
+        self.incarnation = until_answered(lambda: self.server.start_actor.remote(self.index),
+                                          timeout=self.wait_timeout, pause=0.5,
+                                          errors=(ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError))
         self._in_flight.clear()
         self._seq, self._unshipped_steps, self._episodes = 0, 0, []
         self._pending_pull = None

@@ -23,6 +23,7 @@ from rlflow.core import Learner
 from rlflow.distributed.actor import ActorWorker
 from rlflow.distributed.evaluator import Evaluator
 from rlflow.distributed.learning import LearnerReport, LearnerWorker
+from rlflow.distributed.retry import until_answered
 from rlflow.distributed.server import Progress, ReplayServer
 from rlflow.distributed.variables import VariableSource
 from rlflow.loggers import make_logger
@@ -325,15 +326,8 @@ class _Launch:
 
     def _server_call(self, method: str, *args: Any) -> Any:
         """``server.method(*args)``, again while the server restarts (up to ``wait_timeout`` seconds)."""
-        ray = self.ray
-        deadline = time.monotonic() + self.layout.wait_timeout
-        while True:
-            try:
-                return ray.get(getattr(self.server, method).remote(*args), timeout=self.layout.wait_timeout)
-            except ray.exceptions.RayActorError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
+        return until_answered(lambda: getattr(self.server, method).remote(*args), timeout=self.layout.wait_timeout,
+                              errors=(self.ray.exceptions.RayActorError,))
 
     def _watch_actors(self) -> None:
         """Raise the error of an actor whose run failed in its code; run again an actor Ray restarted after its
@@ -357,16 +351,8 @@ class _Launch:
 
     def _until_up(self, handle: Any) -> None:
         """Wait (up to ``wait_timeout`` seconds) for a restarting Ray actor to be up again."""
-        ray = self.ray
-        deadline = time.monotonic() + self.layout.wait_timeout
-        while True:
-            try:
-                ray.get(handle.__ray_ready__.remote(), timeout=self.layout.wait_timeout)
-                return
-            except ray.exceptions.ActorUnavailableError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
+        until_answered(handle.__ray_ready__.remote, timeout=self.layout.wait_timeout,
+                       errors=(self.ray.exceptions.ActorUnavailableError,))
 
     def _take(self, progress: Progress) -> None:
         """Count the server's env steps and log each episode it took since the last look (tagged with its
@@ -381,9 +367,7 @@ class _Launch:
                                   progress.restored_from})
         for actor, env_step, ret, length in progress.episodes:
             result.episodes.append((env_step, ret, length))
-            self.logger.write("train", env_step, {"return": ret, "length": length, "actor": actor})
-            for fn in self.config.observers:
-                fn("train", env_step, {"return": ret, "length": length, "actor": actor})
+            self._emit("train", {"return": ret, "length": length, "actor": actor}, env_step)
         seen = (progress.incarnation, progress.checkpoints)
         if progress.checkpoints and seen != self.checkpoints:  # the server wrote a checkpoint: the learner's too
             self._save_learner()
@@ -392,10 +376,12 @@ class _Launch:
             self.bar.update(max(0, min(progress.env_steps, self.steps) - min(result.env_steps, self.steps)))
         result.env_steps = progress.env_steps
 
-    def _emit(self, stream: str, metrics: Mapping[str, float]) -> None:
-        self.logger.write(stream, self.result.env_steps, metrics)
+    def _emit(self, stream: str, metrics: Mapping[str, float], env_steps: int | None = None) -> None:
+        """Log ``metrics`` to ``stream`` and the observers, at ``env_steps`` (default: the run's env steps now)."""
+        step = self.result.env_steps if env_steps is None else env_steps
+        self.logger.write(stream, step, metrics)
         for fn in self.config.observers:
-            fn(stream, self.result.env_steps, metrics)
+            fn(stream, step, metrics)
 
     def _evaluate(self) -> None:
         """Ask the evaluator for episodes with the latest parameters, at the current env step (the answer is
@@ -412,9 +398,7 @@ class _Launch:
             env_steps, mean, seconds = ray.get(self.evaluations.pop(0))
             result.eval_seconds += seconds
             result.evaluations.append((env_steps, mean))
-            self.logger.write("eval", env_steps, {"return": mean})
-            for fn in self.config.observers:
-                fn("eval", env_steps, {"return": mean})
+            self._emit("eval", {"return": mean}, env_steps)
 
 
 def _fit_block_steps(table: Any, batch_size: int, block_steps: int, items_per_step: int) -> int:

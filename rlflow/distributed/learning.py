@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlflow.core import Learner, learner_step
+from rlflow.distributed.retry import until_answered
 
 __all__ = ["LearnerReport", "LearnerWorker"]
 
@@ -108,7 +109,8 @@ class LearnerWorker:
                 received = ray.get(self._request)
             except ray.exceptions.RayActorError:  # the server restarts: ask again once it is up
                 self._request = None
-                self._until_server_up()
+                until_answered(self.server.ping.remote, timeout=self.wait_timeout,
+                               errors=(ray.exceptions.RayActorError,))
                 return None
             self._request = self._ask()
             if received is None:
@@ -118,19 +120,6 @@ class LearnerWorker:
 
     def _ask(self) -> Any:
         return self.server.sample.remote(self.batch_size, _SAMPLE_WAIT, self.prefetch)
-
-    def _until_server_up(self) -> None:
-        import ray
-
-        deadline = time.monotonic() + self.wait_timeout
-        while True:
-            try:
-                ray.get(self.server.ping.remote(), timeout=self.wait_timeout)
-                return
-            except ray.exceptions.RayActorError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
 
     def state(self) -> dict[str, Any]:
         """The learner's ``state_dict()`` and step count, as ``learner.pt`` holds them."""

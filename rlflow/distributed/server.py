@@ -97,7 +97,6 @@ class ReplayServer:
         self._receivers: dict[int, StepBlock] = {}
         self._next_seq = [0] * len(self._lanes)
         self._queue: deque[int] = deque()  # tickets of the blocks waiting for the rate limiter, in order
-        self._sample_queue: deque[int] = deque()  # the same for sample requests
         self._tickets = 0
         self._progress = Progress()
         self._changed: asyncio.Condition | None = None  # made in the event loop, on first use
@@ -268,18 +267,9 @@ class ReplayServer:
         steps' samples). None if ``timeout`` (default ``wait_timeout``) seconds pass before the first, or the
         server stops."""
         table = self._learner_table()
-        # Requests waiting for the rate limiter are served in the order they began to wait. (Ray starts an
-        # asyncio actor's calls in no set order: a learner that needs the table's order keeps one in flight.)
-        ticket = self._tickets
-        self._tickets += 1
-        self._sample_queue.append(ticket)
-        try:
-            ready = await self._until(lambda: self._sample_queue[0] == ticket and table.can_sample(batch_size),
-                                      self.wait_timeout if timeout is None else timeout)
-        finally:
-            self._sample_queue.remove(ticket)
+        ready = await self._until(lambda: table.can_sample(batch_size),
+                                  self.wait_timeout if timeout is None else timeout)
         if not ready or self._progress.stopping:
-            await self._notify()  # the next request in the queue may go
             return None
         samples = [table.sample(batch_size)]
         while len(samples) < count and table.can_sample(batch_size):
