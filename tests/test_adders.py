@@ -1174,3 +1174,47 @@ def test_staging_takes_float16_observations_through_the_general_path():
         for k in want:
             if k not in ("key", "slot"):
                 np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+
+
+@settings(max_examples=60, deadline=None)
+@given(length=st.integers(2, 6), period=st.integers(1, 6), continue_=st.booleans(),
+       episodes=st.lists(st.integers(1, 9), min_size=1, max_size=6), cut_at=st.integers(0, 30))
+def test_rows_until_written_counts_the_rows_to_the_next_sequence(length, period, continue_, episodes, cut_at):
+    """``Sequence.rows_until_written``: whenever the lane's episode does not end before its next sequence, that
+    sequence is written exactly as the stated number of rows later, whether counted from a fresh lane, mid
+    episode, or after ``truncate`` cut the episode (rows stored one a step, episode ends as gymnasium's
+    ``NEXT_STEP`` mode gives them: the final row, then the next episode's first)."""
+    period = min(period, length)
+    spec = step_spec(specs.Field((), np.float32), specs.Field((), np.int64))
+    store = StepStore(spec, capacity=256)
+    table = Table(store, sampler=Fifo(), remover=Fifo(), cross_episodes=continue_)
+    adder = adders.Sequence(store, [table], length=length, period=period,
+                            end_behavior="continue" if continue_ else "zero_pad")
+    steps = []  # (kind, episode ends at this step): "first" starts an episode, "step" acts
+    for i, n in enumerate(episodes):
+        steps += [("first", False)] + [("step", t == n - 1) for t in range(n)]
+        if i == 0 and cut_at < n:  # truncate() cuts the first episode after cut_at actions
+            steps = [*steps[:1 + cut_at], ("cut", False)]
+    pending = []  # (rows stored when asked, the answer, whether an episode ended since)
+    for k, (kind, ends) in enumerate(steps):
+        if kind == "cut":
+            adder.truncate()
+            pending = []  # (truncate writes the final row's sequences at once: not a row stored)
+            continue
+        pending.append([int(store.count[0]), int(adder.rows_until_written()[0]), False])
+        before = table.size
+        if kind == "first":
+            adder.add_first(ts(float(k), first=True))
+        else:
+            adder.add(np.array([1]), ts(float(k), 1.0, term=ends, final=float(k) if ends else None))
+        rows = int(store.count[0])
+        if ends:  # the final row is complete at once: it may write a sequence sooner
+            for p in pending:
+                p[2] = True
+        if table.size > before:  # a sequence was written at this row
+            for asked, answer, ended in pending:
+                if not ended:
+                    assert rows - asked == answer, (asked, answer, rows)
+            pending = []
+    for asked, answer, ended in pending:  # not written yet: more rows are needed than were stored
+        assert ended or int(store.count[0]) - asked < answer

@@ -289,7 +289,9 @@ class Adder:
         truncated episode (bootstrapping from that observation). On a multi-agent store the agents active
         at that row are cut as an env's time limit cuts them (:meth:`_end_open_rows`), so the rows are
         those of an env that truncates at this step. For a run that stops collecting, this keeps the last
-        transitions that :meth:`reset` would drop.
+        transitions that :meth:`reset` would drop. An episode with no action yet (only its first row) is
+        dropped: its row becomes a final row and no item holds it (a Sequence adder with ``CONTINUE`` runs
+        its sequences on across it, as across any episode end).
         """
         self.flush()
         lanes_arr = self._lanes if lanes is None else self._lane_subset(lanes)
@@ -311,7 +313,7 @@ class Adder:
                                   terminated=np.zeros(ended.size, bool), continued=empty, continued_rows=empty,
                                   continued_starts=empty, started=empty, started_rows=empty, final_was_open=True))
             if (~acted).any():
-                self._abandon(lanes_arr[~acted])
+                self._dropped(lanes_arr[~acted])
 
     def reset(self) -> None:
         """Abandon the episodes in progress: their open rows become final rows; no further items come from them."""
@@ -361,6 +363,11 @@ class Adder:
 
     def _abandon(self, lanes: np.ndarray) -> None:
         """Episodes of ``lanes`` were abandoned by :meth:`reset` (their pending items are dropped)."""
+
+    def _dropped(self, lanes: np.ndarray) -> None:
+        """:meth:`truncate` dropped the episodes of ``lanes``, which had no action yet (their one row is a final
+        row now): by default as :meth:`_abandon`."""
+        self._abandon(lanes)
 
     # ------------------------------------------------------------------ helpers
     def top_observation(self, flat: dict[str, np.ndarray]) -> Any:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from collections.abc import Sequence as SequenceType
+from typing import Any
 
 import numpy as np
 
@@ -134,5 +135,28 @@ class Sequence(Adder):
         starts_out.append(start[want])
         lengths_out.append((f + 1 - start)[want])
 
+    def rows_until_written(self, lanes: Any = None) -> np.ndarray:
+        """Per lane of ``lanes`` (default all): how many more rows it must store before its next full-length
+        sequence is written, if no episode of it ends first (an episode end can write one sooner: a tail, or
+        under CONTINUE a sequence whose last row is the final row).
+
+        A sequence is written once its ``L`` rows are complete, and a row is complete once the row after it is
+        stored, so a lane whose next sequence starts at row ``s`` and has stored ``c`` rows needs
+        ``s + L + 1 - c`` more; a lane with no sequence begun (no episode yet, or one ended under another end
+        behaviour than CONTINUE) needs ``L + 1``, the first of them starting its episode. A remote actor that
+        acts in lockstep with its learner ships blocks of this many steps (``rlflow.distributed``'s
+        ``on_policy``), each of which then completes one sequence on every lane."""
+        lanes_arr = self._lanes if lanes is None else self._lane_subset(lanes)
+        self.flush()
+        start = self._next_start[lanes_arr]
+        count = self.store.count[lanes_arr]
+        return np.where(start >= 0, start + self.length + 1 - count, self.length + 1)
+
     def _abandon(self, lanes: np.ndarray) -> None:
         self._next_start[lanes] = -1
+
+    def _dropped(self, lanes: np.ndarray) -> None:
+        # CONTINUE: the lane's sequences run on across the dropped episode's one (final) row, as across any
+        # episode end, so its rows before it still go into sequences and its count goes on.
+        if self.end_behavior is not EndBehavior.CONTINUE:
+            self._abandon(lanes)
