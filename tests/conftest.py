@@ -24,9 +24,16 @@ def ray_cluster():
     import ray
     from ray.cluster_utils import Cluster
 
-    cluster = Cluster(initialize_head=True, head_node_args=dict(
-        num_cpus=4, object_store_memory=200 * 2**20, node_ip_address="127.0.0.1", include_dashboard=False,
-        temp_dir=tempfile.mkdtemp(prefix="rlflow-ray-")))
+    # Ray's default temp root is this session's own folder too: the cluster writes its address file there
+    # (not in /tmp/ray, which a fresh machine lacks and where another program's ray.init() would find it).
+    root = tempfile.mkdtemp(prefix="rlflow-ray-")
+    os.environ["RAY_TMPDIR"] = root
+    os.makedirs(os.path.join(root, "ray"))
+    import torch
+
+    cluster = Cluster(initialize_head=True, head_node_args=dict(  # (a Cluster's nodes get no GPU unless told)
+        num_cpus=4, num_gpus=torch.cuda.device_count(), object_store_memory=200 * 2**20,
+        node_ip_address="127.0.0.1", include_dashboard=False, temp_dir=os.path.join(root, "ray")))
     ray.init(address=cluster.address, log_to_driver=False)
     yield cluster
     ray.shutdown()

@@ -88,17 +88,17 @@ class WindowLearner(rlflow.Learner):
 
 class PidFiles:
     """``make_env`` that also writes the actor process's id to ``<folder>/actor-<i>.pid`` (again after a
-    restart), so a test can kill it."""
+    restart), so a test can kill it (its envs reset in ``NEXT_STEP`` mode with ``next_step``)."""
 
-    def __init__(self, folder: str) -> None:
-        self.folder = folder
+    def __init__(self, folder: str, next_step: bool = False) -> None:
+        self.folder, self.next_step = folder, next_step
 
     def __call__(self, actor: int) -> GymEnvironment:
         import os
         from pathlib import Path
 
         Path(self.folder, f"actor-{actor}.pid").write_text(str(os.getpid()))
-        return make_tagged(actor)
+        return make_tagged_next_step(actor) if self.next_step else make_tagged(actor)
 
 
 
@@ -220,3 +220,66 @@ class DyingLearner(WindowLearner):
         if self.steps == 20:
             os._exit(1)
         return super().step(sample)
+
+
+def make_tagged_next_step(actor: int, num_envs: int = 2) -> GymEnvironment:
+    """:func:`make_tagged` resetting in ``NEXT_STEP`` mode (one row per lane per step: ``on_policy`` actors)."""
+    vec = SyncVectorEnv([lambda lane=lane: Tagged(100 * actor + lane) for lane in range(num_envs)],
+                        autoreset_mode=AutoresetMode.NEXT_STEP)
+    return GymEnvironment(vec)
+
+
+class VersionPolicy(RandomPolicy):
+    """Random actions, each stored with the version of the parameters that chose it (extras ``version``: the
+    learner's step count, which is what it publishes)."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__(seed)
+        self.params = -1
+
+    def act(self, observation, state, *, evaluation=False):
+        n = len(observation)
+        return self.rng.integers(0, 2, n), {"version": np.full(n, self.params, np.int64)}, state
+
+
+class LockstepLearner(rlflow.Learner):
+    """Keeps, per learner step, the step count it had and each sampled rollout's observations, versions and
+    ``last`` flags; publishes its step count."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = []
+
+    def step(self, sample):
+        rows = sample.data
+        self.seen.append((len(self.seen), np.array(rows["observation"]), np.array(rows["extras"]["version"]),
+                          np.array(rows["last"])))
+        return {}
+
+    def get_params(self):
+        return len(self.seen)
+
+
+class GpuLearner(StatefulLearner):
+    """:class:`StatefulLearner` that sums its samples' sizes on the GPU, and keeps the GPUs Ray gave its
+    process."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.total, self.gpu_ids = None, []
+
+    def step(self, sample):
+        import ray
+        import torch
+
+        self.gpu_ids = ray.get_gpu_ids()
+        if self.total is None:
+            self.total = torch.zeros((), device="cuda", dtype=torch.float64)
+        self.total += torch.ones(len(sample), device="cuda", dtype=torch.float64).sum()
+        return super().step(sample)
+
+    def state_dict(self):
+        return {**super().state_dict(), "total": self.total, "gpu_ids": self.gpu_ids}
+
+    def load_state_dict(self, state):
+        super().load_state_dict(state)
+        self.total, self.gpu_ids = state["total"], state["gpu_ids"]

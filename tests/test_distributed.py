@@ -17,6 +17,8 @@ import pytest
 from dist_parts import (
     BadPolicy,
     DyingLearner,
+    GpuLearner,
+    LockstepLearner,
     NodeFiles,
     OneAtATimeServer,
     OrderLearner,
@@ -25,8 +27,10 @@ from dist_parts import (
     RandomPolicy,
     RecordingLearner,
     StatefulLearner,
+    VersionPolicy,
     WindowLearner,
     make_tagged,
+    make_tagged_next_step,
 )
 
 import rlflow
@@ -93,7 +97,8 @@ def test_blocks_land_in_each_actors_order_whatever_order_they_come_in():
                               wait_timeout=5)
         for actor in (0, 1):
             await server.start_actor(actor)
-        await asyncio.gather(*(server.insert_block(a, server.incarnation, seq, shipped[a][seq], 8) for a, seq in order))
+        await asyncio.gather(*(server.insert_block(a, (server.incarnation, 1), seq, shipped[a][seq], 8)
+                               for a, seq in order))
         return server
 
     in_order = asyncio.run(scenario([(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]))
@@ -120,20 +125,48 @@ def test_a_bad_block_is_refused_naming_the_actor_and_changes_nothing():
         nan = pickle.loads(pickle.dumps(good[0]))
         nan["observation"]["observation"][2, 1, 0] = np.nan
         with pytest.raises(BlockRefused, match=r"actor 0: .*observation.*finite"):
-            await server.insert_block(0, server.incarnation, 0, nan, 8)
+            await server.insert_block(0, (server.incarnation, 1), 0, nan, 8)
         with pytest.raises(BlockRefused, match=r"actor 1: .*lanes"):
             await server.start_actor(1)
-            await server.insert_block(1, server.incarnation, 0, good[0], 8)
+            await server.insert_block(1, (server.incarnation, 1), 0, good[0], 8)
         with pytest.raises(BlockRefused, match=r"actor 0: .*follow"):
             # its first block never landed: no episode in progress
-            await server.insert_block(0, server.incarnation, 1, good[1], 8)
+            await server.insert_block(0, (server.incarnation, 1), 1, good[1], 8)
         for k, v in server.adder.store.state_dict().items():
             np.testing.assert_array_equal(v, before[k], err_msg=k)
         assert server.table.size == 0
-        await server.insert_block(0, server.incarnation, 2, good[0], 8)
+        await server.insert_block(0, (server.incarnation, 1), 2, good[0], 8)
         assert server.table.size == 6  # its first step is the reset
 
     asyncio.run(scenario())
+
+
+def test_blocks_of_an_earlier_start_of_an_actor_are_refused():
+    """Blocks still on their way from an actor process that died (its earlier start) are refused once the
+    actor started again, whether one was waiting for its turn then or comes after; the new start's blocks go
+    in, counted from 0, as if the old ones had never come."""
+    shipped = blocks(0, [0, 1], 3)
+
+    async def scenario():
+        server = ReplayServer(pickle.dumps(parts()), "replay", [[0, 1], [2, 3]], steps=10_000, block_steps=4,
+                              wait_timeout=5)
+        first = await server.start_actor(0)
+        await server.insert_block(0, first, 0, shipped[0], 8)
+        waiting = asyncio.create_task(server.insert_block(0, first, 2, shipped[2], 8))  # its block 1 never came
+        await asyncio.sleep(0.05)
+        second = await server.start_actor(0)
+        assert second != first
+        with pytest.raises(BlockRefused, match="started again"):
+            await waiting
+        with pytest.raises(BlockRefused, match="started again"):
+            await server.insert_block(0, first, 1, shipped[1], 8)
+        await server.insert_block(0, second, 0, shipped[0], 8)  # (the lanes' episodes were cut: a fresh start)
+        await server.insert_block(0, second, 1, shipped[1], 8)
+        return server
+
+    server = asyncio.run(scenario())
+    progress = asyncio.run(server.progress())
+    assert progress.blocks == 3 and progress.env_steps == 24
 
 
 def test_samples_and_blocks_wait_for_each_other_under_the_rate_limiter():
@@ -149,16 +182,16 @@ def test_samples_and_blocks_wait_for_each_other_under_the_rate_limiter():
         early = asyncio.create_task(server.sample(6, timeout=5))
         await asyncio.sleep(0.05)
         assert not early.done()
-        await server.insert_block(0, server.incarnation, 0, shipped[0], 8)  # 6 items (after the reset step): a sample
+        await server.insert_block(0, (server.incarnation, 1), 0, shipped[0], 8)  # 6 items (after the reset): a sample
         (sample,) = await early  # one sample (count=1)
         assert len(sample) == 6
         seq = 1
         while server.table.can_insert(8):  # blocks go in until the limiter's window is full
-            await server.insert_block(0, server.incarnation, seq, shipped[seq], 8)
+            await server.insert_block(0, (server.incarnation, 1), seq, shipped[seq], 8)
             seq += 1
         assert seq > 2
         size = server.table.size
-        task = asyncio.create_task(server.insert_block(0, server.incarnation, seq, shipped[seq], 8))
+        task = asyncio.create_task(server.insert_block(0, (server.incarnation, 1), seq, shipped[seq], 8))
         await asyncio.sleep(0.05)
         assert not task.done() and server.table.size == size  # it waits for room
         await server.sample(8)  # makes room: the waiting block goes in
@@ -166,10 +199,10 @@ def test_samples_and_blocks_wait_for_each_other_under_the_rate_limiter():
         assert server.table.size == size + 8
         seq += 1
         while server.table.can_insert(8):
-            await server.insert_block(0, server.incarnation, seq, shipped[seq], 8)
+            await server.insert_block(0, (server.incarnation, 1), seq, shipped[seq], 8)
             seq += 1
         size = server.table.size
-        stuck = asyncio.create_task(server.insert_block(0, server.incarnation, seq, shipped[seq], 8))
+        stuck = asyncio.create_task(server.insert_block(0, (server.incarnation, 1), seq, shipped[seq], 8))
         await asyncio.sleep(0.05)
         await server.stop()
         assert await asyncio.wait_for(stuck, 5) is True  # told to stop, not written
@@ -591,3 +624,100 @@ def test_a_learner_process_that_dies_ends_the_run_with_its_error(ray_local):
     with pytest.raises(ray_local.exceptions.RayActorError):
         distributed.run(make_tagged, RandomPolicy, DyingLearner(), adder, table, steps=20_000, batch_size=32,
                         num_actors=2, progress=False, learner_options={"num_cpus": 0})
+
+
+# --------------------------------------------------------------------------- on-policy lockstep
+def lockstep_parts(n_steps=4, lanes=4, queue=64):
+    """PPO's layout: each lane's rollouts of ``n_steps`` actions as items of ``n_steps + 1`` rows, running on
+    across episode ends, in a FIFO queue; the rows carry the version of the parameters that acted."""
+    env = make_tagged_next_step(0)
+    spec = env.step_spec({"version": rlflow.specs.Field((), np.int64)})
+    store = StepStore(spec, capacity=8 * (n_steps + 1), lanes=lanes)
+    table = Table(store, sampler=Fifo(), remover=Fifo(), max_times_sampled=1, cross_episodes=True,
+                  rate_limiter=Queue(queue), name="rollouts")
+    return adders.Sequence(store, [table], length=n_steps + 1, period=n_steps, end_behavior="continue"), table
+
+
+@pytest.mark.timeout(240)
+def test_on_policy_actors_act_in_lockstep_with_the_learner(ray_local):
+    """``on_policy``: every learner step gets one rollout of each of the 4 lanes (2 actors), each rollout
+    acted by the parameters of that very step (its first action by the step before, as in one process: the
+    action that completes the previous rollout's last row), and each lane's rollouts follow on from one
+    another (the last row of one is the first of the next)."""
+    adder, table = lockstep_parts()
+    learner = LockstepLearner()
+    result = distributed.run(make_tagged_next_step, VersionPolicy, learner, adder, table, steps=480, batch_size=4,
+                             num_actors=2, on_policy=True, progress=False, seed=0)
+    assert result.env_steps >= 480 and len(learner.seen) >= 25
+    previous = None
+    for k, obs, version, last in learner.seen:
+        sources = obs[:, :, 0]
+        assert (sources == sources[:, :1]).all()  # each item is one lane's
+        order = np.argsort(sources[:, 0])
+        assert sorted(sources[:, 0].tolist()) == [0, 1, 100, 101]  # one rollout of every lane
+        acted = ~last
+        assert (version[:, 1:][acted[:, 1:]] == k).all(), (k, version)
+        assert (version[:, 0][acted[:, 0]] == max(k - 1, 0)).all(), (k, version)
+        if previous is not None:  # each lane's rollout starts at the row its last one ended on
+            np.testing.assert_array_equal(obs[order, 0], previous)
+        previous = obs[order, -1]
+
+
+@pytest.mark.timeout(300)
+def test_an_on_policy_actor_killed_mid_run_comes_back_in_step(ray_local, tmp_path):
+    """SIGKILL an ``on_policy`` actor: Ray restarts it, the server cut its lanes' episodes, and its blocks are
+    sized again so that every learner step still gets one rollout of every lane (else the learner would wait
+    for the restarted actor's rollouts forever); the run completes."""
+    adder, table = lockstep_parts()
+    learner = LockstepLearner()
+    rows = []
+    pid_file = tmp_path / "actor-1.pid"
+    killed = kill_when(lambda: pid_file.exists() and len(learner.seen) > 10, lambda: int(pid_file.read_text()))
+    with pytest.warns(RuntimeWarning, match="actor 1's process died"):
+        result = distributed.run(PidFiles(str(tmp_path), next_step=True), VersionPolicy, learner, adder, table,
+                                 steps=1_600, batch_size=4, num_actors=2, on_policy=True, progress=False, seed=0,
+                                 observers=[lambda *row: rows.append(row)])
+    assert killed and result.env_steps >= 1_600
+    assert [r[2] for r in rows if r[0] == "faults"] == [{"actor": 1, "restarts": 1}]
+    for _, obs, _, _ in learner.seen:
+        sources = obs[:, :, 0]
+        assert (sources == sources[:, :1]).all() and sorted(sources[:, 0].tolist()) == [0, 1, 100, 101]
+    assert len(learner.seen) > 15  # rollouts after the restart came in step too
+
+
+def test_on_policy_settings_that_cannot_work_are_refused():
+    adder, table = lockstep_parts()
+    with pytest.raises(ValueError, match="expected publish_every=1"):
+        distributed.run(make_tagged_next_step, VersionPolicy, LockstepLearner(), adder, table, steps=10,
+                        batch_size=4, on_policy=True, publish_every=5)
+    with pytest.raises(ValueError, match=r"expected batch_size=4 \(the store's lanes\), got 2"):
+        distributed.run(make_tagged_next_step, VersionPolicy, LockstepLearner(), adder, table, steps=10,
+                        batch_size=2, on_policy=True)
+    with pytest.raises(ValueError, match=r"needs a Sequence adder with end_behavior='continue'.*got NStepTransition"):
+        transitions, replay = run_parts()
+        distributed.run(make_tagged, RandomPolicy, WindowLearner(), transitions, replay, steps=10, batch_size=4,
+                        on_policy=True)
+    with pytest.raises(ValueError, match="got Sequence with end_behavior='zero_pad'"):
+        store = StepStore(adder.store.spec, capacity=40, lanes=4)
+        padded_table = Table(store, sampler=Fifo(), remover=Fifo(), max_times_sampled=1, rate_limiter=Queue(64))
+        padded = adders.Sequence(store, [padded_table], length=5, period=4)
+        distributed.run(make_tagged_next_step, VersionPolicy, LockstepLearner(), padded, padded_table, steps=10,
+                        batch_size=4, on_policy=True)
+    with pytest.raises(ValueError, match=r"give the Queue a size of at least 64"):
+        small, small_table = lockstep_parts(queue=32)
+        distributed.run(make_tagged_next_step, VersionPolicy, LockstepLearner(), small, small_table, steps=10,
+                        batch_size=4, on_policy=True)
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_learner_given_a_gpu_trains_on_it_in_its_own_actor(ray_local):
+    """``learner_options={"num_gpus": 1}``: Ray gives the learner's actor the GPU, the learner trains there
+    (its tensors on cuda) and its state, cuda tensors included, comes back to the learner object."""
+    adder, table = run_parts()
+    learner = GpuLearner()
+    result = distributed.run(make_tagged, RandomPolicy, learner, adder, table, steps=3_000, batch_size=32,
+                             num_actors=2, progress=False, seed=0, learner_options={"num_gpus": 1})
+    assert result.learner_steps == learner.steps > 0 and learner.bad == []
+    assert learner.pid != os.getpid() and learner.gpu_ids and learner.total.is_cuda
+    assert float(learner.total.item()) == learner.items  # every sampled item went through the GPU

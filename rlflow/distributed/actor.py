@@ -12,6 +12,11 @@ Parameters come from the :class:`~rlflow.distributed.variables.VariableSource`: 
 ``sync_period`` env steps (of this actor's lanes) have passed since its last pull, the actor asks for
 parameters newer than its own and goes on acting; it sets them on its policy when they have arrived, at a
 later block (so an actor asks at most once a block, however small ``sync_period`` is).
+
+An ``on_policy`` actor acts in lockstep with the learner instead: its blocks are as long as it takes every
+one of its lanes to write its next item (the server says how many steps: ``ReplayServer.steps_to_items``;
+with envs that store one row per lane per step, ``autoreset_mode="next_step"``), and after each it waits
+until the server has written it and the learner has published parameters newer than those that acted.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from gymnasium.vector import AutoresetMode
 
 from rlflow.actors import Actor, EpisodeStats
 from rlflow.adders import StepBlock
@@ -50,12 +56,15 @@ class ActorWorker:
         sync_period: env steps (of this actor) between asks for newer parameters.
         max_in_flight: blocks shipped and not yet answered, at most.
         seed: the env's first reset is seeded ``seed`` (None: unseeded).
-        wait_timeout: seconds to wait for the replay server to be up when (re)starting on it.
+        wait_timeout: seconds to wait for the replay server to be up when (re)starting on it, and (with
+            ``on_policy``) for the learner's next parameters.
+        on_policy: act in lockstep with the learner (see the module docstring); ``sync_period`` is then not
+            used, and ``block_steps`` must hold the longest block the server asks for.
     """
 
     def __init__(self, index: int, make_env: Callable[[int], Any], make_policy: Callable[[int], Any], server: Any,
                  source: Any, spec: Any, lanes: Any, *, block_steps: int, sync_period: int, max_in_flight: int,
-                 seed: int | None, wait_timeout: float = 60.0) -> None:
+                 seed: int | None, wait_timeout: float = 60.0, on_policy: bool = False) -> None:
         self.index = index
         self.env = make_env(index)
         check_env(self.env, f"make_env({index})", "rlflow.distributed.run")
@@ -63,6 +72,11 @@ class ActorWorker:
         if self.env.num_envs != lanes.size:
             raise ValueError(f"make_env({index}) made an env of {self.env.num_envs} lanes; actor {index} was given "
                              f"{lanes.size} store lanes: make_env must build the same number of envs for every actor")
+        if on_policy and getattr(self.env, "autoreset_mode", None) is not AutoresetMode.NEXT_STEP:
+            raise ValueError(f"make_env({index}): on_policy actors need envs that store one row per lane per step: "
+                             "expected an env with autoreset_mode='next_step' (e.g. envs.make(env_id, num_envs=4, "
+                             f"autoreset_mode='next_step')), got {getattr(self.env, 'autoreset_mode', None)}")
+        self.on_policy = bool(on_policy)
         self.policy = make_policy(index)
         self.actor = Actor(self.policy, self.env.action_spec, lanes.size, self.env.single_action_space)
         self.block = StepBlock(spec, lanes, block_steps, subset=True)
@@ -70,7 +84,7 @@ class ActorWorker:
         self.server, self.source = server, source
         self.sync_period, self.max_in_flight, self.seed = int(sync_period), int(max_in_flight), seed
         self.wait_timeout = float(wait_timeout)
-        self.incarnation = -1  # of the server this actor started on
+        self.started: tuple[int, int] | None = None  # its start on the server (the server names it)
         self.version = -1  # of the parameters the policy has
         self.env_steps = 0  # this actor's, over its lanes
         self._pending_pull: Any = None
@@ -79,6 +93,7 @@ class ActorWorker:
         self._unshipped_steps = 0
         self._episodes: list[tuple[float, int]] = []
         self._last_pull = 0
+        self._ship_at = block_steps  # the block's steps when it is shipped
 
     def run(self) -> int:
         """Act until the server says the run's steps are taken (or it stops); return this actor's env steps.
@@ -95,9 +110,11 @@ class ActorWorker:
             self._unshipped_steps += self.block.num_lanes
             self._episodes += self.stats.update(ts)
             try:
-                if self.block.steps == self.block.max_steps:
+                if self.block.steps == self._ship_at:
                     stop = self.ship()
-                    if self.env_steps - self._last_pull >= self.sync_period:
+                    if self.on_policy and not stop:
+                        stop = self.lockstep()
+                    elif self.env_steps - self._last_pull >= self.sync_period:
                         self.pull(wait=False)
             except _ServerGone as gone:
                 warnings.warn(f"actor {self.index}: {gone}; its episodes in progress are lost and its envs reset",
@@ -113,13 +130,14 @@ class ActorWorker:
         envs and begin every lane's episode; the parameters are pulled first."""
         import ray
 
-        self.incarnation = until_answered(lambda: self.server.start_actor.remote(self.index),
+        self.started = until_answered(lambda: self.server.start_actor.remote(self.index),
                                           timeout=self.wait_timeout, pause=0.5,
                                           errors=(ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError))
         self._in_flight.clear()
         self._seq, self._unshipped_steps, self._episodes = 0, 0, []
         self._pending_pull = None
         self.pull(wait=True)
+        self._ship_at = self._steps_to_items() if self.on_policy else self.block.max_steps
         # The first reset is seeded with seed, a restart's with seed + the actor's env steps (as rlflow.run's)
         ts = self.env.reset(seed=None if self.seed is None else self.seed + self.env_steps)
         self.stats.reset()
@@ -139,7 +157,7 @@ class ActorWorker:
         """Send the block to the server and empty it; whether an answer that came says stop."""
         import ray
 
-        ref = self.server.insert_block.remote(self.index, self.incarnation, self._seq, self.block.state_dict(),
+        ref = self.server.insert_block.remote(self.index, self.started, self._seq, self.block.state_dict(),
                                               self._unshipped_steps, self._episodes)
         self._seq += 1
         self.block.clear()
@@ -154,13 +172,44 @@ class ActorWorker:
             stop = self._answer(ref) or stop
         return stop
 
-    def _answer(self, ref: Any) -> bool:
-        """The server's answer to a block (whether to stop); :class:`_ServerGone` when the server died or
-        restarted since."""
+    def lockstep(self) -> bool:
+        """``on_policy``, after a block is shipped: once the server has written every shipped block, size the
+        next block and wait for parameters newer than those that acted. Whether to stop (a server's answer
+        said so, or the run ended while waiting)."""
+        import ray
+
+        stop = False
+        while self._in_flight:
+            stop = self._answer(self._in_flight.popleft()) or stop
+        if stop:
+            return True
+        self._ship_at = self._steps_to_items()
+        answer = ray.get(self.source.newer.remote(self.version, self.wait_timeout))
+        if answer is None:
+            if ray.get(self.source.closed.remote()):
+                return True
+            raise RuntimeError(f"actor {self.index}: no parameters newer than version {self.version} came in "
+                               f"{self.wait_timeout:g} s: on_policy actors wait for each learner update (does the "
+                               "learner sample a batch of every actor's items, and publish after each step?)")
+        self._set_params(answer)
+        return False
+
+    def _steps_to_items(self) -> int:
+        """The steps the next block needs for every lane of this actor to write its next item (the server's
+        count; ``on_policy``)."""
+        steps = self._answer(self.server.steps_to_items.remote(self.index))
+        if steps > self.block.max_steps:
+            raise RuntimeError(f"actor {self.index}: the server asks for a block of {steps} steps, the actor's blocks "
+                               f"hold {self.block.max_steps}")
+        return steps
+
+    def _answer(self, ref: Any) -> Any:
+        """The server's answer to a call (for a block: whether to stop); :class:`_ServerGone` when the server
+        died or restarted since."""
         import ray
 
         try:
-            return bool(ray.get(ref))
+            return ray.get(ref)
         except ServerRestarted as exc:
             raise _ServerGone(str(exc).splitlines()[-1]) from None
         except ray.exceptions.RayActorError as exc:
@@ -178,7 +227,14 @@ class ActorWorker:
             return
         answer = ray.get(self._pending_pull)
         self._pending_pull = None
-        self._last_pull = self.env_steps
         if answer is not None:
-            self.version, (params_ref,) = answer
-            self.policy.set_params(ray.get(params_ref))
+            self._set_params(answer)
+        self._last_pull = self.env_steps
+
+    def _set_params(self, answer: tuple[int, list[Any]]) -> None:
+        """Give the policy the parameters of the variable source's answer ``(version, [ref])``."""
+        import ray
+
+        self.version, (params_ref,) = answer
+        self.policy.set_params(ray.get(params_ref))
+        self._last_pull = self.env_steps

@@ -47,7 +47,8 @@ class Layout:
             rate limiter could not admit a block's items at once.
         max_in_flight: blocks an actor has shipped and not had answered, at most (then it waits).
         prefetch: samples one request of the learner brings at most (it keeps one request in flight).
-        publish_every: learner steps between publications of its parameters.
+        publish_every: learner steps between publications of its parameters (None: 10, or 1 with
+            ``on_policy``, which needs 1).
         actor_cpus: CPUs Ray reserves for each actor (the replay server and variable source reserve none).
         wait_timeout: seconds a block or sample waits for the rate limiter at the server before it gives up
             (and that the actors and the driver wait for a restarting server).
@@ -60,6 +61,11 @@ class Layout:
             "resources": {"learner_node": 1}}``); the trained state comes back to the learner object at the end.
         actor_options: more Ray actor options for every actor process (e.g. ``{"resources": {...}}`` or a
             ``scheduling_strategy``), beside ``actor_cpus`` and ``max_restarts``.
+        on_policy: the actors act in lockstep with the learner (synchronous rollouts, as PPO's): each actor's
+            block is as long as it takes every one of its lanes to write its next item, and after each block
+            the actor waits for the learner's next parameters. Needs a Sequence adder, envs of
+            ``autoreset_mode="next_step"`` and a learner that samples every lane's items at once
+            (``batch_size`` = the store's lanes); ``block_steps`` and ``sync_period`` are not used.
     """
 
     num_actors: int = 2
@@ -67,15 +73,23 @@ class Layout:
     block_steps: int = 32
     max_in_flight: int = 2
     prefetch: int = 4
-    publish_every: int = 10
+    publish_every: int | None = None
     actor_cpus: float = 1.0
     wait_timeout: float = 60.0
     max_restarts: int = 3
     checkpoint_seconds: float | None = None
     learner_options: Mapping[str, Any] | None = None
     actor_options: Mapping[str, Any] | None = None
+    on_policy: bool = False
+
+    def learner_publish_every(self) -> int:
+        """Learner steps between publications: ``publish_every``, or its default (10; 1 with ``on_policy``)."""
+        return self.publish_every if self.publish_every is not None else 1 if self.on_policy else 10
 
     def __post_init__(self) -> None:
+        if self.on_policy and self.publish_every not in (None, 1):
+            raise ValueError("publish_every: on_policy actors wait for each learner update, so the learner publishes "
+                             f"after every step: expected publish_every=1 (or None), got {self.publish_every!r}")
         for name in ("learner_options", "actor_options"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, Mapping):
@@ -83,6 +97,8 @@ class Layout:
                                 f"got {type(value).__name__}")
         for name in ("num_actors", "block_steps", "max_in_flight", "prefetch", "publish_every"):
             value = getattr(self, name)
+            if value is None and name == "publish_every":
+                continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}: expected an integer >= 1, got {value!r}")
         if isinstance(self.max_restarts, bool) or not isinstance(self.max_restarts, int) or self.max_restarts < 0:
@@ -134,8 +150,12 @@ class _Launch:
                              f"num_actors x num_envs lanes (e.g. StepStore(spec, capacity, lanes={actors} * num_envs))")
         per_actor = lanes // actors
         self.actor_lanes = [list(range(i * per_actor, (i + 1) * per_actor)) for i in range(actors)]
-        self.block_steps = _fit_block_steps(table if learner is not None else None, batch_size, layout.block_steps,
-                                            per_actor * adder.max_items_per_step)
+        if layout.on_policy:
+            self.block_steps = _lockstep_block_steps(adder, table if learner is not None else None, batch_size,
+                                                     per_actor)
+        else:
+            self.block_steps = _fit_block_steps(table if learner is not None else None, batch_size,
+                                                layout.block_steps, per_actor * adder.max_items_per_step)
         check_unsampled(unsampled_tables(adder, table, learner), -(-steps // lanes) * lanes + lanes * self.block_steps,
                         adder.max_items_per_step, table if learner is not None else None)
         self.make_env, self.make_policy, self.learner, self.adder, self.table = (make_env, make_policy, learner,
@@ -192,15 +212,16 @@ class _Launch:
         self.source = ray.remote(num_cpus=0, scheduling_strategy=here)(VariableSource).remote()
         self.trainer = self.training = None
         if self.learner is not None:
-            settings = dict(batch_size=self.batch_size, prefetch=layout.prefetch, publish_every=layout.publish_every,
-                            wait_timeout=layout.wait_timeout, learner_steps=learner_steps)
+            settings = dict(batch_size=self.batch_size, prefetch=layout.prefetch,
+                            publish_every=layout.learner_publish_every(), wait_timeout=layout.wait_timeout,
+                            learner_steps=learner_steps)
             if layout.learner_options is None:
                 self.trainer = LearnerWorker(self.learner, self.server, self.source, **settings)
-                self.trainer.publish()
+                self.trainer.publish(wait=True)
             else:
                 self.trainer = ray.remote(LearnerWorker).options(max_restarts=0, **layout.learner_options).remote(
                     _pickled(self.learner, "learner"), self.server, self.source, **settings)
-                ray.get(self.trainer.publish.remote())  # raises now what its building raised
+                ray.get(self.trainer.publish.remote(wait=True))  # raises now what its building raised
         seed = config.seed
         remote_worker = ray.remote(num_cpus=layout.actor_cpus, max_restarts=layout.max_restarts)(ActorWorker)
         if layout.actor_options:
@@ -209,7 +230,7 @@ class _Launch:
                                              self.adder.store.spec, lanes, block_steps=self.block_steps,
                                              sync_period=config.sync_period, max_in_flight=layout.max_in_flight,
                                              seed=None if seed is None else seed + 100_000 * i,
-                                             wait_timeout=layout.wait_timeout)
+                                             wait_timeout=layout.wait_timeout, on_policy=layout.on_policy)
                         for i, lanes in enumerate(self.actor_lanes)]
         self.runs = [w.run.remote() for w in self.workers]
         self.restarts = [0] * len(self.workers)
@@ -308,6 +329,7 @@ class _Launch:
         that trained in its own Ray actor hands its state back to the user's learner object."""
         ray, result, config = self.ray, self.result, self.config
         self._server_call("stop")
+        ray.get(self.source.close.remote())  # (on_policy actors waiting for parameters stop)
         with contextlib.suppress(ray.exceptions.RayActorError):
             ray.get(self.runs, timeout=self.layout.wait_timeout)
         self._take(self._server_call("progress"))
@@ -414,6 +436,28 @@ def _fit_block_steps(table: Any, batch_size: int, block_steps: int, items_per_st
             continue
     check_limiter(table, batch_size, items_per_step)  # raises, naming the fix, when one step is too many
     return 1
+
+
+def _lockstep_block_steps(adder: Any, table: Any, batch_size: int, lanes: int) -> int:
+    """``on_policy``: the most steps an actor's block may need (``Sequence.rows_until_written`` is at most
+    ``length + period + 1``); raises naming the fix where the adder cannot size blocks, the learner's batch
+    is not every lane's items, or the learner's table cannot admit a block beside a batch."""
+    if not hasattr(adder, "rows_until_written") or getattr(adder.end_behavior, "value", None) != "continue":
+        raise ValueError("on_policy: actors ship blocks that complete one item on each lane, which needs a Sequence "
+                         "adder with end_behavior='continue' (it says when each lane's next item is written, and "
+                         f"its lanes' items stay in step across episode ends); got {_adder_name(adder)}")
+    if table is not None and batch_size != adder.num_lanes:
+        raise ValueError(f"on_policy: the learner waits for every actor's rollout, one item per store lane: expected "
+                         f"batch_size={adder.num_lanes} (the store's lanes), got {batch_size}")
+    steps = adder.length + adder.period + 1
+    if table is not None:
+        check_limiter(table, batch_size, steps * lanes * adder.max_items_per_step)
+    return steps
+
+
+def _adder_name(adder: Any) -> str:
+    behavior = getattr(adder, "end_behavior", None)
+    return type(adder).__name__ + ("" if behavior is None else f" with end_behavior={behavior.value!r}")
 
 
 class _RemoteServer(ReplayServer):

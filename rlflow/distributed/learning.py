@@ -60,12 +60,15 @@ class LearnerWorker:
         self._request: Any = None  # the sample request in flight
         self._ready: deque[Any] = deque()  # samples received, not yet learned from
 
-    def publish(self) -> int:
-        """Publish the learner's parameters now, as the next version; that version."""
+    def publish(self, *, wait: bool = False) -> int:
+        """Publish the learner's parameters now, as the next version; that version. With ``wait``, once the
+        variable source holds them (the first publication: every actor starts with it)."""
         import ray
 
         self.version += 1
-        self.source.publish.remote(self.version, [ray.put(self.learner.get_params())])
+        done = self.source.publish.remote(self.version, [ray.put(self.learner.get_params())])
+        if wait:
+            ray.get(done)
         return self.version
 
     def train(self, seconds: float) -> LearnerReport:

@@ -96,6 +96,7 @@ class ReplayServer:
         self._lanes = [np.asarray(lanes, np.int64) for lanes in actor_lanes]
         self._receivers: dict[int, StepBlock] = {}
         self._next_seq = [0] * len(self._lanes)
+        self._starts = [0] * len(self._lanes)  # per actor: its starts on this server (start_actor)
         self._queue: deque[int] = deque()  # tickets of the blocks waiting for the rate limiter, in order
         self._tickets = 0
         self._progress = Progress()
@@ -164,7 +165,7 @@ class ReplayServer:
             async with changed:
                 if self._progress.stopping or ready():  # changed while the lock was taken
                     break
-                with contextlib.suppress(TimeoutError):
+                with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(changed.wait(), remaining)
         return True
 
@@ -174,32 +175,49 @@ class ReplayServer:
             changed.notify_all()
 
     # ------------------------------------------------------------------ actors
-    async def insert_block(self, actor: int, incarnation: int, seq: int, state: Mapping[str, Any], env_steps: int,
-                           episodes: Sequence[tuple[float, int]] = ()) -> bool:
-        """Write actor ``actor``'s ``seq``-th block (a :meth:`StepBlock.state_dict`) since it started on this
-        server's ``incarnation`` (:meth:`start_actor`), once its blocks before it are written and every table
-        admits its items; ``env_steps`` and ``episodes`` (return, length) are what the actor's env did to fill
-        it. Returns whether the actor should stop (the run's steps are reached, or the server stops). Raises
-        :class:`BlockRefused` naming the actor for a block that does not fit (the store and tables are then
-        as they were), :class:`ServerRestarted` for a block of another incarnation."""
+    async def insert_block(self, actor: int, start: tuple[int, int], seq: int, state: Mapping[str, Any],
+                           env_steps: int, episodes: Sequence[tuple[float, int]] = ()) -> bool:
+        """Write actor ``actor``'s ``seq``-th block (a :meth:`StepBlock.state_dict`) since its ``start`` (what
+        :meth:`start_actor` answered), once its blocks before it are written and every table admits its items;
+        ``env_steps`` and ``episodes`` (return, length) are what the actor's env did to fill it. Returns whether
+        the actor should stop (the run's steps are reached, or the server stops). Raises :class:`BlockRefused`
+        naming the actor for a block that does not fit (the store and tables are then as they were) or of an
+        earlier start of the actor (a process that died with blocks in flight), :class:`ServerRestarted` for a
+        block filled before the server restarted."""
         if not 0 <= actor < len(self._lanes):
             raise BlockRefused(f"actor {actor}: the server knows actors 0..{len(self._lanes) - 1}")
-        if incarnation != self.incarnation:
-            raise ServerRestarted(f"actor {actor}: the replay server restarted (from its checkpoint at env step "
-                                  f"{self._progress.restored_from}); start the actor again")
-        if not await self._until(lambda: self._next_seq[actor] == seq, self.wait_timeout):
+        self._check_start(actor, start)
+        stale = self._stale(actor, start)
+        if not await self._until(lambda: stale() or self._next_seq[actor] == seq, self.wait_timeout):
             raise BlockRefused(f"actor {actor}: block {seq} came, block {self._next_seq[actor]} never did")
+        self._check_start(actor, start)
         try:
             if self._progress.stopping:
                 return True
-            stop = await self._write(actor, state, env_steps, episodes)
+            stop = await self._write(actor, stale, state, env_steps, episodes)
         finally:
-            self._next_seq[actor] = seq + 1
+            if not stale():  # (a block of an earlier start leaves the count of the new one alone)
+                self._next_seq[actor] = seq + 1
             await self._notify()
         await self._maybe_checkpoint()
         return stop
 
-    async def _write(self, actor: int, state: Mapping[str, Any], env_steps: int,
+    def _stale(self, actor: int, start: tuple[int, int]) -> Callable[[], bool]:
+        """Whether, now, ``start`` is no longer actor ``actor``'s start on this server."""
+        start = tuple(start)
+        return lambda: start != (self.incarnation, self._starts[actor])
+
+    def _check_start(self, actor: int, start: tuple[int, int]) -> None:
+        """Raise unless ``start`` is actor ``actor``'s latest start on this server."""
+        incarnation, starts = start
+        if incarnation != self.incarnation:
+            raise ServerRestarted(f"actor {actor}: the replay server restarted (from its checkpoint at env step "
+                                  f"{self._progress.restored_from}); start the actor again")
+        if starts != self._starts[actor]:
+            raise BlockRefused(f"actor {actor}: a block of its start {starts}, and it started again since "
+                               f"(start {self._starts[actor]}): not written")
+
+    async def _write(self, actor: int, stale: Callable[[], bool], state: Mapping[str, Any], env_steps: int,
                      episodes: Sequence[tuple[float, int]]) -> bool:
         block = self._receiver(actor)
         try:
@@ -214,10 +232,14 @@ class ReplayServer:
         self._tickets += 1
         self._queue.append(ticket)
         try:
-            admitted = await self._until(lambda: self._queue[0] == ticket and all(t.can_insert(most) for t in tables),
+            admitted = await self._until(lambda: stale() or (self._queue[0] == ticket and
+                                                             all(t.can_insert(most) for t in tables)),
                                          self.wait_timeout)
         finally:
             self._queue.remove(ticket)  # (the next in the queue is woken when this call ends: insert_block)
+        if stale():  # the actor started again while this block waited: the block loaded since is its new one's
+            raise BlockRefused(f"actor {actor}: a block of an earlier start of the actor, which started again while "
+                               "it waited: not written")
         if not admitted:
             block.clear()
             raise BlockRefused(f"actor {actor}: its block's {most} items waited {self.wait_timeout:g} s for the "
@@ -246,19 +268,36 @@ class ReplayServer:
         return block if block is not None else self._receivers.setdefault(
             actor, StepBlock(self.spec, self._lanes[actor], self.block_steps, subset=True))
 
-    async def start_actor(self, actor: int) -> int:
+    async def start_actor(self, actor: int) -> tuple[int, int]:
         """Actor ``actor`` (re)starts: the episodes in progress on its lanes end as truncated at their last
-        step written (a restarted actor loses only the steps it had not shipped) and its blocks count from 0
-        again. Returns the incarnation its blocks name."""
+        step written (a restarted actor loses only the steps it had not shipped), its blocks count from 0
+        again and blocks of its earlier starts still on their way are refused. Returns the start its blocks
+        name: ``(the server's incarnation, the actor's starts on it)``."""
         lanes = self._lanes[actor]
         most = lanes.size * self.adder.max_items_per_step
         if not await self._until(lambda: all(t.can_insert(most) for t in self.adder.tables), self.wait_timeout):
             raise RuntimeError(f"actor {actor}: the tables admitted no room for the {most} items that end its "
                                f"episodes in progress within {self.wait_timeout:g} s")
         self.adder.truncate(lanes)
+        self._starts[actor] += 1
         self._next_seq[actor] = 0
         await self._notify()
-        return self.incarnation
+        return self.incarnation, self._starts[actor]
+
+    async def steps_to_items(self, actor: int) -> int:
+        """The steps actor ``actor`` must still ship (one row on each of its lanes a step) before every one of
+        its lanes has written its next item, if no episode ends first (the adder's ``rows_until_written``, which
+        a Sequence adder has): the size of an ``on_policy`` actor's next block."""
+        rows = getattr(self.adder, "rows_until_written", None)
+        if rows is None:
+            raise TypeError(f"{type(self.adder).__name__} cannot say when its next items are written: on_policy "
+                            "actors need an adder with rows_until_written (a Sequence adder)")
+        steps = rows(self._lanes[actor])
+        if steps.min() != steps.max():
+            raise RuntimeError(f"actor {actor}: its lanes would write their next items {steps.tolist()} steps from "
+                               "now, not all at once: on_policy needs a Sequence adder with end_behavior='continue' "
+                               "and envs of autoreset_mode='next_step' (one row per lane per step)")
+        return int(steps[0])
 
     # ------------------------------------------------------------------ the learner
     async def sample(self, batch_size: int, timeout: float | None = None, count: int = 1) -> list[Any] | None:
