@@ -35,7 +35,7 @@ class ActorArgs:
 
     num_actors: int = 0  # actor processes on Ray, each with its own envs and policy; 0: one process
     address: str | None = None  # with --num-actors: a running Ray cluster ("auto" or HOST:PORT); None: a local one
-    sync_period: int = 400  # with --num-actors: env steps of an actor between pulls of the learner's parameters
+    sync_period: int = 400  # with --num-actors: an actor's env steps between parameter pulls (PPO: every update)
 
 
 def actor_args(args: Any, actor: int) -> Any:
@@ -52,15 +52,16 @@ def actor_args(args: Any, actor: int) -> Any:
 class ActorParts:
     """``make_env`` and ``make_policy`` of a baseline run with ``--num-actors``: actor ``i`` gets ``num_envs``
     envs (None: one plain env) seeded with its own seed, and the policy ``policy_of(args)`` makes from its
-    :func:`actor_args`, in its own process."""
+    :func:`actor_args`, in its own process; ``env_options`` go to ``envs.make`` (e.g. ``autoreset_mode``)."""
 
-    def __init__(self, args: Any, num_envs: int | None, policy_of: Any) -> None:
-        self.args, self.num_envs, self.policy_of = args, num_envs, policy_of
+    def __init__(self, args: Any, num_envs: int | None, policy_of: Any, **env_options: Any) -> None:
+        self.args, self.num_envs, self.policy_of, self.env_options = args, num_envs, policy_of, env_options
 
     def env(self, actor: int) -> Any:
         from rlflow import envs
 
-        return envs.make(self.args.env_id, num_envs=self.num_envs, seed=actor_args(self.args, actor).seed)
+        return envs.make(self.args.env_id, num_envs=self.num_envs, seed=actor_args(self.args, actor).seed,
+                         **self.env_options)
 
     def policy(self, actor: int) -> Any:
         import torch
@@ -162,18 +163,22 @@ def continuous_replay(args: Any, capacity: int) -> tuple[Any, ...]:
     return env, eval_env, low, high, obs_dim, act_dim, adder, table
 
 
-def rollout_queue(step_spec: Any, num_envs: int, n_steps: int) -> tuple[Any, Any, Any]:
+def rollout_queue(step_spec: Any, num_envs: int, n_steps: int, num_actors: int = 0) -> tuple[Any, Any, Any]:
     """The on-policy set-up of PPO and MAPPO: a ``Sequence`` adder writing each lane's rollout of
     ``n_steps`` actions as one item of ``n_steps + 1`` rows every ``n_steps`` rows (rollouts run on across
-    episode ends), into a FIFO queue the learner empties ``num_envs`` rollouts at a time (room for a batch
-    plus one env step's items, which the loop checks). Returns ``(store, table, adder)``."""
+    episode ends), into a FIFO queue the learner empties one rollout of every lane at a time (room for a
+    batch plus one env step's items, which the loop checks). With ``num_actors``, ``num_envs`` lanes per
+    actor, and room for a batch plus an actor's longest lockstep block (``rlflow.distributed``'s
+    ``on_policy``: up to ``2 n_steps + 2`` steps). Returns ``(store, table, adder)``."""
     from rlflow import adders
     from rlflow.replay import Fifo, Queue, StepStore, Table
 
-    store = StepStore(step_spec, capacity=4 * (n_steps + 1), lanes=num_envs)
+    lanes = num_envs * max(1, num_actors)
+    store = StepStore(step_spec, capacity=4 * (n_steps + 1), lanes=lanes)
     adder_items = 3  # Sequence.max_items_per_step
+    steps_at_once = 2 * n_steps + 2 if num_actors else 1
     table = Table(store, sampler=Fifo(), remover=Fifo(), max_times_sampled=1, cross_episodes=True,
-                  rate_limiter=Queue(num_envs * (1 + adder_items)))
+                  rate_limiter=Queue(lanes + steps_at_once * num_envs * adder_items))
     adder = adders.Sequence(store, [table], length=n_steps + 1, period=n_steps, end_behavior="continue")
     return store, table, adder
 
@@ -211,12 +216,13 @@ class BestLearner:
 
 
 def train(name: str, args: Any, env: Any, eval_env: Any, policy: Any, learner: Any, adder: Any,
-          table: Any, actors: Any = None) -> rlflow.RunResult:
+          table: Any, actors: Any = None, on_policy: bool = False) -> rlflow.RunResult:
     """Run ``rlflow.run`` with the baseline's common flags, then save the learner, plot and report; with
     ``args.evaluate``, evaluate that saved learner instead (:func:`evaluate_saved`). The learner of the best
     evaluation is saved beside the final one as it happens (:class:`BestLearner`), and both results are
     printed at the end. With ``actors`` (``(make_env, make_policy)``), the run is ``rlflow.distributed.run``
-    with ``args.num_actors`` actor processes on the Ray cluster at ``args.address`` (None: a local one)."""
+    with ``args.num_actors`` actor processes on the Ray cluster at ``args.address`` (None: a local one), in
+    lockstep with the learner with ``on_policy``."""
     from rlflow.run_checkpoint import save_state
 
     if args.evaluate:
@@ -233,7 +239,7 @@ def train(name: str, args: Any, env: Any, eval_env: Any, policy: Any, learner: A
         from rlflow import distributed
 
         result = distributed.run(*actors, learner, adder, table, num_actors=args.num_actors, address=args.address,
-                                 sync_period=args.sync_period, **options)
+                                 sync_period=args.sync_period, on_policy=on_policy, **options)
     env.close()
     eval_env.close()
     save_state(logdir / "learner.pt", {"args": asdict(args), "learner": learner.state_dict()})

@@ -33,7 +33,7 @@ from gymnasium.wrappers import ClipAction
 from torch import nn
 
 import rlflow
-from baselines import RunArgs, rollout_queue, train
+from baselines import ActorArgs, ActorParts, RunArgs, rollout_queue, train
 from baselines._nets import categorical, mlp, ppo_terms
 from rlflow import envs, specs
 from rlflow.minibatches import chunk_resets, feedforward, recurrent_chunks, take
@@ -41,7 +41,7 @@ from rlflow.returns import ValueNormalizer, gae
 
 
 @dataclass
-class Args(RunArgs):
+class Args(RunArgs, ActorArgs):
     env_id: str = "CartPole-v1"
     total_steps: int = 100_000
     num_envs: int = 8
@@ -64,8 +64,8 @@ class Args(RunArgs):
     logdir: str = "runs/ppo"
 
     @property
-    def batch_size(self) -> int:  # rollouts per learner step: one per lane
-        return self.num_envs
+    def batch_size(self) -> int:  # rollouts per learner step: one per lane (of every actor)
+        return self.num_envs * max(1, self.num_actors)
 
 
 class DiagGaussian(torch.distributions.Normal):
@@ -174,13 +174,20 @@ class PPOLearner(rlflow.Learner):
         self.args = args
         self.optimizer = torch.optim.Adam(net.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
         self.updates = 0
-        self.total_updates = max(1, args.total_steps // (args.num_envs * args.n_steps))
+        self.total_updates = max(1, args.total_steps // (args.batch_size * args.n_steps))
         self.rng = np.random.default_rng(args.seed)
         self.norm = ValueNormalizer() if args.value_norm else None
 
     def step(self, sample):
         rows = sample.data
-        mask = sample.mask
+        # A rollout with an action of parameters two or more updates old (one restored from a checkpoint, or
+        # from an actor that started on older parameters) is dropped, and counted. One update old is what a
+        # rollout's first action is: it completes the rollout before, whose update comes after it.
+        acted = ~rows["last"][:, :-1] & sample.mask[:, :-1]
+        stale = ((rows["extras"]["version"][:, :-1] < self.updates - 1) & acted).any(axis=1)
+        if stale.all():
+            return {"stale_rollouts": float(stale.sum()), "steps": 0.0}
+        mask = sample.mask & ~stale[:, None]
         obs = torch.as_tensor(rows["observation"])
         e, t1 = mask.shape
         with torch.no_grad():
@@ -233,7 +240,7 @@ class PPOLearner(rlflow.Learner):
                                          self.args.vf_coef)
                 self._apply(loss)
         self.updates += 1
-        return {**metrics, "steps": float(targets["valid"].sum())}
+        return {**metrics, "steps": float(targets["valid"].sum()), "stale_rollouts": float(stale.sum())}
 
     def _apply(self, loss: torch.Tensor) -> None:
         self.optimizer.zero_grad()
@@ -241,8 +248,8 @@ class PPOLearner(rlflow.Learner):
         nn.utils.clip_grad_norm_(self.net.parameters(), self.args.max_grad_norm)
         self.optimizer.step()
 
-    def get_params(self):
-        return self.net
+    def get_params(self):  # the network, and its version (the updates made) that the policy stores per action
+        return {"net": self.net, "version": self.updates}
 
     def state_dict(self):
         return {"net": self.net.state_dict(), "optimizer": self.optimizer.state_dict(), "updates": self.updates,
@@ -258,11 +265,13 @@ class PPOLearner(rlflow.Learner):
 
 
 class SamplingPolicy(rlflow.Policy):
-    """Samples from the policy head and stores each action's log-probability and value as extras (and, with
-    an LSTM, the state the step started from, where the learner's chunks start)."""
+    """Samples from the policy head and stores each action's log-probability and value as extras, with the
+    version of the parameters that chose it (and, with an LSTM, the state the step started from, where the
+    learner's chunks start)."""
 
     def __init__(self, net: ActorCritic) -> None:
         self.net = net
+        self.version = 0
 
     def initial_state(self, batch_size):
         return tuple(torch.zeros(batch_size, self.net.lstm) for _ in range(4)) if self.net.lstm else None
@@ -274,14 +283,16 @@ class SamplingPolicy(rlflow.Policy):
             else:
                 dist, value = self.net(torch.as_tensor(observation))
             action = dist.mode if evaluation else dist.sample()  # the likeliest action, or the mean
-            extras = {"log_prob": dist.log_prob(action).numpy(), "value": value.numpy()}
+            extras = {"log_prob": dist.log_prob(action).numpy(), "value": value.numpy(),
+                      "version": np.full(len(observation), self.version, np.int64)}
         if self.net.lstm:
             extras["lstm"] = torch.stack(state, 1).numpy()  # [E, 4, lstm]
             state = new_state
         return action.numpy(), extras, state
 
     def set_params(self, params):
-        self.net = params  # the learner's network itself (one process: no copy, no lag)
+        self.net = params["net"]  # the learner's network itself (one process: no copy, no lag)
+        self.version = params["version"]
 
     def state_dict(self):
         return {"torch_rng": torch.get_rng_state()}
@@ -302,14 +313,25 @@ def main(args: Args) -> rlflow.RunResult:
         eval_env = envs.make(args.env_id, num_envs=None)
     obs_dim = int(np.prod(env.single_observation_space.shape))
 
-    # Rollouts of n_steps + 1 rows per lane in a queue the learner empties num_envs at a time.
-    extras = {"log_prob": specs.Field((), np.float32), "value": specs.Field((), np.float32)}
+    # Rollouts of n_steps + 1 rows per lane in a queue the learner empties a rollout of every lane at a time.
+    extras = {"log_prob": specs.Field((), np.float32), "value": specs.Field((), np.float32),
+              "version": specs.Field((), np.int64)}
     if args.lstm:  # the LSTM states (h, c of the actor's and the critic's) each step started from
         extras["lstm"] = specs.Field((4, args.lstm), np.float32)
-    _, table, adder = rollout_queue(env.step_spec(extras), args.num_envs, args.n_steps)
+    _, table, adder = rollout_queue(env.step_spec(extras), args.num_envs, args.n_steps, args.num_actors)
 
     net = ActorCritic(obs_dim, n_actions, args.hidden, args.lstm, continuous)
-    return train("PPO", args, env, eval_env, SamplingPolicy(net), PPOLearner(net, args), adder, table)
+    policy, learner = SamplingPolicy(net), PPOLearner(net, args)
+    if not args.num_actors:
+        return train("PPO", args, env, eval_env, policy, learner, adder, table)
+
+    # Synchronous rollouts: actor processes with their own envs (one row per lane per step: NEXT_STEP resets)
+    # and networks, each update waiting for a rollout of every lane acted by the parameters it updates.
+    parts = ActorParts(args, args.num_envs, lambda a, i: SamplingPolicy(
+        ActorCritic(obs_dim, n_actions, a.hidden, a.lstm, continuous)), autoreset_mode="next_step",
+        **({"wrappers": [ClipAction]} if continuous else {}))
+    return train("PPO", args, env, eval_env, policy, learner, adder, table, actors=(parts.env, parts.policy),
+                 on_policy=True)
 
 
 if __name__ == "__main__":

@@ -421,6 +421,38 @@ def test_ppo_runs_and_logs(tmp_path):
     assert result.env_steps == 640 and result.learner_steps >= 8
     rows = read_csv(tmp_path / "learner.csv")
     assert rows and all(math.isfinite(float(r["policy_loss"])) for r in rows)
+    assert all(float(r["stale_rollouts"]) == 0 for r in rows)  # one process: no rollout is two updates old
+
+
+def test_ppo_drops_rollouts_acted_two_or_more_updates_ago():
+    """A rollout with an action of parameters two or more updates older than the learner's is left out of the
+    update and counted; one whose first action is one update old is trained on; a batch of stale rollouts
+    only makes no update."""
+    from types import SimpleNamespace
+
+    from baselines import ppo
+
+    torch.manual_seed(0)
+    args = ppo.Args(num_envs=2, n_steps=4, n_epochs=1, minibatch_size=8, hidden=(8,))
+    learner = ppo.PPOLearner(ppo.ActorCritic(4, 2, (8,)), args)
+    learner.updates = 3
+    rng = np.random.default_rng(0)
+
+    def sample(versions):
+        e = len(versions)
+        no = np.zeros((e, 5), bool)
+        data = {"observation": rng.normal(size=(e, 5, 4)).astype(np.float32), "action": np.zeros((e, 5), np.int64),
+                "reward": np.ones((e, 5), np.float32), "terminated": no, "truncated": no, "last": no, "first": no,
+                "extras": {"log_prob": np.full((e, 5), -0.69, np.float32), "value": np.zeros((e, 5), np.float32),
+                           "version": np.array(versions, np.int64)}}
+        return SimpleNamespace(data=data, mask=np.ones((e, 5), bool))
+
+    metrics = learner.step(sample([[2, 3, 3, 3, 3], [3, 1, 3, 3, 3]]))
+    assert metrics["stale_rollouts"] == 1 and metrics["steps"] == 4 and learner.updates == 4
+    before = [p.detach().clone() for p in learner.net.parameters()]
+    metrics = learner.step(sample([[2, 2, 2, 2, 2], [0, 0, 0, 0, 0]]))
+    assert metrics == {"stale_rollouts": 2.0, "steps": 0.0} and learner.updates == 4
+    assert all(torch.equal(a, b) for a, b in zip(before, learner.net.parameters(), strict=True))
 
 
 def test_ppo_lstm_unroll_restarts_where_told():
