@@ -9,11 +9,13 @@ Each case runs in this process against one local Ray instance (loopback only) st
 - ``learner``: a learner step of about 2 ms (a torch MLP on a batch of 256, one intra-op thread) fed by the
   replay server while 2 actors act, against the same learner sampling the same kind of table in this
   process; reported: learner steps per second of each and their ratio. The rate limiter never holds the
-  learner back (a wide window).
+  learner back (a wide window). ``--learner-device cuda`` trains both on a GPU, ``--learner-actor`` puts the
+  distributed one in a Ray actor of its own (``learner_options``, with ``num_gpus=1`` on a GPU).
 - ``acting``: collect-only runs with CartPole costing ``--cost-ms`` of CPU per step, 1 actor then 2 actors
   (one env each); reported: env steps per second and the ratio.
 - ``startup``: in a new process, the wall-clock from importing rlflow to the end of a run of one block per
-  actor that starts its own local Ray, with numba's cache as it is and with an empty cache directory.
+  actor (its first stored steps) on a local Ray it starts (Ray's shutdown after the run not counted), with
+  numba's cache as it is and with an empty cache directory.
 
     python benchmarks/distributed.py                      # every case
     python benchmarks/distributed.py --cases inserts --seconds 10
@@ -106,20 +108,23 @@ def inserts(args: argparse.Namespace) -> dict[str, float]:
 
 # --------------------------------------------------------------------------- learner
 class MLPLearner(rlflow.Learner):
-    """A torch MLP regression step on each batch: about 2 ms for a batch of 256 on one thread."""
+    """A torch MLP regression step on each batch: about 2 ms for a batch of 256 on one CPU thread (or on
+    ``device``); its state is when each step ended (what comes back from a learner in its own actor)."""
 
-    def __init__(self, hidden: int) -> None:
+    def __init__(self, hidden: int, device: str = "cpu") -> None:
         torch.manual_seed(0)
+        self.device = device
         self.times: list[float] = []  # when each step ended
         self.net = nn.Sequential(nn.Linear(17, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
-                                 nn.Linear(hidden, 6))
+                                 nn.Linear(hidden, 6)).to(device)
         self.opt = torch.optim.Adam(self.net.parameters(), lr=1e-4)
 
     def step(self, sample):
         data = sample.data
-        obs = torch.from_numpy(data.observation)
-        q = self.net(obs).gather(1, torch.from_numpy(data.action)[:, None])[:, 0]
-        loss = ((q - torch.from_numpy(data.reward)) ** 2).mean()
+        obs = torch.from_numpy(data.observation).to(self.device, non_blocking=True)
+        action = torch.from_numpy(data.action).to(self.device, non_blocking=True)
+        q = self.net(obs).gather(1, action[:, None])[:, 0]
+        loss = ((q - torch.from_numpy(data.reward).to(self.device, non_blocking=True)) ** 2).mean()
         self.opt.zero_grad()
         loss.backward()
         self.opt.step()
@@ -133,6 +138,12 @@ class MLPLearner(rlflow.Learner):
 
     def get_params(self):
         return None
+
+    def state_dict(self):
+        return {"times": self.times}
+
+    def load_state_dict(self, state):
+        self.times = list(state["times"])
 
 
 class Randomish(rlflow.Policy):
@@ -182,16 +193,18 @@ def learner(args: argparse.Namespace) -> dict[str, float]:
     for _ in range(2_000):
         actions = rng.integers(0, 6, 4)
         adder.add(actions, env.step(actions))
-    local = MLPLearner(args.hidden)
+    local = MLPLearner(args.hidden, args.learner_device)
     start = time.perf_counter()
     while time.perf_counter() - start < args.seconds + 1:
         local.step(table.sample(256))
     # Distributed: 2 actors of 4 envs act as the rate limiter lets them (samples_per_insert 8: 32 env steps a
     # learner step) while the same learner trains in this process.
     adder, table = learner_table(8, SampleToInsertRatio(8.0, 1_000, 20_000))
-    remote = MLPLearner(args.hidden)
+    remote = MLPLearner(args.hidden, args.learner_device)
+    options = None if not args.learner_actor else {"num_gpus": 1} if args.learner_device != "cpu" else {}
     distributed.run(make_box, Randomish, remote, adder, table, steps=10**9, batch_size=256, num_actors=2,
-                    progress=False, max_seconds=args.seconds + 20, seed=0)  # (actors take seconds to start)
+                    progress=False, max_seconds=args.seconds + 20, seed=0,  # (actors take seconds to start)
+                    learner_options=options)
     ratio = remote.rate(args.seconds) / local.rate(args.seconds)
     return {"in_process_steps_per_s": local.rate(args.seconds), "distributed_steps_per_s": remote.rate(args.seconds),
             "ratio": ratio}
@@ -251,9 +264,12 @@ STARTUP = """
 import sys, time
 sys.path.insert(0, {folder!r})
 start = time.perf_counter()
+import ray
 from distributed import startup_run
+ray.init(include_dashboard=False)  # as distributed.run starts it (here, so that its shutdown is not timed)
 startup_run()
 print(time.perf_counter() - start)
+ray.shutdown()
 """
 
 
@@ -266,9 +282,10 @@ def startup_run() -> None:
 
 
 def startup(args: argparse.Namespace) -> dict[str, float]:
-    """From ``import rlflow`` to the end of a run of one block per actor, in a new process that starts its own
-    Ray: with numba's cache as it is (warm), and with an empty cache directory (cold: every kernel the
-    actors and the server use is compiled)."""
+    """From ``import rlflow`` to the end of a run of one block per actor (its first stored steps), in a new
+    process that starts its own Ray (its shutdown after that is not counted): with numba's cache as it is
+    (warm), and with an empty cache directory (cold: every kernel the actors and the server use is
+    compiled)."""
     out = {}
     code = STARTUP.format(folder=os.path.dirname(os.path.abspath(__file__)))
     for label in ("warm_s", "cold_s"):
@@ -297,6 +314,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cost-ms", type=float, default=1.0)
     parser.add_argument("--acting-steps", type=int, default=6_000)
     parser.add_argument("--rounds", type=int, default=3, help="start-up runs (medians)")
+    parser.add_argument("--learner-device", default="cpu", help="where the learner case's MLP trains (cuda: a GPU)")
+    parser.add_argument("--learner-actor", action="store_true",
+                        help="the learner case's distributed learner in a Ray actor of its own (with a GPU "
+                             "for a cuda --learner-device)")
     args = parser.parse_args(argv)
     print(f"ray {ray.__version__}, numpy {np.__version__}, torch {torch.__version__}, {os.cpu_count()} cores")
     for name in args.cases:
