@@ -685,6 +685,16 @@ def test_an_on_policy_actor_killed_mid_run_comes_back_in_step(ray_local, tmp_pat
     assert len(learner.seen) > 15  # rollouts after the restart came in step too
 
 
+@pytest.mark.timeout(240)
+def test_on_policy_actors_refuse_envs_that_reset_in_the_same_step(ray_local):
+    """An on-policy actor's env must store one row per lane per step: one in ``same_step`` mode fails the run
+    with an error naming ``autoreset_mode='next_step'``."""
+    adder, table = lockstep_parts()
+    with pytest.raises(Exception, match=r"an env with autoreset_mode='next_step'.*got AutoresetMode.SAME_STEP"):
+        distributed.run(make_tagged, VersionPolicy, LockstepLearner(), adder, table, steps=400, batch_size=4,
+                        num_actors=2, on_policy=True, progress=False)
+
+
 def test_on_policy_settings_that_cannot_work_are_refused():
     adder, table = lockstep_parts()
     with pytest.raises(ValueError, match="expected publish_every=1"):
