@@ -174,7 +174,8 @@ def rollout_queue(step_spec: Any, num_envs: int, n_steps: int, num_actors: int =
     from rlflow.replay import Fifo, Queue, StepStore, Table
 
     lanes = num_envs * max(1, num_actors)
-    store = StepStore(step_spec, capacity=4 * (n_steps + 1), lanes=lanes)
+    # (with actors, room for the queue's bound: a batch and the items a block could make at most)
+    store = StepStore(step_spec, capacity=(8 if num_actors else 4) * (n_steps + 1), lanes=lanes)
     adder_items = 3  # Sequence.max_items_per_step
     steps_at_once = 2 * n_steps + 2 if num_actors else 1
     table = Table(store, sampler=Fifo(), remover=Fifo(), max_times_sampled=1, cross_episodes=True,

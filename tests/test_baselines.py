@@ -516,3 +516,20 @@ def test_no_baseline_imports_another():
             others[path.stem] = sorted(imported - allowed)
     assert {p.stem for p in folder.glob("*.py")} >= {"dqn", "mappo", "ppo", "qmix", "sac", "selfplay_dqn", "td3"}
     assert others == {}
+
+
+@pytest.mark.parametrize("num_actors", [1, 2, 4])
+@pytest.mark.parametrize("n_steps", [16, 64, 1024])
+def test_rollout_queue_with_actors_admits_a_lockstep_block_beside_a_batch(num_actors, n_steps):
+    """PPO's on-policy set-up with actor processes builds (the queue's bound fits the store) and passes the
+    on_policy launch check: the table admits one actor's longest block beside a batch of every lane."""
+    from baselines import rollout_queue
+    from rlflow import specs
+    from rlflow.distributed.launcher import _lockstep_block_steps
+    from rlflow.types import step_spec
+
+    num_envs = 2
+    spec = step_spec(specs.Field((3,), np.float32), specs.Field((), np.int64, low=0, high=1))
+    store, table, adder = rollout_queue(spec, num_envs, n_steps, num_actors)
+    assert store.num_lanes == num_envs * num_actors
+    assert _lockstep_block_steps(adder, table, store.num_lanes, num_envs) == 2 * n_steps + 2
