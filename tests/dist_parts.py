@@ -283,3 +283,31 @@ class GpuLearner(StatefulLearner):
     def load_state_dict(self, state):
         super().load_state_dict(state)
         self.total, self.gpu_ids = state["total"], state["gpu_ids"]
+
+
+class ParamsPolicy(RandomPolicy):
+    """Acts its parameters (the learner's step count, as :class:`RecordingLearner` publishes it) when evaluating,
+    their parity when training: an evaluation's return says which parameters it had (:class:`ParamsEnv`)."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__(seed)
+        self.params = 0
+
+    def act(self, observation, state, *, evaluation=False):
+        n = len(observation)
+        return np.full(n, self.params if evaluation else self.params % 2, np.int64), None, state
+
+
+class ParamsEnv(gymnasium.Env):
+    """One-step episodes whose reward is the action: evaluated with :class:`ParamsPolicy`, the return is the
+    parameters the evaluation had."""
+
+    observation_space = gymnasium.spaces.Box(-1e6, 1e6, (3,), np.float32)
+    action_space = gymnasium.spaces.Discrete(10**6)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(3, np.float32), {}
+
+    def step(self, action):
+        return np.zeros(3, np.float32), float(action), True, False, {}

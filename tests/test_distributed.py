@@ -22,6 +22,8 @@ from dist_parts import (
     NodeFiles,
     OneAtATimeServer,
     OrderLearner,
+    ParamsEnv,
+    ParamsPolicy,
     ParityPolicy,
     PidFiles,
     RandomPolicy,
@@ -167,6 +169,38 @@ def test_blocks_of_an_earlier_start_of_an_actor_are_refused():
     server = asyncio.run(scenario())
     progress = asyncio.run(server.progress())
     assert progress.blocks == 3 and progress.env_steps == 24
+
+
+def test_on_policy_restarts_drop_rollouts_the_learner_may_have_passed(tmp_path):
+    """``on_policy``: an actor that starts again has its unsampled items dropped (it acts them again with the
+    latest parameters), the other actors' stay; a server restored from its checkpoint starts with empty
+    tables and the checkpoint's rows. Without ``on_policy`` both keep their items."""
+    shipped = {0: blocks(0, [0, 1], 2), 1: blocks(1, [2, 3], 2)}
+
+    async def filled(on_policy, restore=False):
+        server = ReplayServer(pickle.dumps(parts()), "replay", [[0, 1], [2, 3]], steps=10_000, block_steps=4,
+                              wait_timeout=5, checkpoint_dir=str(tmp_path / str(on_policy)), restore=restore,
+                              on_policy=on_policy)
+        if restore:
+            return server
+        for actor in (0, 1):
+            start = await server.start_actor(actor)
+            for seq, state in enumerate(shipped[actor]):
+                await server.insert_block(actor, start, seq, state, 8)
+        await server.checkpoint()
+        saved[on_policy] = server.adder.store.count.copy()
+        await server.start_actor(0)
+        return server
+
+    saved = {}
+
+    for on_policy in (False, True):
+        server = asyncio.run(filled(on_policy))
+        lanes = sorted(set(server.table.items()["lane"].tolist()))
+        assert lanes == ([0, 1, 2, 3] if not on_policy else [2, 3])
+        restored = asyncio.run(filled(on_policy, restore=True))
+        assert restored.table.size == (0 if on_policy else (2 * 4 - 1) * 4)
+        np.testing.assert_array_equal(restored.adder.store.count, saved[on_policy])  # the checkpoint's rows
 
 
 def test_samples_and_blocks_wait_for_each_other_under_the_rate_limiter():
@@ -373,6 +407,21 @@ def test_a_collect_only_run_and_a_refused_actor(ray_local):
     assert [(r[1], r[2]["return"]) for r in rows if r[0] == "eval"] == result.evaluations
     with pytest.raises(Exception, match=r"BadPolicy.act returned actions that do not fit"):
         distributed.run(make_tagged, BadPolicy, None, adder, table, steps=2_000, num_actors=2, progress=False)
+
+
+@pytest.mark.timeout(240)
+def test_the_last_evaluation_has_the_last_published_parameters(ray_local):
+    """The evaluation at the end of a run (after the run's parts stopped) takes the learner's last published
+    parameters (the evaluation's return is the step count the learner published)."""
+    from rlflow.envs import GymEnvironment
+
+    adder, table = run_parts()
+    learner = RecordingLearner()
+    result = distributed.run(make_tagged, ParamsPolicy, learner, adder, table, steps=3_000, batch_size=32,
+                             num_actors=2, progress=False, seed=0, eval_env=GymEnvironment(ParamsEnv()),
+                             eval_every=10**9, eval_episodes=1)
+    published = result.learner_steps // 10 * 10  # (publish_every=10)
+    assert published > 0 and result.evaluations[-1][1] in (published, published - 10)
 
 
 def test_settings_that_cannot_work_are_refused_before_anything_starts():
@@ -703,6 +752,15 @@ def test_on_policy_settings_that_cannot_work_are_refused():
     with pytest.raises(ValueError, match=r"expected batch_size=4 \(the store's lanes\), got 2"):
         distributed.run(make_tagged_next_step, VersionPolicy, LockstepLearner(), adder, table, steps=10,
                         batch_size=2, on_policy=True)
+    with pytest.raises(ValueError, match="expected a Sequence of period >= 2"):
+        store = StepStore(adder.store.spec, capacity=40, lanes=4)
+        one_step = Table(store, sampler=Fifo(), remover=Fifo(), max_times_sampled=1, cross_episodes=True,
+                         rate_limiter=Queue(64))
+        distributed.run(make_tagged_next_step, VersionPolicy, LockstepLearner(),
+                        adders.Sequence(store, [one_step], length=2, period=1, end_behavior="continue"), one_step,
+                        steps=10, batch_size=4, on_policy=True)
+    with pytest.raises(ValueError, match="a run without a learner would never act past its first rollouts"):
+        distributed.run(make_tagged_next_step, VersionPolicy, None, adder, table, steps=10, on_policy=True)
     with pytest.raises(ValueError, match=r"needs a Sequence adder with end_behavior='continue'.*got NStepTransition"):
         transitions, replay = run_parts()
         distributed.run(make_tagged, RandomPolicy, WindowLearner(), transitions, replay, steps=10, batch_size=4,

@@ -290,8 +290,8 @@ class Adder:
         at that row are cut as an env's time limit cuts them (:meth:`_end_open_rows`), so the rows are
         those of an env that truncates at this step. For a run that stops collecting, this keeps the last
         transitions that :meth:`reset` would drop. An episode with no action yet (only its first row) is
-        dropped: its row becomes a final row and no item holds it (a Sequence adder with ``CONTINUE`` runs
-        its sequences on across it, as across any episode end).
+        dropped: its row becomes a final row and no item of its own is written (a Sequence adder with
+        ``CONTINUE`` runs its sequences on across that row, as across any episode end).
         """
         self.flush()
         lanes_arr = self._lanes if lanes is None else self._lane_subset(lanes)

@@ -39,6 +39,8 @@ from rlflow.types import TimeStep
 
 __all__ = ["ActorWorker"]
 
+_LOOK = 1.0  # seconds an on_policy actor waits for parameters before it looks whether the server restarted
+
 
 class _ServerGone(Exception):
     """The replay server died or restarted: the actor starts again on it."""
@@ -56,8 +58,7 @@ class ActorWorker:
         sync_period: env steps (of this actor) between asks for newer parameters.
         max_in_flight: blocks shipped and not yet answered, at most.
         seed: the env's first reset is seeded ``seed`` (None: unseeded).
-        wait_timeout: seconds to wait for the replay server to be up when (re)starting on it, and (with
-            ``on_policy``) for the learner's next parameters.
+        wait_timeout: seconds to wait for the replay server to be up when (re)starting on it.
         on_policy: act in lockstep with the learner (see the module docstring); ``sync_period`` is then not
             used, and ``block_steps`` must hold the longest block the server asks for.
     """
@@ -174,8 +175,9 @@ class ActorWorker:
 
     def lockstep(self) -> bool:
         """``on_policy``, after a block is shipped: once the server has written every shipped block, size the
-        next block and wait for parameters newer than those that acted. Whether to stop (a server's answer
-        said so, or the run ended while waiting)."""
+        next block and wait for parameters newer than those that acted, for as long as the run goes on (its
+        end closes the variable source; a restarted server sends the actor to start again on it). Whether to
+        stop (a server's answer said so, or the run ended while waiting)."""
         import ray
 
         stop = False
@@ -184,15 +186,15 @@ class ActorWorker:
         if stop:
             return True
         self._ship_at = self._steps_to_items()
-        answer = ray.get(self.source.newer.remote(self.version, self.wait_timeout))
-        if answer is None:
+        while True:  # until the learner publishes, the run ends, or the server restarts (then start again on it)
+            answer = ray.get(self.source.newer.remote(self.version, _LOOK))
+            if answer is not None:
+                self._set_params(answer)
+                return False
             if ray.get(self.source.closed.remote()):
                 return True
-            raise RuntimeError(f"actor {self.index}: no parameters newer than version {self.version} came in "
-                               f"{self.wait_timeout:g} s: on_policy actors wait for each learner update (does the "
-                               "learner sample a batch of every actor's items, and publish after each step?)")
-        self._set_params(answer)
-        return False
+            if self._answer(self.server.incarnation_now.remote()) != self.started[0]:
+                raise _ServerGone("the replay server restarted")
 
     def _steps_to_items(self) -> int:
         """The steps the next block needs for every lane of this actor to write its next item (the server's

@@ -151,8 +151,10 @@ class _Launch:
         per_actor = lanes // actors
         self.actor_lanes = [list(range(i * per_actor, (i + 1) * per_actor)) for i in range(actors)]
         if layout.on_policy:
-            self.block_steps = _lockstep_block_steps(adder, table if learner is not None else None, batch_size,
-                                                     per_actor)
+            if learner is None:
+                raise ValueError("on_policy: the actors wait for each learner update, so a run without a learner "
+                                 "would never act past its first rollouts: pass a learner, or on_policy=False")
+            self.block_steps = _lockstep_block_steps(adder, table, batch_size, per_actor)
         else:
             self.block_steps = _fit_block_steps(table if learner is not None else None, batch_size,
                                                 layout.block_steps, per_actor * adder.max_items_per_step)
@@ -205,7 +207,7 @@ class _Launch:
                                  scheduling_strategy=here)(_RemoteServer).remote(
             self.adder_ref, self.table.name, self.actor_lanes, self.steps, self.block_steps,
             layout.wait_timeout, None if checkpoint_dir is None else str(checkpoint_dir / "server"),
-            config.checkpoint_every, layout.checkpoint_seconds, config.resume)
+            config.checkpoint_every, layout.checkpoint_seconds, config.resume, layout.on_policy)
         ray.get(self.server.ping.remote())  # raises now what its building raised (e.g. a checkpoint that differs)
         restored = self._server_call("progress").restored_from
         self.resumed_at = restored if config.resume else None  # a resumed run's env step (its logs go on there)
@@ -330,8 +332,8 @@ class _Launch:
         ray, result, config = self.ray, self.result, self.config
         self._server_call("stop")
         ray.get(self.source.close.remote())  # (on_policy actors waiting for parameters stop)
-        with contextlib.suppress(ray.exceptions.RayActorError):
-            ray.get(self.runs, timeout=self.layout.wait_timeout)
+        with contextlib.suppress(ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+            ray.get(self.runs, timeout=self.layout.wait_timeout)  # (actors still running then are ended below)
         self._take(self._server_call("progress"))
         if self.learner_state is not None:
             self._server_call("checkpoint")
@@ -446,12 +448,14 @@ def _lockstep_block_steps(adder: Any, table: Any, batch_size: int, lanes: int) -
         raise ValueError("on_policy: actors ship blocks that complete one item on each lane, which needs a Sequence "
                          "adder with end_behavior='continue' (it says when each lane's next item is written, and "
                          f"its lanes' items stay in step across episode ends); got {_adder_name(adder)}")
-    if table is not None and batch_size != adder.num_lanes:
+    if adder.period < 2:
+        raise ValueError(f"on_policy: rollouts of one step (period={adder.period}) can complete two items on a lane "
+                         "in one step, out of step with its other lanes: expected a Sequence of period >= 2")
+    if batch_size != adder.num_lanes:
         raise ValueError(f"on_policy: the learner waits for every actor's rollout, one item per store lane: expected "
                          f"batch_size={adder.num_lanes} (the store's lanes), got {batch_size}")
     steps = adder.length + adder.period + 1
-    if table is not None:
-        check_limiter(table, batch_size, steps * lanes * adder.max_items_per_step)
+    check_limiter(table, batch_size, steps * lanes * adder.max_items_per_step)
     return steps
 
 
@@ -466,11 +470,11 @@ class _RemoteServer(ReplayServer):
     def __init__(self, *args: Any) -> None:
         import ray
 
-        *settings, resume = args
+        *settings, resume, on_policy = args
         with warnings.catch_warnings():  # (Ray's own deprecation warning from inside the call)
             warnings.simplefilter("ignore", DeprecationWarning)
             restarted = ray.get_runtime_context().was_current_actor_reconstructed
-        super().__init__(*settings, restore=resume or restarted)
+        super().__init__(*settings, restore=resume or restarted, on_policy=on_policy)
 
 
 def _pickled(value: Any, name: str) -> bytes:

@@ -79,11 +79,16 @@ class ReplayServer:
             (None: never) have passed since the last one, checked after each block.
         restore: come back from the latest checkpoint in ``checkpoint_dir`` (a restarted server, or a
             resumed run), if there is one.
+        on_policy: the actors act in lockstep with the learner (``rlflow.distributed``'s ``on_policy``): an
+            actor that starts again has its unsampled items dropped (it acts them again with the latest
+            parameters), and a restored server starts with empty tables (the rollouts in its checkpoint may
+            belong to updates the learner has passed).
     """
 
     def __init__(self, adder: Any, table: str | None, actor_lanes: Sequence[Sequence[int]], steps: int,
                  block_steps: int, wait_timeout: float = 30.0, checkpoint_dir: str | None = None,
-                 checkpoint_every: int = 0, checkpoint_seconds: float | None = None, restore: bool = False) -> None:
+                 checkpoint_every: int = 0, checkpoint_seconds: float | None = None, restore: bool = False,
+                 on_policy: bool = False) -> None:
         self.adder = adder = pickle.loads(adder) if isinstance(adder, bytes) else adder
         names = [t.name for t in adder.tables]
         if table is not None and table not in names:
@@ -104,6 +109,7 @@ class ReplayServer:
         self.incarnation = time.time_ns()  # blocks filled for another incarnation are refused
         self.checkpoint_dir = checkpoint_dir
         self.checkpoint_every, self.checkpoint_seconds = int(checkpoint_every), checkpoint_seconds
+        self.on_policy = bool(on_policy)
         if restore and checkpoint_dir is not None:
             self._restore()
         self._saved_at = (self._progress.env_steps, time.monotonic())
@@ -123,6 +129,9 @@ class ReplayServer:
         p.env_steps, p.blocks, p.inserts, p.samples = (int(counters[k]) for k in ("env_steps", "blocks", "inserts",
                                                                                    "samples"))
         p.restored_from = p.env_steps
+        if self.on_policy:
+            for table in self.adder.tables:
+                table.delete(table.items()["key"])
 
     async def checkpoint(self) -> str | None:
         """Write a checkpoint now (atomically: a crash while writing keeps the one before); its directory."""
@@ -271,14 +280,19 @@ class ReplayServer:
     async def start_actor(self, actor: int) -> tuple[int, int]:
         """Actor ``actor`` (re)starts: the episodes in progress on its lanes end as truncated at their last
         step written (a restarted actor loses only the steps it had not shipped), its blocks count from 0
-        again and blocks of its earlier starts still on their way are refused. Returns the start its blocks
-        name: ``(the server's incarnation, the actor's starts on it)``."""
+        again and blocks of its earlier starts still on their way are refused; with ``on_policy``, its items
+        not yet sampled are dropped. Returns the start its blocks name: ``(the server's incarnation, the
+        actor's starts on it)``."""
         lanes = self._lanes[actor]
         most = lanes.size * self.adder.max_items_per_step
         if not await self._until(lambda: all(t.can_insert(most) for t in self.adder.tables), self.wait_timeout):
             raise RuntimeError(f"actor {actor}: the tables admitted no room for the {most} items that end its "
                                f"episodes in progress within {self.wait_timeout:g} s")
         self.adder.truncate(lanes)
+        if self.on_policy:
+            for table in self.adder.tables:
+                items = table.items()
+                table.delete(items["key"][np.isin(items["lane"], lanes)])
         self._starts[actor] += 1
         self._next_seq[actor] = 0
         await self._notify()
@@ -338,6 +352,10 @@ class ReplayServer:
         """End every wait now and from now on: blocks are answered ``stop`` unwritten, samples None."""
         self._progress.stopping = True
         await self._notify()
+
+    async def incarnation_now(self) -> int:
+        """This server process's incarnation (another after a restart)."""
+        return self.incarnation
 
     async def ping(self) -> int:
         """The server's process id (an answer shows the server is up)."""

@@ -41,16 +41,16 @@ class VariableSource:
 
     async def newer(self, version: int, timeout: float = 0.0) -> tuple[int, list[Any]] | None:
         """``(version, [ref])`` once what is held is newer than ``version``, waiting up to ``timeout`` seconds
-        for a publication; None if none came by then or the source is closed."""
+        for a publication (a wait ends early when the source is closed); None if nothing newer is held then."""
         if timeout > 0 and not (self._closed or self.version > version):
             changed = self._condition()
             async with changed:
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(changed.wait_for(lambda: self._closed or self.version > version), timeout)
-        return (self.version, self._params) if self.version > version and not self._closed else None
+        return (self.version, self._params) if self.version > version else None
 
     async def close(self) -> None:
-        """End every wait now and from now on (the run is over): :meth:`newer` answers None."""
+        """End every wait now and from now on (the run is over): :meth:`newer` answers at once."""
         self._closed = True
         async with self._condition():
             self._condition().notify_all()
