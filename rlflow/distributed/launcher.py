@@ -354,16 +354,17 @@ class _Launch:
                               errors=(self.ray.exceptions.RayActorError,))
 
     def _watch_actors(self) -> None:
-        """Raise the error of an actor whose run failed in its code; run again an actor Ray restarted after its
-        process died (while it has restarts left), saying so."""
+        """Raise the error of an actor whose run or building (``make_env``, ``make_policy``, its checks) failed in
+        its code; run again an actor Ray restarted after its process died (while it has restarts left), saying
+        so."""
         ray = self.ray
         done, _ = ray.wait(self.runs, num_returns=len(self.runs), timeout=0)
         for ref in done:
             i = self.runs.index(ref)
             try:
                 ray.get(ref)
-            except ray.exceptions.RayActorError:
-                if self.restarts[i] >= self.layout.max_restarts:
+            except ray.exceptions.RayActorError as exc:
+                if exc.actor_init_failed or self.restarts[i] >= self.layout.max_restarts:
                     raise
                 self.restarts[i] += 1
                 warnings.warn(f"actor {i}'s process died; Ray restarted it ({self.restarts[i]} of max_restarts="
