@@ -164,9 +164,7 @@ class ActorWorker:
         self.block.clear()
         self._unshipped_steps, self._episodes = 0, []
         self._in_flight.append(ref)
-        stop = False
-        while len(self._in_flight) > self.max_in_flight:
-            stop = self._answer(self._in_flight.popleft()) or stop
+        stop = self._answers_until(self.max_in_flight)
         ready, _ = ray.wait(list(self._in_flight), num_returns=len(self._in_flight), timeout=0)
         for ref in ready:  # answers already here: a stop is seen without waiting
             self._in_flight.remove(ref)
@@ -180,10 +178,7 @@ class ActorWorker:
         stop (a server's answer said so, or the run ended while waiting)."""
         import ray
 
-        stop = False
-        while self._in_flight:
-            stop = self._answer(self._in_flight.popleft()) or stop
-        if stop:
+        if self._answers_until(0):
             return True
         self._ship_at = self._steps_to_items()
         while True:  # until the learner publishes, the run ends, or the server restarts (then start again on it)
@@ -195,6 +190,13 @@ class ActorWorker:
                 return True
             if self._answer(self.server.incarnation_now.remote()) != self.started[0]:
                 raise _ServerGone("the replay server restarted")
+
+    def _answers_until(self, left: int) -> bool:
+        """Wait for the answers to the oldest blocks in flight until ``left`` are; whether one says stop."""
+        stop = False
+        while len(self._in_flight) > left:
+            stop = self._answer(self._in_flight.popleft()) or stop
+        return stop
 
     def _steps_to_items(self) -> int:
         """The steps the next block needs for every lane of this actor to write its next item (the server's

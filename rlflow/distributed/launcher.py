@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlflow import run_checkpoint
+from rlflow.adders.sequence import EndBehavior
 from rlflow.core import Learner
 from rlflow.distributed.actor import ActorWorker
 from rlflow.distributed.evaluator import Evaluator
@@ -445,7 +446,7 @@ def _lockstep_block_steps(adder: Any, table: Any, batch_size: int, lanes: int) -
     """``on_policy``: the most steps an actor's block may need (``Sequence.rows_until_written`` is at most
     ``length + period + 1``); raises naming the fix where the adder cannot size blocks, the learner's batch
     is not every lane's items, or the learner's table cannot admit a block beside a batch."""
-    if not hasattr(adder, "rows_until_written") or getattr(adder.end_behavior, "value", None) != "continue":
+    if getattr(adder, "end_behavior", None) is not EndBehavior.CONTINUE:
         raise ValueError("on_policy: actors ship blocks that complete one item on each lane, which needs a Sequence "
                          "adder with end_behavior='continue' (it says when each lane's next item is written, and "
                          f"its lanes' items stay in step across episode ends); got {_adder_name(adder)}")

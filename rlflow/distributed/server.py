@@ -130,8 +130,7 @@ class ReplayServer:
                                                                                    "samples"))
         p.restored_from = p.env_steps
         if self.on_policy:
-            for table in self.adder.tables:
-                table.delete(table.items()["key"])
+            self._drop_items()
 
     async def checkpoint(self) -> str | None:
         """Write a checkpoint now (atomically: a crash while writing keeps the one before); its directory."""
@@ -214,7 +213,17 @@ class ReplayServer:
     def _stale(self, actor: int, start: tuple[int, int]) -> Callable[[], bool]:
         """Whether, now, ``start`` is no longer actor ``actor``'s start on this server."""
         start = tuple(start)
-        return lambda: start != (self.incarnation, self._starts[actor])
+        return lambda: start != self._start_of(actor)
+
+    def _start_of(self, actor: int) -> tuple[int, int]:
+        """Actor ``actor``'s latest start on this server, as :meth:`start_actor` answered it."""
+        return self.incarnation, self._starts[actor]
+
+    def _drop_items(self, lanes: np.ndarray | None = None) -> None:
+        """Delete every table's items (of ``lanes``; None: all), as rollouts the learner may have passed."""
+        for table in self.adder.tables:
+            items = table.items()
+            table.delete(items["key"] if lanes is None else items["key"][np.isin(items["lane"], lanes)])
 
     def _check_start(self, actor: int, start: tuple[int, int]) -> None:
         """Raise unless ``start`` is actor ``actor``'s latest start on this server."""
@@ -290,13 +299,11 @@ class ReplayServer:
                                f"episodes in progress within {self.wait_timeout:g} s")
         self.adder.truncate(lanes)
         if self.on_policy:
-            for table in self.adder.tables:
-                items = table.items()
-                table.delete(items["key"][np.isin(items["lane"], lanes)])
+            self._drop_items(lanes)
         self._starts[actor] += 1
         self._next_seq[actor] = 0
         await self._notify()
-        return self.incarnation, self._starts[actor]
+        return self._start_of(actor)
 
     async def steps_to_items(self, actor: int) -> int:
         """The steps actor ``actor`` must still ship (one row on each of its lanes a step) before every one of
