@@ -26,7 +26,7 @@ class RunArgs:
     checkpoint_every: int = 0  # env steps between run checkpoints under <logdir>/checkpoints (0: none)
     resume: bool = False  # continue from the latest checkpoint under <logdir>/checkpoints
     progress: bool = True
-    evaluate: str = ""  # a saved learner.pt: evaluate it over eval_episodes episodes instead of training
+    evaluate: str = ""  # a run's directory (its learner.pt) or a saved learner file: evaluate it instead of training
 
 
 @dataclass
@@ -109,28 +109,35 @@ class RandomStartPolicy(rlflow.Policy):
 
 
 def evaluate_saved(args: Any, eval_env: Any, policy: Any, learner: Any) -> rlflow.RunResult:
-    """Load the learner state saved at ``args.evaluate`` (a run's ``learner.pt``), hand its parameters to the
+    """Load the learner state saved at ``args.evaluate`` (a run's directory, for its ``learner.pt``, or a saved
+    learner file such as ``learner_best.pt``), hand its parameters to the
     policy and run ``args.eval_episodes`` evaluation episodes (seeded by ``args.seed``); prints their mean
     and standard error. The flags that shape the networks must be the ones the run was made with: a
     mismatch raises, naming the flags that differ."""
     from rlflow.actors import evaluate
     from rlflow.run_checkpoint import load_state
 
-    saved = load_state(args.evaluate)
+    path = Path(args.evaluate)
+    if path.is_dir():
+        if not (path / "learner.pt").is_file():
+            raise FileNotFoundError(f"--evaluate {path}: the directory has no learner.pt (a run writes it at its "
+                                    "end; give a run's directory or a saved learner file)")
+        path = path / "learner.pt"
+    saved = load_state(path)
     try:
         learner.load_state_dict(saved["learner"])
     except (KeyError, RuntimeError, ValueError) as exc:
         run_flags = set(asdict(RunArgs())) | {"logdir", "total_steps"}
         differ = {k: (v, getattr(args, k, None)) for k, v in saved.get("args", {}).items()
                   if k not in run_flags and v != getattr(args, k, None)}
-        raise ValueError(f"{args.evaluate}: its learner state does not fit this learner ({type(exc).__name__}: "
+        raise ValueError(f"{path}: its learner state does not fit this learner ({type(exc).__name__}: "
                          f"{exc}); flags saved vs given: {differ or 'none differ'}") from None
     policy.set_params(learner.get_params())
     returns = np.asarray(evaluate(eval_env, policy, args.eval_episodes, seed=args.seed), np.float64)
     eval_env.close()
     mean = float(returns.mean())
     sem = float(returns.std(ddof=1) / np.sqrt(returns.size)) if returns.size > 1 else float("nan")
-    print(f"evaluation of {args.evaluate}: mean return {mean:.2f} +- {sem:.2f} (standard error) over "
+    print(f"evaluation of {path}: mean return {mean:.2f} +- {sem:.2f} (standard error) over "
           f"{returns.size} episodes")
     return rlflow.RunResult(evaluations=[(0, mean)])
 

@@ -10,6 +10,7 @@ from rlflow.buffer import ReplayBuffer
 from rlflow.core import Learner, LearnerUpdate, Policy
 from rlflow.loop import RunConfig, RunResult, run
 from rlflow.plots import plot_run
+from rlflow.saving import load, save
 
 __version__ = "0.1.0"
 
@@ -24,7 +25,9 @@ __all__ = [
     "VariableClient",
     "__version__",
     "evaluate",
+    "load",
     "plot_run",
     "run",
+    "save",
     "specs",
 ]

@@ -63,7 +63,8 @@ class ReplayBuffer:
         n_step: rewards summed per transition.
         discount: the per-step discount.
         prioritized: sample in proportion to priority ``** alpha`` (weights with ``beta``).
-        alpha, beta: prioritized replay exponents.
+        alpha: prioritized replay's priority exponent.
+        beta: prioritized replay's importance-weight exponent.
         num_envs: transitions per :meth:`add` call.
         extras: an rlflow spec of per-step extras stored with each transition (e.g. log-probs).
         seed: seeds the sampler.

@@ -24,6 +24,9 @@ __all__ = ["CsvLogger", "Logger", "MultiLogger", "TensorBoardLogger", "make_logg
 
 
 class Logger(Protocol):
+    """What the loop logs to: a :class:`CsvLogger`, a :class:`TensorBoardLogger`, several at once
+    (:class:`MultiLogger`), or any object of your own with these two methods."""
+
     def write(self, stream: str, step: int, metrics: Mapping[str, float]) -> None:
         """Record ``metrics`` of ``stream`` at env step ``step``."""
 

@@ -125,7 +125,19 @@ class RunConfig:
 
 @dataclass
 class RunResult:
-    """What a run did: counts, every finished training episode, and every evaluation."""
+    """What a run did: counts, every finished training episode, and every evaluation.
+
+    Attributes:
+        env_steps: env steps taken, over all lanes (a resumed run counts those before its checkpoint).
+        learner_steps: learner steps taken.
+        episodes: every finished training episode as ``(env step it ended at, return, length)``.
+        evaluations: every evaluation as ``(env step, mean return over the evaluation episodes)``.
+        learner_metrics: the metrics the last learner step returned.
+        stopped: why the run ended early (``"max_seconds"``, or the signal's name: ``"SIGINT"`` for Ctrl-C,
+            ``"SIGTERM"``), or ``""`` when it ran all its steps.
+        eval_seconds: wall-clock seconds spent in evaluation episodes.
+        final_evaluation: the last evaluation's mean return (None if there was none).
+    """
 
     env_steps: int = 0
     learner_steps: int = 0
@@ -137,6 +149,7 @@ class RunResult:
 
     @property
     def final_evaluation(self) -> float | None:
+        """The last evaluation's mean return (None if there was none)."""
         return self.evaluations[-1][1] if self.evaluations else None
 
 
@@ -146,15 +159,17 @@ def run(env: Any, policy: Policy, learner: Learner | None, adder: Any, table: An
 
     Args:
         env: an :class:`rlflow.envs.GymEnvironment` (its lanes are the adder's store's lanes).
-        policy, learner: the user's :class:`~rlflow.core.Policy` and :class:`~rlflow.core.Learner`
-            (``learner=None``: only collect).
-        adder, table: the adder writing ``env``'s steps, and the table the learner samples from.
+        policy: the user's :class:`~rlflow.core.Policy`.
+        learner: the user's :class:`~rlflow.core.Learner` (``learner=None``: only collect).
+        adder: the adder writing ``env``'s steps.
+        table: the table the learner samples from.
         steps: env steps to run to (a resumed run counts those before its checkpoint).
         batch_size: items per learner step.
-        config, options: what the run does around its parts: a :class:`RunConfig`, and/or its fields as
-            keywords (``sync_period``, ``eval_env``, ``eval_every``, ``eval_episodes``, ``logdir``,
-            ``tensorboard``, ``log_every``, ``progress``, ``seed``, ``max_seconds``, ``observers``,
-            ``checkpoint_every``, ``checkpoint_dir``, ``resume``), which replace the config's.
+        config: what the run does around its parts (a :class:`RunConfig`).
+        **options: the config's fields as keywords (``sync_period``, ``eval_env``, ``eval_every``,
+            ``eval_episodes``, ``logdir``, ``tensorboard``, ``log_every``, ``progress``, ``seed``,
+            ``max_seconds``, ``observers``, ``checkpoint_every``, ``checkpoint_dir``, ``resume``), which replace
+            the config's.
     """
     config = (config if config is not None else RunConfig()).with_options(options)
     return _Loop(env, policy, learner, adder, table, steps, batch_size, config).run()

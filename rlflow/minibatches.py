@@ -54,7 +54,8 @@ def feedforward(
     """One epoch of shuffled minibatches of single steps.
 
     Args:
-        T, E: the rollout's time steps and envs (lanes).
+        T: the rollout's time steps.
+        E: the rollout's envs (lanes).
         num_minibatches: split the valid steps into this many minibatches, whose sizes differ by at most
             one. Give this or ``minibatch_size``.
         minibatch_size: minibatches of this many steps; the last one holds the rest (may be smaller).
@@ -133,7 +134,8 @@ def recurrent_chunks(
     there (:func:`chunk_resets`).
 
     Args:
-        T, E: the rollout's time steps and envs (lanes).
+        T: the rollout's time steps.
+        E: the rollout's envs (lanes).
         chunk_length: ``L``, steps per chunk.
         num_minibatches: at most the number of chunks.
         rng: a numpy Generator, or a seed for one.

@@ -117,7 +117,8 @@ def discounted_returns(
 
     Args:
         rewards: ``[T, E, ...]``.
-        terminated, truncated: ``[T, E, ...]`` bool (or 0/1), broadcastable to the rewards.
+        terminated: ``[T, E, ...]`` bool (or 0/1), broadcastable to the rewards.
+        truncated: like ``terminated``.
         discount: in ``[0, 1]``.
         next_values: ``[T, E, ...]``, ``V(s_{t+1})``; read only at truncations and at ``T - 1``.
 
@@ -259,7 +260,8 @@ def next_values_from(
     Args:
         values: ``[T, E, ...]``, V of each step's observation.
         last_values: ``[E, ...]``, V of the observation after the rollout.
-        terminated, truncated: ``[T, E, ...]`` bool, broadcastable to the values.
+        terminated: ``[T, E, ...]`` bool, broadcastable to the values.
+        truncated: like ``terminated``.
         final_values: ``[T, E, ...]``, read only where an episode ended.
     """
     floats = {"values": values, "last_values": last_values}

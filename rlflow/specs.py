@@ -95,6 +95,7 @@ class Field:
 
 
 Spec = Field | Mapping[str, "Spec"] | tuple["Spec", ...]
+"""A spec: a :class:`Field`, or dicts and tuples of specs nested as the data they describe."""
 
 
 def from_space(space: Any) -> Spec:

@@ -48,7 +48,9 @@ __all__ = ["ONE_LANE_NO", "ONE_LANE_YES", "TimeStep", "step_spec"]
 # (so read-only): a consumer may recognise a one-lane step that neither starts nor ends an episode by
 # identity, before any dtype, shape or value check.
 ONE_LANE_NO = np.zeros(1, np.bool_)
+"""A read-only ``[1]`` bool array ``[False]``: a flag of a one-lane TimeStep (shared, never copied)."""
 ONE_LANE_YES = np.ones(1, np.bool_)
+"""A read-only ``[1]`` bool array ``[True]``: a flag of a one-lane TimeStep."""
 ONE_LANE_NO.flags.writeable = ONE_LANE_YES.flags.writeable = False
 
 

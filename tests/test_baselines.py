@@ -129,6 +129,12 @@ def test_a_saved_learner_is_evaluated_without_training(tmp_path, capsys):
     assert f"mean return {np.mean(by_hand):.2f} +- " in capsys.readouterr().out
     with pytest.raises(ValueError, match=r"flags saved vs given: \{'hidden': \(\(16,\), \(8,\)\)\}"):
         dqn.main(dataclasses.replace(again, hidden=(8,)))
+    # the run's directory names its learner.pt: the same evaluation
+    by_dir = dqn.main(dataclasses.replace(again, evaluate=str(tmp_path / "run")))
+    assert by_dir.final_evaluation == result.final_evaluation
+    assert f"evaluation of {saved}: mean return" in capsys.readouterr().out
+    with pytest.raises(FileNotFoundError, match=r"the directory has no learner.pt"):
+        dqn.main(dataclasses.replace(again, evaluate=str(tmp_path)))
 
 
 def test_dqn_target_moves_tau_of_the_way_every_period():

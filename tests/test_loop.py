@@ -203,6 +203,23 @@ def test_collect_only_and_evaluate():
     assert len(returns) == 5 and all(r >= 1 for r in returns)
 
 
+class PoleSign(rlflow.Policy):
+    """Pushes the cart toward the side the pole leans to: a policy that is a function of the observation."""
+
+    def act(self, observation, state, *, evaluation=False):
+        assert evaluation
+        return (observation[:, 2] > 0).astype(np.int64), None, state
+
+
+def test_evaluate_with_a_seed_repeats_its_returns():
+    """The same seed and a deterministic policy: the same returns (in the order episodes end); another seed:
+    other returns."""
+    first = rlflow.evaluate(envs.make("CartPole-v1", num_envs=3), PoleSign(), 7, seed=4)
+    again = rlflow.evaluate(envs.make("CartPole-v1", num_envs=3), PoleSign(), 7, seed=4)
+    other = rlflow.evaluate(envs.make("CartPole-v1", num_envs=3), PoleSign(), 7, seed=5)
+    assert len(first) == 7 and first == again and first != other
+
+
 # --------------------------------------------------------------------------- checkpoints and resume
 def prioritized_setup():
     from rlflow.replay import Prioritized

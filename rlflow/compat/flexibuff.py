@@ -118,11 +118,14 @@ class FlexibleBuffer:
         action_mask: store a legal-action mask per discrete head, for the observation and the next one.
         discrete_action_cardinalities: the number of choices of each discrete action head.
         continuous_action_dimension: the number of continuous action values per agent.
-        path, name: where :meth:`save` writes (``path + name``).
+        path: where :meth:`save` writes (``path + name``).
+        name: see ``path``.
         n_agents: agents per step.
         state_size: the length of the global state (stored with the next state) or None.
-        global_reward, global_auxiliary_reward: store a team reward, and a second one (e.g. human feedback).
-        individual_reward, individual_auxiliary_reward: the same per agent.
+        global_reward: store a team reward.
+        global_auxiliary_reward: store a second team reward (e.g. human feedback).
+        individual_reward: store a reward per agent.
+        individual_auxiliary_reward: store a second reward per agent.
         log_prob_discrete: store a log-probability per discrete head per agent.
         log_prob_continuous: the number of continuous log-probabilities per agent (0: none).
         memory_weights: store a sampling weight per step (``sample_transitions(weighted=True)``).

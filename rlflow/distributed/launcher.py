@@ -120,11 +120,13 @@ def run(make_env: Callable[[int], Any], make_policy: Callable[[int], Any], learn
         make_env: ``make_env(actor)`` builds actor ``actor``'s env (an rlflow env), in the actor's process.
         make_policy: ``make_policy(actor)`` builds its policy there (e.g. a per-actor exploration rate).
         learner: trains in this process (None: only collect).
-        adder, table: the adder (its store has ``num_actors`` x ``num_envs`` lanes) and the table the
-            learner samples; both move into the replay server.
-        steps, batch_size: as :func:`rlflow.run`.
-        config, layout, options: what the run does around its parts (:class:`~rlflow.RunConfig`, except its
-            checkpoint fields) and where they go (:class:`Layout`); their fields as keywords replace theirs.
+        adder: the adder (its store has ``num_actors`` x ``num_envs`` lanes); it moves into the replay server.
+        table: the table the learner samples; it moves into the replay server.
+        steps: as :func:`rlflow.run`.
+        batch_size: as :func:`rlflow.run`.
+        config: what the run does around its parts (:class:`~rlflow.RunConfig`, except its checkpoint fields).
+        layout: where the parts go (:class:`Layout`).
+        **options: fields of ``config`` or ``layout`` as keywords; each replaces theirs.
     """
     names = {f.name for f in dataclasses.fields(Layout)}
     config = (config if config is not None else RunConfig()).with_options(
