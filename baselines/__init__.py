@@ -8,6 +8,7 @@ in ``_nets.py``, the MPE envs of the multi-agent ones in ``_mpe.py``; no baselin
 
 from __future__ import annotations
 
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -21,12 +22,65 @@ import rlflow
 class RunArgs:
     """The flags every baseline takes for the run around its algorithm (its own ``Args`` add the rest)."""
 
-    seed: int = 1
-    eval_episodes: int = 10
+    seed: int = 1  # the seed of the envs, the networks and the replay (and of the exploration)
+    eval_episodes: int = 10  # episodes of each evaluation, also with --evaluate (selfplay_dqn: --eval-games instead)
     checkpoint_every: int = 0  # env steps between run checkpoints under <logdir>/checkpoints (0: none)
     resume: bool = False  # continue from the latest checkpoint under <logdir>/checkpoints
-    progress: bool = True
+    progress: bool = True  # show a progress bar (tqdm)
     evaluate: str = ""  # a run's directory (its learner.pt) or a saved learner file: evaluate it instead of training
+    wandb_project: str | None = None  # also log the run to Weights & Biases under this project (rlflow[wandb])
+    wandb_mode: str | None = None  # with --wandb-project: online, offline (upload later: wandb sync) or disabled
+
+
+@dataclass
+class VideoArgs:
+    """The flag of the single-agent baselines that records evaluation episodes to video."""
+
+    capture_video: bool = False  # record each evaluation's first episode to <logdir>/videos as mp4 (rlflow[video])
+
+
+class EvaluationVideo:
+    """Makes gymnasium's ``RecordVideo`` record the first episode of every evaluation: the episode a seeded
+    ``reset`` starts (``rlflow.evaluate`` seeds its first reset; the resets between its episodes are not
+    seeded). The recording ends at the next reset, when the episode is over."""
+
+    def __init__(self) -> None:
+        self.seeded = False
+
+    def wrap(self, env: Any, folder: Path) -> Any:
+        from gymnasium.wrappers import RecordVideo
+
+        trigger = self
+
+        class _Recorder(RecordVideo):
+            def reset(self, *, seed=None, options=None):
+                trigger.seeded = seed is not None
+                return super().reset(seed=seed, options=options)
+
+        return _Recorder(env, str(folder), episode_trigger=lambda episode: trigger.seeded, name_prefix="eval",
+                         disable_logger=True)
+
+
+def make_eval_env(args: Any, *wrappers: Any) -> Any:
+    """The evaluation env: one plain ``args.env_id`` env inside the gymnasium ``wrappers`` (first innermost);
+    with ``args.capture_video``, rendered as RGB frames and recorded (:class:`EvaluationVideo`) to
+    ``<logdir>/videos``, one mp4 per evaluation (``eval-episode-<k>.mp4``, ``k`` counting every episode the
+    env started)."""
+    import gymnasium
+
+    from rlflow import envs
+
+    video = getattr(args, "capture_video", False)
+    env = gymnasium.make(args.env_id, render_mode="rgb_array" if video else None)
+    for wrapper in wrappers:
+        env = wrapper(env)
+    if video:
+        try:
+            import moviepy  # noqa: F401  (RecordVideo writes mp4 with it)
+        except ImportError:
+            raise ImportError('--capture-video needs moviepy: pip install "rlflow[video]"') from None
+        env = EvaluationVideo().wrap(env, Path(args.logdir) / "videos")
+    return envs.GymEnvironment(env)
 
 
 @dataclass
@@ -139,7 +193,7 @@ def evaluate_saved(args: Any, eval_env: Any, policy: Any, learner: Any) -> rlflo
     sem = float(returns.std(ddof=1) / np.sqrt(returns.size)) if returns.size > 1 else float("nan")
     print(f"evaluation of {path}: mean return {mean:.2f} +- {sem:.2f} (standard error) over "
           f"{returns.size} episodes")
-    return rlflow.RunResult(evaluations=[(0, mean)])
+    return rlflow.RunResult(evaluations=[(0, mean, float(returns.std()))])
 
 
 def continuous_replay(args: Any, capacity: int) -> tuple[Any, ...]:
@@ -156,7 +210,7 @@ def continuous_replay(args: Any, capacity: int) -> tuple[Any, ...]:
     lanes = max(1, args.num_actors)  # one env per actor with --num-actors
     steps_at_once = 32 if args.num_actors else 1  # the window holds one sample and one env step (or block)
     env = envs.make(args.env_id, num_envs=None, seed=args.seed)
-    eval_env = envs.make(args.env_id, num_envs=None)
+    eval_env = make_eval_env(args)
     space = env.single_action_space
     low = space.low.astype(np.float32)
     high = space.high.astype(np.float32)
@@ -223,6 +277,19 @@ class BestLearner:
                                "evaluation": {"env_steps": env_steps, "return": self.mean_return}})
 
 
+def wandb_logger_of(name: str, args: Any) -> Any:
+    """With ``--wandb-project``, a :class:`rlflow.loggers.WandbLogger` for the run (its flags as the config,
+    its files under ``<logdir>/wandb``); else None."""
+    if not args.wandb_project:
+        return None
+    from rlflow.loggers import WandbLogger
+
+    env = getattr(args, "env_id", None) or getattr(args, "game", "env")
+    Path(args.logdir).mkdir(parents=True, exist_ok=True)
+    return WandbLogger(args.wandb_project, name=f"{name}-{env}-seed{args.seed}",
+                       config=asdict(args), dir=Path(args.logdir), mode=args.wandb_mode)
+
+
 def train(name: str, args: Any, env: Any, eval_env: Any, policy: Any, learner: Any, adder: Any,
           table: Any, actors: Any = None, on_policy: bool = False) -> rlflow.RunResult:
     """Run ``rlflow.run`` with the baseline's common flags, then save the learner, plot and report; with
@@ -238,9 +305,14 @@ def train(name: str, args: Any, env: Any, eval_env: Any, policy: Any, learner: A
         return evaluate_saved(args, eval_env, policy, learner)
     logdir = Path(args.logdir)
     best = BestLearner(logdir / "learner_best.pt", args, learner, resume=args.resume)
+    observers: list[Any] = [best]
+    wandb_logger = wandb_logger_of(name, args)
+    if wandb_logger is not None:
+        observers.append(wandb_logger)
     options = dict(steps=args.total_steps, batch_size=args.batch_size, eval_env=eval_env, eval_every=args.eval_every,
                    eval_episodes=args.eval_episodes, logdir=args.logdir, progress=args.progress, seed=args.seed,
-                   observers=[best], checkpoint_every=args.checkpoint_every, resume=args.resume)
+                   observers=observers, checkpoint_every=args.checkpoint_every, resume=args.resume)
+    began = time.monotonic()
     if actors is None:
         result = rlflow.run(env, policy, learner, adder, table, **options)
     else:
@@ -250,12 +322,15 @@ def train(name: str, args: Any, env: Any, eval_env: Any, policy: Any, learner: A
                                  sync_period=args.sync_period, on_policy=on_policy, **options)
     env.close()
     eval_env.close()
+    if wandb_logger is not None:
+        wandb_logger.close()
+    seconds = time.monotonic() - began
     save_state(logdir / "learner.pt", {"args": asdict(args), "learner": learner.state_dict()})
     plot = rlflow.plot_run(result, logdir / "learning_curve.png", title=f"{name} on {args.env_id}")
-    final = "none (stopped before it)" if result.final_evaluation is None else (
-        f"mean return {result.final_evaluation:.1f} over {args.eval_episodes} episodes")
-    print(f"final evaluation: {final} ({result.env_steps} env steps, {result.learner_steps} learner steps); "
-          f"plot: {plot}")
+    # The last evaluation was printed as it ended (the run's last "eval at" line): not repeated here.
+    stopped = f" (stopped: {result.stopped})" if result.stopped else ""
+    print(f"done: {result.env_steps} env steps, {result.learner_steps} learner steps in {seconds:.0f} s{stopped}; "
+          f"learner: {logdir / 'learner.pt'}; plot: {plot}")
     if best.mean_return > -np.inf:
         print(f"best evaluation: mean return {best.mean_return:.1f} at {best.env_steps} env steps; its learner: "
               f"{best.path}")

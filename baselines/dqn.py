@@ -38,7 +38,7 @@ import tyro
 from torch import nn
 
 import rlflow
-from baselines import ActorArgs, ActorParts, RunArgs, train
+from baselines import ActorArgs, ActorParts, RunArgs, VideoArgs, make_eval_env, train
 from baselines._nets import QNetwork
 from rlflow import adders, envs
 from rlflow.replay import Fifo, Prioritized, SampleToInsertRatio, StepStore, Table, Uniform
@@ -50,20 +50,20 @@ FINAL_EPSILON: dict[str, float] = {"Acrobot-v1": 0.1}
 
 
 @dataclass
-class Args(RunArgs, ActorArgs):
-    env_id: str = "CartPole-v1"
-    total_steps: int = 50_000
-    num_envs: int = 1
-    learning_rate: float = 2.3e-3
-    buffer_size: int = 100_000
-    batch_size: int = 64
-    gamma: float = 0.99
-    n_step: int = 3
+class Args(RunArgs, ActorArgs, VideoArgs):
+    env_id: str = "CartPole-v1"  # a Gymnasium env with discrete actions
+    total_steps: int = 50_000  # env steps of the run, over all envs (and actors)
+    num_envs: int = 1  # envs stepped together (with --num-actors: per actor)
+    learning_rate: float = 2.3e-3  # Adam's learning rate (falls linearly to 0 with --anneal-lr)
+    buffer_size: int = 100_000  # replay capacity in transitions, over all envs (and actors)
+    batch_size: int = 64  # transitions per learner step
+    gamma: float = 0.99  # discount per env step, of the n-step returns and their bootstrap
+    n_step: int = 3  # env steps per transition: its return sums n rewards, then bootstraps from the target network
     double_q: bool = True  # the target's action chosen by the online network (--no-double-q: by the target's)
-    dueling: bool = False
-    prioritized: bool = False
-    alpha: float = 0.6  # prioritized replay exponents
-    beta: float = 0.4
+    dueling: bool = False  # a dueling head: Q(s, a) = V(s) + A(s, a) - the mean of A(s, .) over the actions
+    prioritized: bool = False  # prioritized replay: sample in proportion to |TD error| ** alpha instead of uniformly
+    alpha: float = 0.6  # prioritized replay's priority exponent
+    beta: float = 0.4  # importance-sampling exponent of the prioritized replay's weights (constant over the run)
     learning_starts: int = 1_000  # transitions stored before the first learner step
     samples_per_insert: float = 16.0  # sampled transitions per stored one (batch_size / env steps per update)
     target_update_period: int = 1  # learner steps between target-network updates
@@ -71,10 +71,10 @@ class Args(RunArgs, ActorArgs):
     anneal_lr: bool = True  # the learning rate falls linearly to 0 over the run's learner steps
     exploration_fraction: float = 0.16  # share of total_steps over which epsilon falls to its final value
     exploration_final_eps: float | None = None  # None: the env's own in FINAL_EPSILON, else 0.04
-    hidden: tuple[int, ...] = (128, 128)
-    max_grad_norm: float = 10.0
-    eval_every: int = 10_000
-    logdir: str = "runs/dqn"
+    hidden: tuple[int, ...] = (128, 128)  # sizes of the Q-network's hidden layers
+    max_grad_norm: float = 10.0  # the gradient's norm is clipped to this at every learner step
+    eval_every: int = 10_000  # env steps between evaluations (0: only at the end)
+    logdir: str = "runs/dqn"  # directory of the run's logs, checkpoints, saved learners and learning curve
 
 
 def td_loss(q: QNetwork, target: QNetwork, batch: rlflow.replay.Transition, weights: torch.Tensor,
@@ -232,7 +232,7 @@ def main(args: Args) -> rlflow.RunResult:
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)
     env = envs.make(args.env_id, num_envs=None if args.num_envs == 1 else args.num_envs, seed=args.seed)
-    eval_env = envs.make(args.env_id, num_envs=None)
+    eval_env = make_eval_env(args)
     n_actions = int(env.single_action_space.n)
     obs_dim = int(np.prod(env.single_observation_space.shape))
 

@@ -53,32 +53,32 @@ from rlflow.returns import ValueNormalizer, gae
 @dataclass
 class Args(RunArgs):
     env_id: str = "simple_spread_v3"  # an mpe2 scenario
-    n_agents: int = 3
-    max_cycles: int = 25
+    n_agents: int = 3  # agents of simple_spread (mpe2's N; other scenarios ignore it)
+    max_cycles: int = 25  # steps per episode (mpe2's max_cycles)
     total_steps: int = 2_000_000  # joint env steps, over all envs
-    num_envs: int = 16
+    num_envs: int = 16  # parallel MPE envs; each update takes a rollout of each
     n_steps: int = 25  # joint actions per lane per rollout
-    learning_rate: float = 7e-4
+    learning_rate: float = 7e-4  # Adam's learning rate
     # the learning rate falls linearly to 0 over total_steps / (num_envs * n_steps) learner updates (MAPPO's
     # use_linear_lr_decay); rollouts that hold final rows make a few more updates, which train at 0
-    anneal_lr: bool = True
-    gamma: float = 0.9
-    gae_lambda: float = 0.95
-    n_epochs: int = 10
-    num_minibatches: int = 4
-    clip_range: float = 0.2
-    ent_coef: float = 0.01
-    vf_coef: float = 1.0
-    max_grad_norm: float = 10.0
-    hidden: tuple[int, ...] = (64, 64)
+    anneal_lr: bool = True  # the learning rate falls linearly to 0 over the run's learner updates
+    gamma: float = 0.9  # discount per env step
+    gae_lambda: float = 0.95  # GAE's lambda (0: one-step TD advantages, 1: Monte Carlo ones)
+    n_epochs: int = 10  # passes over each update's rollouts
+    num_minibatches: int = 4  # minibatches per epoch
+    clip_range: float = 0.2  # PPO's clip of the probability ratio to 1 +- this
+    ent_coef: float = 0.01  # weight of the entropy bonus in the loss
+    vf_coef: float = 1.0  # weight of the value loss in the loss
+    max_grad_norm: float = 10.0  # the gradient's norm is clipped to this at every minibatch step
+    hidden: tuple[int, ...] = (64, 64)  # hidden sizes of the actor and the critic (--recurrent: the last is the GRU's)
     critic: str = "centralised"  # "centralised" (MAPPO: global state) or "local" (IPPO: own observation)
     shared: bool = True  # one actor and one critic for every agent (with its one-hot id), or one per agent
-    value_norm: bool = True
+    value_norm: bool = True  # train the critic on normalised returns (rlflow.returns.ValueNormalizer)
     team_reward: bool = False  # every agent learns from the team's reward (the mean over agents), not its own
     recurrent: bool = False  # rMAPPO: a GRU after each network's MLP, trained on chunks of chunk_length steps
-    chunk_length: int = 10
-    eval_every: int = 100_000
-    logdir: str = "runs/mappo"
+    chunk_length: int = 10  # steps per recurrent training chunk (with --recurrent)
+    eval_every: int = 100_000  # joint env steps between evaluations (0: only at the end)
+    logdir: str = "runs/mappo"  # directory of the run's logs, checkpoints, saved learners and learning curve
 
     @property
     def batch_size(self) -> int:  # rollouts per learner step: one per lane

@@ -33,7 +33,7 @@ from gymnasium.wrappers import ClipAction
 from torch import nn
 
 import rlflow
-from baselines import ActorArgs, ActorParts, RunArgs, rollout_queue, train
+from baselines import ActorArgs, ActorParts, RunArgs, VideoArgs, make_eval_env, rollout_queue, train
 from baselines._nets import categorical, mlp, ppo_terms
 from rlflow import envs, specs
 from rlflow.minibatches import chunk_resets, feedforward, recurrent_chunks, take
@@ -41,27 +41,27 @@ from rlflow.returns import ValueNormalizer, gae
 
 
 @dataclass
-class Args(RunArgs, ActorArgs):
-    env_id: str = "CartPole-v1"
-    total_steps: int = 100_000
-    num_envs: int = 8
+class Args(RunArgs, ActorArgs, VideoArgs):
+    env_id: str = "CartPole-v1"  # a Gymnasium env with discrete or Box actions
+    total_steps: int = 100_000  # env steps of the run, over all envs (and actors)
+    num_envs: int = 8  # envs in the vector env (with --num-actors: per actor); each update takes a rollout of each
     n_steps: int = 32  # actions per lane per rollout
     learning_rate: float = 1e-3  # falls linearly to 0 over the run (unless --no-anneal)
-    gamma: float = 0.98
-    gae_lambda: float = 0.8
-    n_epochs: int = 20
-    minibatch_size: int = 256
+    gamma: float = 0.98  # discount per env step
+    gae_lambda: float = 0.8  # GAE's lambda (0: one-step TD advantages, 1: Monte Carlo ones)
+    n_epochs: int = 20  # passes over each update's rollouts
+    minibatch_size: int = 256  # env steps per minibatch (with --lstm: about, in whole chunks)
     clip_range: float = 0.2  # falls linearly to 0 over the run (unless --no-anneal)
-    anneal: bool = True
-    ent_coef: float = 0.0
-    vf_coef: float = 0.5
-    max_grad_norm: float = 0.5
-    hidden: tuple[int, ...] = (64, 64)
+    anneal: bool = True  # the learning rate and the clip range fall linearly to 0 over the run's updates
+    ent_coef: float = 0.0  # weight of the entropy bonus in the loss
+    vf_coef: float = 0.5  # weight of the value loss in the loss
+    max_grad_norm: float = 0.5  # the gradient's norm is clipped to this at every minibatch step
+    hidden: tuple[int, ...] = (64, 64)  # sizes of the hidden layers of the policy MLP and of the value MLP
     value_norm: bool = False  # train the critic on normalised returns (rlflow.returns.ValueNormalizer)
     lstm: int = 0  # > 0: an LSTM of this size in front of the policy head and one in front of the value head
     chunk_length: int = 8  # steps per recurrent training chunk (with --lstm)
-    eval_every: int = 20_000
-    logdir: str = "runs/ppo"
+    eval_every: int = 20_000  # env steps between evaluations (0: only at the end)
+    logdir: str = "runs/ppo"  # directory of the run's logs, checkpoints, saved learners and learning curve
 
     @property
     def batch_size(self) -> int:  # rollouts per learner step: one per lane (of every actor)
@@ -307,10 +307,10 @@ def main(args: Args) -> rlflow.RunResult:
     probe.close()
     if continuous:  # the env clips the Gaussian's actions to its bounds; the rollout keeps them as sampled
         env = envs.make(args.env_id, num_envs=args.num_envs, seed=args.seed, wrappers=[ClipAction])
-        eval_env = envs.GymEnvironment(ClipAction(gymnasium.make(args.env_id)))
+        eval_env = make_eval_env(args, ClipAction)
     else:
         env = envs.make(args.env_id, num_envs=args.num_envs, seed=args.seed)
-        eval_env = envs.make(args.env_id, num_envs=None)
+        eval_env = make_eval_env(args)
     obs_dim = int(np.prod(env.single_observation_space.shape))
 
     # Rollouts of n_steps + 1 rows per lane in a queue the learner empties a rollout of every lane at a time.

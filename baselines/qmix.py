@@ -45,36 +45,36 @@ from rlflow.returns import ValueNormalizer, lambda_returns
 @dataclass
 class Args(RunArgs):
     env_id: str = "simple_spread_v3"  # an mpe2 scenario
-    n_agents: int = 3
-    max_cycles: int = 25
+    n_agents: int = 3  # agents of simple_spread (mpe2's N; other scenarios ignore it)
+    max_cycles: int = 25  # steps per episode (mpe2's max_cycles)
     mixer: str = "qmix"  # "qmix" or "vdn"
     total_steps: int = 2_000_000  # joint env steps, over all envs
-    num_envs: int = 8
-    buffer_episodes: int = 5_000
+    num_envs: int = 8  # parallel MPE envs
+    buffer_episodes: int = 5_000  # replay capacity in episodes (of max_cycles + 1 rows each)
     batch_size: int = 32  # episodes per learner step
     samples_per_insert: float = 32.0  # episodes sampled per episode stored: one learner step per episode
     learning_starts: int = 32  # episodes stored before learning
-    learning_rate: float = 5e-4
-    gamma: float = 0.99
-    epsilon_start: float = 1.0
-    epsilon_end: float = 0.05
+    learning_rate: float = 5e-4  # Adam's learning rate of the agent network and the mixer
+    gamma: float = 0.99  # discount per env step of the team's TD targets
+    epsilon_start: float = 1.0  # exploration rate at the start
+    epsilon_end: float = 0.05  # exploration rate from epsilon_steps on
     epsilon_steps: int = 50_000  # joint env steps (over all envs) to anneal epsilon
-    hidden: int = 64
-    mixing_embed: int = 32
-    hypernet_embed: int = 64
+    hidden: int = 64  # width of the agent network's input layer and GRU
+    mixing_embed: int = 32  # width of QMIX's mixing layer (with --mixer qmix)
+    hypernet_embed: int = 64  # hidden width of the hypernetworks that make the mixing weights
     # The hypernetworks see the state through a LayerNorm. Without it QMIX's Q_tot diverges on simple_spread:
     # the mixing weights grow with the state as agents drift out, and the targets climb with them.
-    state_norm: bool = True
+    state_norm: bool = True  # a LayerNorm on the state the hypernetworks see (--no-state-norm: the original mixer)
     target_update_period: int = 200  # learner steps between copies of the networks into the targets
     target_tau: float = 0.0  # > 0: soft updates instead, target <- tau * online + (1 - tau) * target every step
     td_lambda: float = 0.0  # > 0: TD(lambda) targets over each episode (0: one-step targets)
-    max_grad_norm: float = 10.0
+    max_grad_norm: float = 10.0  # the gradient's norm is clipped to this at every learner step
     # TD targets on the team reward minus its running mean, over its running standard deviation (EPyMARL's
     # standardise_rewards). The shift keeps the best policy only where no episode terminates (simple_spread
     # only truncates).
-    standardise_rewards: bool = False
-    eval_every: int = 100_000
-    logdir: str = "runs/qmix"
+    standardise_rewards: bool = False  # TD targets on the team reward standardised by its running mean and std
+    eval_every: int = 100_000  # joint env steps between evaluations (0: only at the end)
+    logdir: str = "runs/qmix"  # directory of the run's logs, checkpoints, saved learners and learning curve
 
 
 class AgentNet(nn.Module):

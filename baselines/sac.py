@@ -27,7 +27,7 @@ import tyro
 from torch import nn
 
 import rlflow
-from baselines import ActorArgs, ActorParts, RandomStartPolicy, RunArgs, continuous_replay, train
+from baselines import ActorArgs, ActorParts, RandomStartPolicy, RunArgs, VideoArgs, continuous_replay, train
 from baselines._nets import Critic, mlp
 from rlflow.replay.sample import map_structure
 
@@ -36,19 +36,19 @@ LOG_STD_MAX = 2.0
 
 
 @dataclass
-class Args(RunArgs, ActorArgs):
-    env_id: str = "Pendulum-v1"
-    total_steps: int = 20_000
-    learning_rate: float = 1e-3
-    buffer_size: int = 1_000_000
-    batch_size: int = 256
-    gamma: float = 0.99
-    tau: float = 0.005
+class Args(RunArgs, ActorArgs, VideoArgs):
+    env_id: str = "Pendulum-v1"  # a Gymnasium env with Box actions
+    total_steps: int = 20_000  # env steps of the run (over all actors with --num-actors)
+    learning_rate: float = 1e-3  # Adam's learning rate of the actor, the critics and the entropy weight
+    buffer_size: int = 1_000_000  # replay capacity in transitions (at most total_steps + 16 are used)
+    batch_size: int = 256  # transitions per learner step
+    gamma: float = 0.99  # discount per env step
+    tau: float = 0.005  # each learner step moves the target critics this share of the way to the online ones
     learning_starts: int = 100  # random actions (and no learning) before this many steps
     samples_per_insert: float = 256.0  # batch_size * gradient steps per env step
-    hidden: tuple[int, ...] = (256, 256)
-    eval_every: int = 5_000
-    logdir: str = "runs/sac"
+    hidden: tuple[int, ...] = (256, 256)  # sizes of the hidden layers of the actor and of each critic
+    eval_every: int = 5_000  # env steps between evaluations (0: only at the end)
+    logdir: str = "runs/sac"  # directory of the run's logs, checkpoints, saved learners and learning curve
 
 
 class GaussianActor(nn.Module):

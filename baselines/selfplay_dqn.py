@@ -30,14 +30,13 @@ import numpy as np
 import torch
 import tyro
 from torch import nn
-from tqdm.auto import tqdm
 
 import rlflow
-from baselines import RunArgs
+from baselines import RunArgs, wandb_logger_of
 from baselines._nets import QNetwork, masked_max
 from rlflow import adders
 from rlflow.envs import AECEnvironment
-from rlflow.loggers import make_logger
+from rlflow.loggers import make_logger, progress_bar
 from rlflow.replay import Fifo, SampleToInsertRatio, StepStore, Table, Uniform
 from rlflow.run_checkpoint import load_state, save_state
 
@@ -47,22 +46,22 @@ class Args(RunArgs):
     game: str = "tictactoe_v3"  # a pettingzoo.classic game with action masks
     total_turns: int = 100_000  # moves made, over all games
     num_envs: int = 8  # games played at once
-    learning_rate: float = 1e-3
-    buffer_size: int = 100_000
-    batch_size: int = 128
-    gamma: float = 0.99
-    n_step: int = 1
+    learning_rate: float = 1e-3  # Adam's learning rate
+    buffer_size: int = 100_000  # replay capacity in transitions, over all (game, player) lanes
+    batch_size: int = 128  # transitions per learner step
+    gamma: float = 0.99  # discount per turn of a player (from one of its moves to its next)
+    n_step: int = 1  # a player's turns per transition: its return sums n rewards, then bootstraps
     learning_starts: int = 2_000  # transitions stored before learning
-    samples_per_insert: float = 8.0
+    samples_per_insert: float = 8.0  # sampled transitions per stored one
     target_update_period: int = 500  # learner steps
-    epsilon_start: float = 1.0
+    epsilon_start: float = 1.0  # exploration rate at the start
     epsilon_end: float = 0.2  # an opponent that keeps erring: see the module docstring
     exploration_fraction: float = 0.3  # share of total_turns over which epsilon falls
-    hidden: tuple[int, ...] = (256, 256)
-    max_grad_norm: float = 10.0
-    eval_every: int = 50_000
+    hidden: tuple[int, ...] = (256, 256)  # sizes of the Q-network's hidden layers
+    max_grad_norm: float = 10.0  # the gradient's norm is clipped to this at every learner step
+    eval_every: int = 50_000  # turns between evaluations against the random player, over all games
     eval_games: int = 200  # against a uniformly random legal player, seats alternating
-    logdir: str = "runs/selfplay_dqn"
+    logdir: str = "runs/selfplay_dqn"  # directory of the run's logs, q.pt and learning curve
 
 
 def make_game(args: Args):
@@ -137,10 +136,11 @@ def main(args: Args) -> dict[str, float]:
     obs_dim = int(np.prod(probe.observation_spec["observation"].shape))
     n_actions = int(probe.single_action_space.n)
     q = QNetwork(obs_dim, n_actions, args.hidden, dueling=False)
-    if args.evaluate:  # a saved q.pt against the random player, nothing trained
-        q.load_state_dict(load_state(args.evaluate)["q"])
+    if args.evaluate:  # a saved q.pt (or a run's directory, for its q.pt) against the random player, nothing trained
+        path = Path(args.evaluate) / "q.pt" if Path(args.evaluate).is_dir() else Path(args.evaluate)
+        q.load_state_dict(load_state(path)["q"])
         final = play_random(q, args, args.eval_games, seed=args.seed)
-        print(f"evaluation of {args.evaluate} against a random player over {args.eval_games} games: "
+        print(f"evaluation of {path} against a random player over {args.eval_games} games: "
               f"win {final['win']:.1%}, draw {final['draw']:.1%}, loss {final['loss']:.1%}")
         return final
     target = QNetwork(obs_dim, n_actions, args.hidden, dueling=False)
@@ -148,17 +148,22 @@ def main(args: Args) -> dict[str, float]:
     optimizer = torch.optim.Adam(q.parameters(), lr=args.learning_rate, fused=True)
     rng = np.random.default_rng(args.seed)
     logger = make_logger(args.logdir)
+    wandb_logger = wandb_logger_of("self-play DQN", args)
+    if wandb_logger is not None:
+        logger.loggers.append(wandb_logger)
     decay = max(1, int(args.exploration_fraction * args.total_turns))
     turns = learner_steps = 0
     next_eval = args.eval_every
     result = rlflow.RunResult()
     turn = games.reset()
-    bar = tqdm(total=args.total_turns, unit="turn", disable=not args.progress, dynamic_ncols=True)
+    bar = progress_bar(args.total_turns, unit="turn", enabled=args.progress)
 
     def evaluate() -> None:
         score = play_random(q, args, args.eval_games, seed=10_000 + len(result.evaluations) * args.eval_games)
-        result.evaluations.append((turns, score["win"] - score["loss"]))
-        logger.write("eval", turns, {"return": score["win"] - score["loss"], **score})
+        mean = score["win"] - score["loss"]  # a game's return: 1 won, 0 drawn, -1 lost
+        std = float(np.sqrt(max(0.0, score["win"] + score["loss"] - mean**2)))
+        result.evaluations.append((turns, mean, std))
+        logger.write("eval", turns, {"return": mean, "return_std": std, **score})
         bar.write(f"eval at {turns} turns against a random player: win {score['win']:.1%}, "
                   f"draw {score['draw']:.1%}, loss {score['loss']:.1%}")
 

@@ -26,29 +26,29 @@ import tyro
 from torch import nn
 
 import rlflow
-from baselines import ActorArgs, ActorParts, RandomStartPolicy, RunArgs, continuous_replay, train
+from baselines import ActorArgs, ActorParts, RandomStartPolicy, RunArgs, VideoArgs, continuous_replay, train
 from baselines._nets import Critic, mlp
 from rlflow.replay.sample import map_structure
 
 
 @dataclass
-class Args(RunArgs, ActorArgs):
-    env_id: str = "Pendulum-v1"
-    total_steps: int = 20_000
-    learning_rate: float = 1e-3
-    buffer_size: int = 200_000
-    batch_size: int = 256
-    gamma: float = 0.98
-    tau: float = 0.005  # target networks move this far towards the online ones per update
+class Args(RunArgs, ActorArgs, VideoArgs):
+    env_id: str = "Pendulum-v1"  # a Gymnasium env with Box actions
+    total_steps: int = 20_000  # env steps of the run (over all actors with --num-actors)
+    learning_rate: float = 1e-3  # Adam's learning rate of the actor and the critics
+    buffer_size: int = 200_000  # replay capacity in transitions
+    batch_size: int = 256  # transitions per learner step
+    gamma: float = 0.98  # discount per env step
+    tau: float = 0.005  # each actor update (every policy_delay critic updates) moves the targets this far
     learning_starts: int = 10_000  # random actions (and no learning) before this many steps
     samples_per_insert: float = 256.0  # batch_size * gradient steps per env step
     exploration_noise: float = 0.05  # Gaussian std, in units of the action range's half-width (2 on Pendulum)
     policy_noise: float = 0.2  # target policy smoothing noise, same units
-    noise_clip: float = 0.5
+    noise_clip: float = 0.5  # the target policy smoothing noise is clipped to +- this, same units
     policy_delay: int = 2  # critic updates per actor update
-    hidden: tuple[int, ...] = (400, 300)
-    eval_every: int = 5_000
-    logdir: str = "runs/td3"
+    hidden: tuple[int, ...] = (400, 300)  # sizes of the hidden layers of the actor and of each critic
+    eval_every: int = 5_000  # env steps between evaluations (0: only at the end)
+    logdir: str = "runs/td3"  # directory of the run's logs, checkpoints, saved learners and learning curve
 
 
 class Actor(nn.Module):

@@ -89,7 +89,7 @@ def main() -> None:
     eval_env = envs.make("CartPole-v1", num_envs=None)
     result = rlflow.run(env, policy, learner, adder, table, steps=steps, batch_size=64, eval_env=eval_env,
                         eval_every=steps // 3, seed=0)
-    print(f"final evaluation: {result.final_evaluation:.1f} after {result.env_steps} env steps")
+    print(f"done after {result.env_steps} env steps, {result.learner_steps} learner steps")
 
 
 if __name__ == "__main__":

@@ -125,8 +125,8 @@ def main() -> None:
     eval_env = envs.make("CartPole-v1", num_envs=None)
     result = rlflow.run(env, policy, learner, adder, table, steps=steps, batch_size=32, eval_env=eval_env,
                         eval_every=steps // 4, seed=0)
-    print(f"final evaluation: {result.final_evaluation:.1f} after {result.env_steps} env steps (a GRU policy), "
-          f"{result.learner_steps} learner steps on sequences of {LENGTH} rows")
+    print(f"done after {result.env_steps} env steps (a GRU policy), {result.learner_steps} learner steps on "
+          f"sequences of {LENGTH} rows")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The ``rlflow`` command: run a baseline by name.
+"""The rlflow command: run a baseline by name.
 
     rlflow dqn --env-id CartPole-v1          # the same as: python -m baselines.dqn --env-id CartPole-v1
     rlflow list                              # the baselines there are
@@ -16,6 +16,19 @@ from pathlib import Path
 
 __all__ = ["main"]
 
+USAGE = """\
+rlflow: run one of rlflow's baselines by name.
+
+usage: rlflow NAME [--flag value ...]   train baseline NAME (rlflow NAME --help lists its flags)
+       rlflow list                     the baselines
+       rlflow --version                rlflow's version
+
+examples:
+  rlflow dqn                           DQN on CartPole-v1, as python -m baselines.dqn
+  rlflow dqn --evaluate runs/dqn       evaluate the learner that run saved
+  rlflow ppo --env-id LunarLander-v3 --total-steps 1000000
+"""
+
 
 def _baselines_dir() -> Path:
     return Path(__file__).resolve().parents[1] / "baselines"
@@ -27,18 +40,32 @@ def available() -> list[str]:
     return sorted(p.stem for p in folder.glob("*.py") if not p.stem.startswith("_")) if folder.is_dir() else []
 
 
+def _listing(names: list[str]) -> str:
+    return "baselines: " + (", ".join(names) if names else "none found (install from a clone: pip install -e .)")
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run the command with ``argv`` (default: the process's arguments); returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
     names = available()
-    if not argv or argv[0] in ("-h", "--help", "list"):
-        print(__doc__.strip().splitlines()[0])
-        print("usage: rlflow NAME [--flag value ...]   (rlflow NAME --help for its flags)")
-        print("baselines: " + (", ".join(names) if names else "none found (install from a clone: pip install -e .)"))
-        return 0 if not argv or argv[0] != "list" or names else 1
+    if not argv:  # no baseline named: say how to name one, and fail (a script calling it gave nothing to run)
+        print(USAGE + "\n" + _listing(names), file=sys.stderr)
+        return 2
+    if argv[0] in ("-h", "--help"):
+        print(USAGE + "\n" + _listing(names))
+        return 0
+    if argv[0] in ("-V", "--version"):
+        from rlflow import __version__
+
+        print(f"rlflow {__version__}")
+        return 0
+    if argv[0] == "list":
+        print(_listing(names))
+        return 0 if names else 1
     name, rest = argv[0], argv[1:]
     if name not in names:
-        print(f"rlflow: unknown baseline {name!r}; expected one of {names or 'none (install from a clone)'}",
-              file=sys.stderr)
+        print(f"rlflow: unknown baseline {name!r}; expected one of {names or 'none (install from a clone)'} "
+              "(rlflow --help for usage)", file=sys.stderr)
         return 2
     root = str(_baselines_dir().parent)
     if root not in sys.path:

@@ -43,7 +43,7 @@ import numpy as np
 from rlflow.actors import Actor, EpisodeStats, VariableClient
 from rlflow.actors import evaluate as evaluate_policy
 from rlflow.core import Learner, Policy, learner_step
-from rlflow.loggers import MultiLogger, make_logger
+from rlflow.loggers import MultiLogger, evaluation_line, make_logger, progress_bar
 from rlflow.run_checks import check_limiter, check_parts, check_unsampled, unsampled_tables
 
 __all__ = ["RunConfig", "RunResult", "run"]
@@ -131,7 +131,8 @@ class RunResult:
         env_steps: env steps taken, over all lanes (a resumed run counts those before its checkpoint).
         learner_steps: learner steps taken.
         episodes: every finished training episode as ``(env step it ended at, return, length)``.
-        evaluations: every evaluation as ``(env step, mean return over the evaluation episodes)``.
+        evaluations: every evaluation as ``(env step, mean return, standard deviation of the returns)`` over
+            its episodes.
         learner_metrics: the metrics the last learner step returned.
         stopped: why the run ended early (``"max_seconds"``, or the signal's name: ``"SIGINT"`` for Ctrl-C,
             ``"SIGTERM"``), or ``""`` when it ran all its steps.
@@ -142,7 +143,7 @@ class RunResult:
     env_steps: int = 0
     learner_steps: int = 0
     episodes: list[tuple[int, float, int]] = field(default_factory=list)  # (env step, return, length)
-    evaluations: list[tuple[int, float]] = field(default_factory=list)  # (env step, mean return)
+    evaluations: list[tuple[int, float, float]] = field(default_factory=list)  # (env step, mean, std of returns)
     learner_metrics: dict[str, float] = field(default_factory=dict)  # of the last learner step
     stopped: str = ""  # why the run ended early ("" if it ran to the end)
     eval_seconds: float = 0.0  # wall-clock spent in evaluation episodes
@@ -247,13 +248,10 @@ class _Loop:
     def run(self) -> RunResult:
         """Learn and act until ``steps`` env steps, a stop request or ``max_seconds``; then checkpoint, flush
         the staged steps, log and evaluate a last time."""
-        from tqdm.auto import tqdm
-
         config, result = self.config, self.result
         self.logger: MultiLogger = make_logger(config.logdir, tensorboard=config.tensorboard,
                                                resume_at=result.env_steps if self.resumed else None)
-        self.bar = tqdm(total=self.steps, initial=min(result.env_steps, self.steps), unit="step",
-                        disable=not config.progress, dynamic_ncols=True)
+        self.bar = progress_bar(self.steps, initial=min(result.env_steps, self.steps), enabled=config.progress)
         self.started = time.monotonic()
         try:
             with self.stop:
@@ -403,7 +401,8 @@ class _Loop:
             self.emit("learner", self.averaged_metrics())
         recent = [r for _, r, _ in self.result.episodes[-20:]]
         if recent:
-            self.bar.set_postfix(train_return=f"{np.mean(recent):.1f}", learner_steps=self.result.learner_steps)
+            self.bar.set_postfix(train_return=f"{np.mean(recent):.1f}", learner_steps=str(self.result.learner_steps),
+                                 refresh=False)  # drawn at the bar's own interval
 
     def evaluate(self) -> None:
         """``eval_episodes`` episodes on ``eval_env`` with ``evaluation=True``; their mean return is logged."""
@@ -411,11 +410,11 @@ class _Loop:
         began = time.monotonic()
         seed = None if config.seed is None else config.seed + 10_000 + len(result.evaluations)
         returns = evaluate_policy(config.eval_env, self.policy, config.eval_episodes, seed=seed)
-        result.evaluations.append((result.env_steps, float(np.mean(returns))))
+        evaluation = (result.env_steps, float(np.mean(returns)), float(np.std(returns)))
+        result.evaluations.append(evaluation)
         result.eval_seconds += time.monotonic() - began
         self.emit("eval", {"return": float(np.mean(returns)), "return_std": float(np.std(returns))})
-        self.bar.write(f"eval at {result.env_steps} env steps: mean return {np.mean(returns):.2f} "
-                       f"over {len(returns)} episodes")
+        self.bar.write(evaluation_line(*evaluation, len(returns)))
 
     # ------------------------------------------------------------------ checkpoints
     def checkpoint(self) -> bool:
@@ -470,7 +469,8 @@ class _Loop:
         result = self.result
         result.env_steps, result.learner_steps = int(state["env_steps"]), int(state["learner_steps"])
         result.episodes = [tuple(e) for e in state["episodes"]]
-        result.evaluations = [tuple(e) for e in state["evaluations"]]
+        # (env step, mean, std); checkpoints of rlflow 0.1.0 before evaluations had a std: nan
+        result.evaluations = [(*e, math.nan) if len(e) == 2 else tuple(e) for e in state["evaluations"]]
         result.learner_metrics = dict(state["learner_metrics"])
         self.counters.update({k: (math.inf if v is None else v) for k, v in state["counters"].items()})
         self.stats.load_state_dict(state["episode_stats"])

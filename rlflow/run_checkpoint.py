@@ -222,7 +222,7 @@ def check_run_state(state: dict[str, Any], where: str, lanes: int) -> None:
         "env_steps": ("an integer >= 0", lambda v: _is_int(v) and v >= 0),
         "learner_steps": ("an integer >= 0", lambda v: _is_int(v) and v >= 0),
         "episodes": ("a list of (env step, return, length)", lambda v: _is_rows(v, 3)),
-        "evaluations": ("a list of (env step, mean return)", lambda v: _is_rows(v, 2)),
+        "evaluations": ("a list of (env step, mean return, std)", lambda v: _is_rows(v, 3) or _is_rows(v, 2)),
         "learner_metrics": ("a dict of numbers by name", lambda v: isinstance(v, dict) and all(
             isinstance(k, str) and _is_number(x) for k, x in v.items())),
         "counters": (f"a dict of {list(_COUNTERS)}, each a number or None", lambda v: isinstance(v, dict)

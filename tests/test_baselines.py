@@ -84,7 +84,7 @@ def test_dqn_with_actor_processes_runs_apex_style(ray_local, tmp_path):
                     eval_every=1_500, eval_episodes=2, logdir=str(tmp_path), progress=False, num_actors=2,
                     prioritized=True, sync_period=100)
     result = dqn.main(args)
-    assert result.env_steps >= 3_000 and [e for e, _ in result.evaluations] and result.learner_steps > 0
+    assert result.env_steps >= 3_000 and [e for e, _, _ in result.evaluations] and result.learner_steps > 0
     assert abs(result.learner_steps - (result.env_steps - 200) * 8 / 32) <= 32 * 3 * 8 * 2 / 32 + 64
     assert {float(r["actor"]) for r in read_csv(tmp_path / "train.csv")} == {0.0, 1.0}
     assert [dqn.apex_epsilon(i, 3) for i in range(3)] == pytest.approx([0.4, 0.4 ** 4.5, 0.4 ** 8])
@@ -103,7 +103,9 @@ def test_continuous_baselines_run_with_actor_processes(ray_local, tmp_path, name
     """TD3 and SAC with --num-actors 2: one env per actor, their own seeds and half the random start each;
     the run learns from both actors' episodes."""
     module = {"td3": td3, "sac": sac}[name]
-    args = module.Args(total_steps=1_200, learning_starts=200, samples_per_insert=32.0, batch_size=32, hidden=(16,),
+    # Few samples per insert: the learner never holds the actors back, so both run ~600 steps (3 episodes each)
+    # however the two cores are shared (with a learner-bound ratio one actor's blocks could take every slot).
+    args = module.Args(total_steps=1_200, learning_starts=200, samples_per_insert=4.0, batch_size=32, hidden=(16,),
                        eval_every=1_200, eval_episodes=1, logdir=str(tmp_path), progress=False, num_actors=2,
                        sync_period=64)
     result = module.main(args)
@@ -204,7 +206,8 @@ def test_a_run_saves_the_learner_of_its_best_evaluation(tmp_path, capsys):
                       seed=args.seed + 10_000 + index)
     assert np.mean(replay) == pytest.approx(returns[index])
     out = capsys.readouterr().out
-    assert f"final evaluation: mean return {returns[-1]:.1f}" in out
+    assert out.count(f"eval at {evals[-1][0]} env steps: mean return {returns[-1]:.2f}") == 1  # not repeated at the end
+    assert f"done: {final.env_steps} env steps, {final.learner_steps} learner steps in " in out
     assert f"best evaluation: mean return {returns[index]:.1f} at {evals[index][0]} env steps" in out
     # it loads with --evaluate like learner.pt
     result = dqn.main(dataclasses.replace(args, evaluate=str(best_path), seed=args.seed + 10_000 + index,
@@ -539,3 +542,26 @@ def test_rollout_queue_with_actors_admits_a_lockstep_block_beside_a_batch(num_ac
     store, table, adder = rollout_queue(spec, num_envs, n_steps, num_actors)
     assert store.num_lanes == num_envs * num_actors
     assert _lockstep_block_steps(adder, table, store.num_lanes, num_envs) == 2 * n_steps + 2
+
+
+def test_capture_video_records_the_first_episode_of_each_evaluation(tmp_path):
+    from moviepy import VideoFileClip
+
+    args = dqn.Args(total_steps=400, learning_starts=100, samples_per_insert=4.0, batch_size=16, hidden=(8,),
+                    eval_every=200, eval_episodes=2, logdir=str(tmp_path), progress=False, capture_video=True)
+    dqn.main(args)
+    videos = sorted((tmp_path / "videos").glob("*.mp4"), key=lambda p: int(p.stem.rsplit("-", 1)[1]))
+    assert len(videos) == 2  # evaluations at 200 and 400 env steps, one video each
+    # the same seeded evaluation replayed by hand gives the length of the first recorded episode
+    learner = dqn.DQNLearner(dqn.QNetwork(4, 2, (8,), False), args)
+    learner.load_state_dict(load_state(tmp_path / "learner.pt")["learner"])
+    env = envs.make("CartPole-v1", num_envs=None)
+    ts, length = env.reset(seed=args.seed + 10_000 + 1), 0
+    policy = dqn.EpsilonGreedy(learner.q, 2, args)
+    while not ts.last[0]:
+        ts = env.step(policy.act(ts.observation, None, evaluation=True)[0])
+        length += 1
+    with VideoFileClip(str(videos[-1])) as clip:
+        frames = sum(1 for _ in clip.iter_frames())
+        assert clip.size == [600, 400] and clip.fps == 50  # CartPole's render size and frame rate
+    assert frames == length + 1  # the reset's frame and one per step

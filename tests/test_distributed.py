@@ -401,10 +401,10 @@ def test_a_collect_only_run_and_a_refused_actor(ray_local):
     # Evaluations run in the evaluator process, each logged at the env step it was asked at: every 500 as the
     # driver sees the steps go by (a fast run may pass them between two looks) and at the end (Tagged's
     # episodes return 1 + 2 + ... + length, length 3 to 9).
-    asked = [step for step, _ in result.evaluations]
+    asked = [step for step, _, _ in result.evaluations]
     assert asked and asked == sorted(asked) and asked[-1] == result.env_steps and result.eval_seconds > 0
-    assert all(6 <= mean <= 45 for _, mean in result.evaluations)
-    assert [(r[1], r[2]["return"]) for r in rows if r[0] == "eval"] == result.evaluations
+    assert all(6 <= mean <= 45 and 0 <= std <= 40 for _, mean, std in result.evaluations)
+    assert [(r[1], r[2]["return"], r[2]["return_std"]) for r in rows if r[0] == "eval"] == result.evaluations
     with pytest.raises(Exception, match=r"BadPolicy.act returned actions that do not fit"):
         distributed.run(make_tagged, BadPolicy, None, adder, table, steps=2_000, num_actors=2, progress=False)
 

@@ -20,7 +20,8 @@ def test_dqn_minimal_example_runs():
         [sys.executable, str(ROOT / "examples" / "dqn_minimal.py"), "--steps", "1500"],
         capture_output=True, text=True, check=True, timeout=300,
     ).stdout
-    assert "eval at 500 env steps" in out and "final evaluation:" in out and "after 1500 env steps" in out
+    assert "eval at 500 env steps" in out and "eval at 1500 env steps" in out and "done after 1500 env steps" in out
+    assert out.count("mean return") == 3  # each evaluation once (every 500 steps), none repeated at the end
 
 
 def run_example(name, *args):

@@ -179,12 +179,13 @@ def test_logs_episodes_learner_metrics_and_evaluations(tmp_path):
                         progress=False, seed=3, observers=[lambda *row: seen.append(row)])
     train, learner, evals = (read_csv(tmp_path / f"{s}.csv") for s in ("train", "learner", "eval"))
     assert [float(r["return"]) for r in train] == [r for _, r, _ in result.episodes]
-    assert [int(r["step"]) for r in evals] == [200, 400, 600] == [s for s, _ in result.evaluations]
+    assert [int(r["step"]) for r in evals] == [200, 400, 600] == [s for s, _, _ in result.evaluations]
+    assert [(float(r["return"]), float(r["return_std"])) for r in evals] == [e[1:] for e in result.evaluations]
     assert len(learner) == 6 and all(math.isfinite(float(r["loss"])) for r in learner)
     assert len(seen) == len(train) + len(learner) + len(evals)
     assert list(tmp_path.glob("events.out.tfevents.*"))  # TensorBoard
-    # CartPole gives 1 per step: a return equals its episode's length.
-    assert all(float(r["return"]) == float(r["length"]) for r in train)
+    # CartPole gives 1 per step: a return equals its episode's length, written as an integer.
+    assert all(float(r["return"]) == int(r["length"]) for r in train)
 
 
 def test_csv_logger_widens_its_header_for_new_keys(tmp_path):
@@ -193,6 +194,15 @@ def test_csv_logger_widens_its_header_for_new_keys(tmp_path):
     log.write("x", 2, {"a": 2.0, "b": 3.0})
     log.close()
     assert read_csv(tmp_path / "x.csv") == [{"step": "1", "a": "1.0", "b": ""}, {"step": "2", "a": "2.0", "b": "3.0"}]
+
+
+def test_csv_cells_keep_integers_as_integers(tmp_path):
+    log = CsvLogger(tmp_path)
+    log.write("x", 7, {"int": 19, "np_int": np.int64(-3), "flag": np.bool_(True), "float": 2.0,
+                       "np_float": np.float32(0.5)})
+    log.close()
+    assert read_csv(tmp_path / "x.csv") == [
+        {"step": "7", "int": "19", "np_int": "-3", "flag": "1", "float": "2.0", "np_float": "0.5"}]
 
 
 def test_collect_only_and_evaluate():

@@ -42,5 +42,6 @@ def test_selfplay_runs_and_evaluates(tmp_path):
     # the saved network evaluated on its own: the run's final evaluation used seed 99_999
     again = dataclasses.replace(args, evaluate=str(tmp_path / "q.pt"), seed=99_999, logdir=str(tmp_path / "eval"))
     assert selfplay_dqn.main(again) == final and not (tmp_path / "eval").exists()
+    assert selfplay_dqn.main(dataclasses.replace(again, evaluate=str(tmp_path))) == final  # the run's directory
     with pytest.raises(ValueError, match="run checkpoints are not supported; got checkpoint_every=10"):
         selfplay_dqn.main(dataclasses.replace(args, checkpoint_every=10))

@@ -12,11 +12,23 @@ from __future__ import annotations
 import pickle
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
+
+import numpy as np
 
 from rlflow.actors import evaluate
 
-__all__ = ["Evaluator"]
+__all__ = ["Evaluation", "Evaluator"]
+
+
+class Evaluation(NamedTuple):
+    """One evaluation: the env step it was asked at, its episodes' mean return and standard deviation, and
+    the wall-clock seconds it took."""
+
+    env_steps: int
+    mean: float
+    std: float
+    seconds: float
 
 
 class Evaluator:
@@ -29,8 +41,8 @@ class Evaluator:
         self.policy, self.source = make_policy(0), source
         self.episodes, self.seed = int(episodes), seed
 
-    def evaluate(self, env_steps: int) -> tuple[int, float, float]:
-        """``(env_steps, mean return, seconds)`` of ``episodes`` episodes with the latest parameters."""
+    def evaluate(self, env_steps: int) -> Evaluation:
+        """``episodes`` episodes with the latest parameters."""
         import ray
 
         answer = ray.get(self.source.newer.remote(-1))
@@ -38,4 +50,4 @@ class Evaluator:
             self.policy.set_params(ray.get(answer[1][0]))
         began = time.monotonic()
         returns = evaluate(self.env, self.policy, self.episodes, seed=self.seed)
-        return env_steps, float(sum(returns) / len(returns)), time.monotonic() - began
+        return Evaluation(env_steps, float(np.mean(returns)), float(np.std(returns)), time.monotonic() - began)

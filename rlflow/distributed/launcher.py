@@ -27,7 +27,7 @@ from rlflow.distributed.learning import LearnerReport, LearnerWorker
 from rlflow.distributed.retry import until_answered
 from rlflow.distributed.server import Progress, ReplayServer
 from rlflow.distributed.variables import VariableSource
-from rlflow.loggers import make_logger
+from rlflow.loggers import evaluation_line, make_logger, progress_bar
 from rlflow.loop import RunConfig, RunResult, StopRequest
 from rlflow.run_checks import check_limiter, check_unsampled, unsampled_tables
 
@@ -246,11 +246,9 @@ class _Launch:
 
     def _drive(self) -> None:
         """Learn while the actors act, until the run's steps (or a stop); then stop the server and the actors."""
-        from tqdm.auto import tqdm
-
         config, result = self.config, self.result
         self.logger = make_logger(config.logdir, tensorboard=config.tensorboard, resume_at=self.resumed_at)
-        self.bar = tqdm(total=self.steps, unit="step", disable=not config.progress, dynamic_ncols=True)
+        self.bar = progress_bar(self.steps, enabled=config.progress)
         self.pending: dict[str, list[float]] = {}  # learner metrics since the last log: name -> [sum, count]
         self.checkpoints = (self.incarnation, 0)  # the server's checkpoints seen (its incarnation, count)
         next_log, next_eval = config.log_every, config.eval_every or math.inf
@@ -423,10 +421,11 @@ class _Launch:
             ready, _ = ray.wait(self.evaluations[:1], timeout=None if wait else 0)
             if not ready:
                 return
-            env_steps, mean, seconds = ray.get(self.evaluations.pop(0))
-            result.eval_seconds += seconds
-            result.evaluations.append((env_steps, mean))
-            self._emit("eval", {"return": mean}, env_steps)
+            done = ray.get(self.evaluations.pop(0))
+            result.eval_seconds += done.seconds
+            result.evaluations.append((done.env_steps, done.mean, done.std))
+            self._emit("eval", {"return": done.mean, "return_std": done.std}, done.env_steps)
+            self.bar.write(evaluation_line(done.env_steps, done.mean, done.std, self.config.eval_episodes))
 
 
 def _fit_block_steps(table: Any, batch_size: int, block_steps: int, items_per_step: int) -> int:
