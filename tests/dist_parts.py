@@ -311,3 +311,12 @@ class ParamsEnv(gymnasium.Env):
 
     def step(self, action):
         return np.zeros(3, np.float32), float(action), True, False, {}
+
+
+def make_tagged_slowly_for_actor_1(actor: int, num_envs: int = 2) -> GymEnvironment:
+    """:func:`make_tagged`, taking 4 seconds to build for actor 1 (a process that starts late)."""
+    import time
+
+    if actor == 1:
+        time.sleep(4.0)
+    return make_tagged(actor, num_envs)

@@ -33,6 +33,7 @@ from dist_parts import (
     WindowLearner,
     make_tagged,
     make_tagged_next_step,
+    make_tagged_slowly_for_actor_1,
 )
 
 import rlflow
@@ -382,6 +383,20 @@ def test_two_actors_and_a_learner_keep_samples_per_insert_and_sample_whole_windo
     actors = {int(row[2]["actor"]) for row in seen if row[0] == "train"}
     assert actors == {0, 1} and len(result.episodes) > 100
     assert result.learner_steps == learner.steps > 0
+
+
+@pytest.mark.timeout(120)
+def test_actors_start_acting_together_when_every_one_is_built(ray_local):
+    """Actor 1 takes 4 s to build; actor 0 alone would take the run's 2,000 steps well within that. Both act:
+    the run starts them once both are built."""
+    store = StepStore(make_tagged(0).spec, capacity=1_000, lanes=4)
+    table = Table(store, sampler=Uniform(seed=0), remover=Fifo(), rate_limiter=MinSize(1))
+    adder = adders.NStepTransition(store, [table], n=1)
+    rows = []
+    result = distributed.run(make_tagged_slowly_for_actor_1, RandomPolicy, None, adder, table, steps=2_000,
+                             num_actors=2, progress=False, observers=[lambda *row: rows.append(row)])
+    per_actor = [sum(int(r[2]["length"]) for r in rows if r[0] == "train" and r[2]["actor"] == a) for a in (0, 1)]
+    assert result.env_steps >= 2_000 and min(per_actor) >= 200, per_actor
 
 
 @pytest.mark.timeout(240)

@@ -52,7 +52,8 @@ class Layout:
             ``on_policy``, which needs 1).
         actor_cpus: CPUs Ray reserves for each actor (the replay server and variable source reserve none).
         wait_timeout: seconds a block or sample waits for the rate limiter at the server before it gives up
-            (and that the actors and the driver wait for a restarting server).
+            (and that the actors and the driver wait for a restarting server, and the driver for every actor
+            to be built before they all start acting).
         max_restarts: how many times Ray restarts a dead actor process or replay server (a restarted server
             comes back from its latest checkpoint).
         checkpoint_seconds: the replay server also checkpoints when this many seconds passed since its last
@@ -237,6 +238,7 @@ class _Launch:
                                              seed=None if seed is None else seed + 100_000 * i,
                                              wait_timeout=layout.wait_timeout, on_policy=layout.on_policy)
                         for i, lanes in enumerate(self.actor_lanes)]
+        self._until_built(self.workers)
         self.runs = [w.run.remote() for w in self.workers]
         self.restarts = [0] * len(self.workers)
         self.evaluations: list[Any] = []  # evaluations asked for, not yet logged
@@ -374,6 +376,20 @@ class _Launch:
                 self._emit("faults", {"actor": i, "restarts": self.restarts[i]})
                 self._until_up(self.workers[i])
                 self.runs[i] = self.workers[i].run.remote()
+
+    def _until_built(self, workers: list[Any]) -> None:
+        """Wait (up to ``wait_timeout`` seconds) until every actor has built its env and policy, so that all
+        start acting together: an actor whose process starts late does not find the run's steps taken by the
+        others. Raises what building an actor raised, or a ``TimeoutError`` naming the actors not built."""
+        ray = self.ray
+        refs = [w.__ray_ready__.remote() for w in workers]
+        ready, waiting = ray.wait(refs, num_returns=len(refs), timeout=self.layout.wait_timeout)
+        ray.get(ready)  # an actor whose make_env, make_policy or checks raised: that error
+        if waiting:
+            late = [refs.index(r) for r in waiting]
+            raise TimeoutError(f"actors {late} were not built within wait_timeout={self.layout.wait_timeout} s: "
+                               "the cluster may lack the CPUs they ask for (Layout.actor_cpus), or make_env or "
+                               "make_policy does not return")
 
     def _until_up(self, handle: Any) -> None:
         """Wait (up to ``wait_timeout`` seconds) for a restarting Ray actor to be up again."""
