@@ -11,11 +11,15 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 import rlflow
+from rlflow.replay.sample import to_torch
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass
@@ -30,6 +34,56 @@ class RunArgs:
     evaluate: str = ""  # a run's directory (its learner.pt) or a saved learner file: evaluate it instead of training
     wandb_project: str | None = None  # also log the run to Weights & Biases under this project (rlflow[wandb])
     wandb_mode: str | None = None  # with --wandb-project: online, offline (upload later: wandb sync) or disabled
+    device: str = "auto"  # where the networks train: cpu, cuda, cuda:N, or auto (cuda when available, else cpu)
+
+
+def torch_device(args: Any) -> torch.device:
+    """The device ``args.device`` names: ``cpu``, ``cuda``, ``cuda:N``, or ``auto`` (CUDA when torch has a CUDA
+    device, else the CPU). Raises ValueError naming the flag for a name torch does not know, another kind of
+    device, or a CUDA device this machine does not have."""
+    import torch
+
+    name = args.device
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError):
+        raise ValueError(f"--device {name}: not a device torch knows; use cpu, cuda, cuda:N or auto") from None
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"--device {name}: the baselines train on cpu or cuda (cuda:N); use cpu, cuda, cuda:N or "
+                         "auto")
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            why = "is a CPU build" if torch.version.cuda is None else "sees no GPU"
+            raise ValueError(f"--device {name}: no CUDA device is available (torch {torch.__version__} {why}); use "
+                             "--device cpu or auto")
+        count = torch.cuda.device_count()
+        if device.index is not None and device.index >= count:
+            raise ValueError(f"--device {name}: this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}")
+    return device
+
+
+def to_device(arrays: Any, device: torch.device) -> Any:
+    """numpy arrays (one, or nested in dicts, tuples and lists) as tensors on ``device``, by the library's
+    :func:`rlflow.replay.sample.to_torch`: to a CUDA device they are copied into page-locked memory and from
+    there asynchronously (``pin_memory=True``, ``non_blocking``); on the CPU the tensors share the arrays'
+    memory (a contiguous array is not copied)."""
+    return to_torch(arrays, device, pin_memory=device.type == "cuda")
+
+
+def policy_network(net: Any, num_actors: int) -> Any:
+    """What a learner's ``get_params`` hands its policies of the network ``net``. Policies in this process act
+    with ``net`` itself, on its device (no copy, no lag). With actor processes (``num_actors`` > 0), which act
+    on the CPU, whatever ``get_params`` returns is pickled to them: a network on another device is handed as a
+    copy on the CPU, made at each call (each publication), and a network on the CPU as it is."""
+    import copy
+
+    from baselines._nets import device_of
+
+    if not num_actors or device_of(net).type == "cpu":
+        return net
+    return copy.deepcopy(net).cpu()
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """The network and loss pieces several baselines use: an MLP, a ``Q(s, a)`` critic, a Q-network, a
-categorical distribution, a maximum over legal actions and PPO's clipped objective.
+categorical distribution, a maximum over legal actions, PPO's clipped objective and the device of a network.
 
 Not a baseline (``rlflow list`` skips files whose name starts with ``_``); each baseline imports from
 here and from ``baselines/__init__.py`` only.
@@ -9,6 +9,11 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+
+
+def device_of(net: nn.Module) -> torch.device:
+    """The device of ``net``'s parameters: where its inputs go (policies copy observations there each step)."""
+    return next(net.parameters()).device
 
 
 def mlp(sizes: list[int], out_act: nn.Module | None = None) -> nn.Sequential:

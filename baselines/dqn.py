@@ -38,11 +38,20 @@ import tyro
 from torch import nn
 
 import rlflow
-from baselines import ActorArgs, ActorParts, RunArgs, VideoArgs, make_eval_env, train
-from baselines._nets import QNetwork
+from baselines import (
+    ActorArgs,
+    ActorParts,
+    RunArgs,
+    VideoArgs,
+    make_eval_env,
+    policy_network,
+    to_device,
+    torch_device,
+    train,
+)
+from baselines._nets import QNetwork, device_of
 from rlflow import adders, envs
 from rlflow.replay import Fifo, Prioritized, SampleToInsertRatio, StepStore, Table, Uniform
-from rlflow.replay.sample import map_structure
 
 # The final epsilon where an env needs its own (RL Baselines3 Zoo's Acrobot-v1 value: with 0.04 some greedy
 # Acrobot episodes stall at -500); every other env gets 0.04. --exploration-final-eps overrides both.
@@ -108,12 +117,13 @@ class DQNLearner(rlflow.Learner):
     """Adam on :func:`td_loss` with the gradient norm clipped to ``max_grad_norm`` and, with ``anneal_lr``, a
     learning rate falling linearly from ``learning_rate`` to 0 over :func:`expected_learner_steps`; every
     ``target_update_period`` learner steps the target moves ``tau`` of the way to the online network
-    (Polyak averaging; ``tau=1`` copies it)."""
+    (Polyak averaging; ``tau=1`` copies it). It trains on the device of ``q``, where each sample is copied."""
 
     def __init__(self, q: QNetwork, args: Args) -> None:
         self.q = q
         self.args = args
-        self.target = QNetwork(q.body[0].in_features, q.head.out_features, args.hidden, args.dueling)
+        self.device = device_of(q)
+        self.target = QNetwork(q.body[0].in_features, q.head.out_features, args.hidden, args.dueling).to(self.device)
         self.target.load_state_dict(q.state_dict())
         self.target.requires_grad_(False)
         self.optimizer = torch.optim.Adam(q.parameters(), lr=args.learning_rate, fused=True)
@@ -127,8 +137,7 @@ class DQNLearner(rlflow.Learner):
         return self.args.learning_rate * max(0.0, 1.0 - self.steps / self.total_steps)
 
     def step(self, sample):
-        batch = map_structure(torch.from_numpy, sample.data)  # a Transition of tensors (no copies)
-        weights = torch.from_numpy(sample.weights)
+        batch, weights = to_device((sample.data, sample.weights), self.device)  # a Transition of tensors, the weights
         loss, td = td_loss(self.q, self.target, batch, weights, self.args.double_q)
         for group in self.optimizer.param_groups:
             group["lr"] = self.learning_rate()
@@ -141,11 +150,11 @@ class DQNLearner(rlflow.Learner):
             with torch.no_grad():
                 for p_target, p in zip(self.target.parameters(), self.q.parameters(), strict=True):
                     p_target.lerp_(p, self.args.tau)
-        priorities = td.abs().numpy() + 1e-6 if self.args.prioritized else None
+        priorities = td.abs().cpu().numpy() + 1e-6 if self.args.prioritized else None
         return rlflow.LearnerUpdate({"loss": loss.item(), "td_error": float(td.abs().mean())}, priorities)
 
-    def get_params(self):
-        return self.q
+    def get_params(self):  # the online network itself; a CPU copy for actor processes when it is on a GPU
+        return policy_network(self.q, self.args.num_actors)
 
     def state_dict(self):
         return {"q": self.q.state_dict(), "target": self.target.state_dict(),
@@ -186,8 +195,8 @@ class EpsilonGreedy(rlflow.Policy):
         explore = np.zeros(n, bool) if evaluation else u[:n] < self.epsilon
         actions = (u[n:] * self.n_actions).astype(np.int64)
         if not explore.all():  # the network runs only when some lane acts greedily
-            with torch.inference_mode():
-                greedy = self.q(torch.as_tensor(observation)).argmax(dim=1).numpy()
+            with torch.inference_mode():  # the observations to the network's device, the actions back
+                greedy = self.q(torch.as_tensor(observation, device=device_of(self.q))).argmax(dim=1).cpu().numpy()
             actions = np.where(explore, actions, greedy)
         if not evaluation:
             self.steps += n
@@ -208,7 +217,7 @@ class ActorEpsilon(EpsilonGreedy):
     """:class:`EpsilonGreedy` of one actor of several: epsilon falls from 1 over the first
     ``exploration_fraction`` of the actor's share of the run (``total_steps / num_actors``) to the actor's own
     final value (Ape-X's, :func:`apex_epsilon`). In an actor process the network it is given
-    (``set_params``) is a copy of the learner's."""
+    (``set_params``) is a copy of the learner's, on the CPU."""
 
     def __init__(self, q: QNetwork, n_actions: int, args: Args, final: float) -> None:
         super().__init__(q, n_actions, args)
@@ -229,6 +238,7 @@ def actor_epsilon(args: Args, actor: int) -> float:
 
 
 def main(args: Args) -> rlflow.RunResult:
+    device = torch_device(args)
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)
     env = envs.make(args.env_id, num_envs=None if args.num_envs == 1 else args.num_envs, seed=args.seed)
@@ -247,9 +257,9 @@ def main(args: Args) -> rlflow.RunResult:
         args.samples_per_insert, args.learning_starts, error_buffer=max(window, 2 * args.batch_size)))
     adder = adders.NStepTransition(store, [table], n=args.n_step, discount=args.gamma)
 
-    # The algorithm: the learner trains the online network; the policy acts with it (the loop hands it
-    # over through get_params / set_params).
-    learner = DQNLearner(QNetwork(obs_dim, n_actions, args.hidden, args.dueling), args)
+    # The algorithm: the learner trains the online network on the device; the policy acts with it (the loop
+    # hands it over through get_params / set_params).
+    learner = DQNLearner(QNetwork(obs_dim, n_actions, args.hidden, args.dueling).to(device), args)
     policy = EpsilonGreedy(learner.q, n_actions, args)
     if not args.num_actors:
         return train("DQN", args, env, eval_env, policy, learner, adder, table)

@@ -42,9 +42,9 @@ import tyro
 from torch import nn
 
 import rlflow
-from baselines import RunArgs, rollout_queue, train
+from baselines import RunArgs, rollout_queue, to_device, torch_device, train
 from baselines._mpe import make_env, paper_scale, team_dims
-from baselines._nets import categorical, mlp, ppo_terms
+from baselines._nets import categorical, device_of, mlp, ppo_terms
 from rlflow import specs
 from rlflow.minibatches import chunk_resets, feedforward, recurrent_chunks, take
 from rlflow.returns import ValueNormalizer, gae
@@ -132,7 +132,7 @@ class Heads(nn.Module):
 
     def forward(self, x: torch.Tensor, h: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         if self.shared:
-            ids = torch.eye(self.n_agents, dtype=x.dtype).expand(*x.shape[:-1], self.n_agents)
+            ids = torch.eye(self.n_agents, dtype=x.dtype, device=x.device).expand(*x.shape[:-1], self.n_agents)
             return self._one(0, torch.cat([x, ids], dim=-1), h)
         outs = [self._one(i, x[..., i, :], None if h is None else h[..., i, :]) for i in range(self.n_agents)]
         y = torch.stack([o for o, _ in outs], dim=-2)
@@ -141,7 +141,8 @@ class Heads(nn.Module):
 
 class MAPPONet(nn.Module):
     """The actor (masked categorical logits per agent) and the critic (one value per agent); recurrent ones
-    take and return their hidden states ``[..., A, H]``."""
+    take and return their hidden states ``[..., A, H]``. The observations they take (numpy arrays or tensors)
+    go to the device of the network's parameters."""
 
     def __init__(self, obs_dim: int, state_dim: int, n_actions: int, n_agents: int, args: Args) -> None:
         super().__init__()
@@ -155,9 +156,10 @@ class MAPPONet(nn.Module):
 
     def policy(self, obs: dict, h: torch.Tensor | None = None) -> Any:
         """The action distribution (and, recurrent, the actor's next hidden state)."""
-        logits, h = self.actor(torch.as_tensor(obs["obs"]).float(), h)
+        device = device_of(self)
+        logits, h = self.actor(torch.as_tensor(obs["obs"], device=device).float(), h)
         if "action_mask" in obs:
-            mask = torch.as_tensor(obs["action_mask"])
+            mask = torch.as_tensor(obs["action_mask"], device=device)
             logits = torch.where(mask | ~mask.any(-1, keepdim=True), logits, -1e9)  # all-False rows stay finite
         dist = categorical(logits)
         return (dist, h) if self.recurrent else dist
@@ -166,10 +168,10 @@ class MAPPONet(nn.Module):
         """``[..., A]`` values (normalised when the learner normalises); recurrent: and the next hidden state."""
         if self.centralised:
             state = torch.as_tensor(obs["state"] if "state" in obs else obs["obs"].reshape(
-                *obs["obs"].shape[:-2], -1)).float()
+                *obs["obs"].shape[:-2], -1), device=device_of(self)).float()
             x = state.unsqueeze(-2).expand(*state.shape[:-1], self.n_agents, state.shape[-1])
         else:
-            x = torch.as_tensor(obs["obs"]).float()
+            x = torch.as_tensor(obs["obs"], device=device_of(self)).float()
         v, h = self.critic(x, h)
         return (v.squeeze(-1), h) if self.recurrent else v.squeeze(-1)
 
@@ -191,7 +193,7 @@ class MAPPONet(nn.Module):
         return torch.stack(logits, 1), torch.stack(values, 1)
 
 
-def agent_targets(values: torch.Tensor, rows: dict, mask: np.ndarray, gamma: float,
+def agent_targets(values: torch.Tensor, rows: dict, mask: Any, gamma: float,
                   lam: float) -> dict[str, torch.Tensor]:
     """Per-agent GAE over ``E`` rollouts of ``T + 1`` rows, time-major ``[T, E, A]`` out.
 
@@ -199,7 +201,7 @@ def agent_targets(values: torch.Tensor, rows: dict, mask: np.ndarray, gamma: flo
     padding) and the agent was active there. Its reward is row ``t``'s, its next value ``V(row t + 1)``
     (its true final observation when the step ended it), cut to 0 when row ``t + 1`` says it terminated;
     steps where it did not act get reward 0 and cut the recursion. ``values``: ``[E, T + 1, A]``, in
-    return units.
+    return units; ``rows`` and ``mask [E, T + 1]``: numpy arrays or tensors on the device of ``values``.
     """
     obs = rows["observation"]
     valid = ~rows["last"][:, :-1] & mask[:, :-1] & mask[:, 1:]
@@ -231,16 +233,19 @@ def mappo_loss(net: MAPPONet, obs: dict, actions: torch.Tensor, old_log_prob: to
                      vf_coef, mask=active)
 
 
-def time_major(x: np.ndarray) -> np.ndarray:
+def time_major(x: torch.Tensor) -> torch.Tensor:
     """The action rows of ``E`` rollouts ``[E, T + 1, ...]`` (all but the last row) as one contiguous
-    ``[T, E, ...]`` array."""
-    return np.ascontiguousarray(np.swapaxes(x[:, :-1], 0, 1))
+    ``[T, E, ...]`` tensor."""
+    return x[:, :-1].transpose(0, 1).contiguous()
 
 
 class MAPPOLearner(rlflow.Learner):
+    """MAPPO on the device of ``net``, where each update's rollouts are copied."""
+
     def __init__(self, net: MAPPONet, args: Args) -> None:
         self.net = net
         self.args = args
+        self.device = device_of(net)
         self.optimizer = torch.optim.Adam(net.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
         self.norm = ValueNormalizer() if args.value_norm else None
         self.rng = np.random.default_rng(args.seed)
@@ -249,39 +254,39 @@ class MAPPOLearner(rlflow.Learner):
 
     def step(self, sample):
         rows = sample.data
-        mask = sample.mask
+        if self.args.team_reward:
+            rows = {**rows, "reward": team_rewards(rows["reward"])}
+        rows, mask = to_device((rows, sample.mask), self.device)  # the rollouts as tensors on the learner's device
         obs = rows["observation"]
         if self.args.anneal_lr:
             for group in self.optimizer.param_groups:
                 group["lr"] = self.args.learning_rate * max(0.0, 1.0 - self.updates / self.total_updates)
         self.updates += 1
-        resets = torch.as_tensor(rows["first"])  # [E, T + 1]: recurrent states restart there
+        resets = rows["first"]  # [E, T + 1]: recurrent states restart there
         with torch.no_grad():
             if self.net.recurrent:
-                _, values = self.net.unroll(obs, torch.as_tensor(rows["extras"]["h_actor"][:, 0]),
-                                            torch.as_tensor(rows["extras"]["h_critic"][:, 0]), resets)
+                _, values = self.net.unroll(obs, rows["extras"]["h_actor"][:, 0], rows["extras"]["h_critic"][:, 0],
+                                            resets)
             else:
                 values = self.net.value(obs)
             if self.norm is not None:
                 values = self.norm.denormalize(values)
-        if self.args.team_reward:
-            rows = {**rows, "reward": team_rewards(rows["reward"])}
         targets = agent_targets(values, rows, mask, self.args.gamma, self.args.gae_lambda)
-        active = targets["active"].numpy()
+        active = targets["active"]  # [T, E, A]
         returns = targets["returns"].float()
         if self.norm is not None:
             self.norm.update(returns[targets["active"]])
             returns = self.norm.normalize(returns)
         # the rollouts' action rows, time-major [T, E, ...]
-        steps = {k: torch.as_tensor(time_major(v)) for k, v in obs.items()}
-        actions = torch.as_tensor(time_major(rows["action"]))
-        old_log_prob = torch.as_tensor(time_major(rows["extras"]["log_prob"]))
+        steps = {k: time_major(v) for k, v in obs.items()}
+        actions = time_major(rows["action"])
+        old_log_prob = time_major(rows["extras"]["log_prob"])
         advantages = targets["advantages"].float()
         t, e, _ = active.shape
         if self.net.recurrent:  # the hidden states each step started from
-            h_actor = torch.as_tensor(time_major(rows["extras"]["h_actor"]))
-            h_critic = torch.as_tensor(time_major(rows["extras"]["h_critic"]))
-            first = torch.as_tensor(time_major(rows["first"]))
+            h_actor = time_major(rows["extras"]["h_actor"])
+            h_critic = time_major(rows["extras"]["h_critic"])
+            first = time_major(rows["first"])
         metrics: dict[str, float] = {}
         for _ in range(self.args.n_epochs):
             if self.net.recurrent:  # chunks of chunk_length steps, never across a lane, from the stored states
@@ -289,7 +294,8 @@ class MAPPOLearner(rlflow.Learner):
                     seq = {k: take(v, c.index) for k, v in steps.items()}
                     logits, values = self.net.unroll(seq, take(h_actor, c.start), take(h_critic, c.start),
                                                      chunk_resets(first, c))
-                    acted = torch.as_tensor(take(active, c.index) & c.mask[..., None])  # padding past the end: out
+                    # padding past the end: out
+                    acted = take(active, c.index) & to_device(c.mask, self.device)[..., None]
                     loss, metrics = ppo_terms(categorical(logits), values,
                                               take(actions, c.index), take(old_log_prob, c.index),
                                               take(advantages, c.index), take(returns, c.index),
@@ -298,10 +304,11 @@ class MAPPOLearner(rlflow.Learner):
                 continue
             # minibatches of whole (step, env) rows: every agent of a step together (the centralised critic
             # sees the team's state); the loss averages over the agents that acted
-            for ti, ei in feedforward(t, e, self.args.num_minibatches, rng=self.rng, mask=active.any(-1)):
+            for ti, ei in feedforward(t, e, self.args.num_minibatches, rng=self.rng,
+                                      mask=active.any(-1).cpu().numpy()):
                 loss, metrics = mappo_loss(self.net, {k: v[ti, ei] for k, v in steps.items()}, actions[ti, ei],
                                            old_log_prob[ti, ei], advantages[ti, ei], returns[ti, ei],
-                                           torch.as_tensor(active[ti, ei]), self.args.clip_range,
+                                           active[ti, ei], self.args.clip_range,
                                            self.args.ent_coef, self.args.vf_coef)
                 self._apply(loss)
         return {**metrics, "agent_steps": float(active.sum())}
@@ -336,11 +343,12 @@ class TeamPolicy(rlflow.Policy):
     def __init__(self, net: MAPPONet) -> None:
         self.net = net
 
-    def initial_state(self, batch_size):
+    def initial_state(self, batch_size):  # on the network's device, where the states stay between steps
         if not self.net.recurrent:
             return None
-        zeros = torch.zeros(batch_size, self.net.n_agents, self.net.actor.hidden)
-        return {"actor": zeros, "critic": torch.zeros(batch_size, self.net.n_agents, self.net.critic.hidden)}
+        device = device_of(self.net)
+        return {"actor": torch.zeros(batch_size, self.net.n_agents, self.net.actor.hidden, device=device),
+                "critic": torch.zeros(batch_size, self.net.n_agents, self.net.critic.hidden, device=device)}
 
     def act(self, observation, state, *, evaluation=False):
         with torch.inference_mode():
@@ -350,11 +358,11 @@ class TeamPolicy(rlflow.Policy):
             else:
                 dist = self.net.policy(observation)
             action = dist.probs.argmax(-1) if evaluation else dist.sample()
-            extras = {"log_prob": dist.log_prob(action).numpy()}
+            extras = {"log_prob": dist.log_prob(action).cpu().numpy()}  # results back from the network's device
         if self.net.recurrent:
-            extras.update(h_actor=state["actor"].numpy(), h_critic=state["critic"].numpy())
+            extras.update(h_actor=state["actor"].cpu().numpy(), h_critic=state["critic"].cpu().numpy())
             state = {"actor": h_actor, "critic": h_critic}
-        return action.numpy(), extras, state
+        return action.cpu().numpy(), extras, state
 
     def set_params(self, params):
         self.net = params  # the learner's network itself (one process: no copy, no lag)
@@ -364,6 +372,7 @@ class TeamPolicy(rlflow.Policy):
 
 
 def main(args: Args) -> rlflow.RunResult:
+    device = torch_device(args)
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)
     env = make_env(args, args.num_envs, args.seed)
@@ -377,7 +386,7 @@ def main(args: Args) -> rlflow.RunResult:
                       h_critic=specs.Field((env.num_agents, args.hidden[-1]), np.float32))
     _, table, adder = rollout_queue(env.step_spec(extras), args.num_envs, args.n_steps)
 
-    net = MAPPONet(obs_dim, state_dim, n_actions, env.num_agents, args)
+    net = MAPPONet(obs_dim, state_dim, n_actions, env.num_agents, args).to(device)
     result = train("MAPPO" if args.critic == "centralised" else "IPPO", args, env, eval_env, TeamPolicy(net),
                    MAPPOLearner(net, args), adder, table)
     team_return = result.final_evaluation

@@ -33,8 +33,19 @@ from gymnasium.wrappers import ClipAction
 from torch import nn
 
 import rlflow
-from baselines import ActorArgs, ActorParts, RunArgs, VideoArgs, make_eval_env, rollout_queue, train
-from baselines._nets import categorical, mlp, ppo_terms
+from baselines import (
+    ActorArgs,
+    ActorParts,
+    RunArgs,
+    VideoArgs,
+    make_eval_env,
+    policy_network,
+    rollout_queue,
+    to_device,
+    torch_device,
+    train,
+)
+from baselines._nets import categorical, device_of, mlp, ppo_terms
 from rlflow import envs, specs
 from rlflow.minibatches import chunk_resets, feedforward, recurrent_chunks, take
 from rlflow.returns import ValueNormalizer, gae
@@ -135,11 +146,12 @@ class ActorCritic(nn.Module):
         return self.distribution(torch.stack(heads, 1)), torch.stack(values, 1)
 
 
-def rollout_targets(values: torch.Tensor, rows: dict, mask: np.ndarray, gamma: float,
+def rollout_targets(values: torch.Tensor, rows: dict, mask: Any, gamma: float,
                     lam: float) -> dict[str, torch.Tensor]:
     """Per step of ``E`` rollouts of ``T + 1`` rows: which steps are actions, their advantages and returns.
 
-    ``values [E, T + 1]`` is ``V`` of every row. Step ``t`` (rows ``0 .. T - 1``) is an action unless row
+    ``values [E, T + 1]`` is ``V`` of every row (``rows`` and ``mask [E, T + 1]``: numpy arrays, or tensors on
+    the device of ``values``). Step ``t`` (rows ``0 .. T - 1``) is an action unless row
     ``t`` is a final-observation row (``last``) or padding. Its next value is ``V(row t + 1)``: within an
     episode that row is the next observation, and after a truncation it is the true final observation;
     after a termination GAE uses 0. Steps that are not actions get reward 0 and cut the recursion.
@@ -153,10 +165,10 @@ def rollout_targets(values: torch.Tensor, rows: dict, mask: np.ndarray, gamma: f
     return {"valid": valid.T, "advantages": adv, "returns": ret}
 
 
-def time_major(x: np.ndarray) -> torch.Tensor:
+def time_major(x: torch.Tensor) -> torch.Tensor:
     """The action rows of ``E`` rollouts ``[E, T + 1, ...]`` (all but the last row) as one contiguous
     ``[T, E, ...]`` tensor."""
-    return torch.as_tensor(np.ascontiguousarray(np.swapaxes(x[:, :-1], 0, 1)))
+    return x[:, :-1].transpose(0, 1).contiguous()
 
 
 def ppo_loss(net: ActorCritic, obs: torch.Tensor, actions: torch.Tensor, old_log_prob: torch.Tensor,
@@ -169,9 +181,12 @@ def ppo_loss(net: ActorCritic, obs: torch.Tensor, actions: torch.Tensor, old_log
 
 
 class PPOLearner(rlflow.Learner):
+    """PPO on the device of ``net``, where each update's rollouts are copied."""
+
     def __init__(self, net: ActorCritic, args: Args) -> None:
         self.net = net
         self.args = args
+        self.device = device_of(net)
         self.optimizer = torch.optim.Adam(net.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
         self.updates = 0
         self.total_updates = max(1, args.total_steps // (args.batch_size * args.n_steps))
@@ -188,12 +203,13 @@ class PPOLearner(rlflow.Learner):
         if stale.all():
             return {"stale_rollouts": float(stale.sum()), "steps": 0.0}
         mask = sample.mask & ~stale[:, None]
-        obs = torch.as_tensor(rows["observation"])
+        rows, mask = to_device((rows, mask), self.device)  # the rollouts as tensors on the learner's device
+        obs = rows["observation"]
         e, t1 = mask.shape
         with torch.no_grad():
             if self.net.lstm:  # V of every row, the LSTM run from the state stored at the rollout's first row
-                state0 = tuple(torch.as_tensor(rows["extras"]["lstm"][:, 0, i]) for i in range(4))
-                _, values = self.net.unroll(obs, state0, torch.as_tensor(rows["first"]))
+                state0 = tuple(rows["extras"]["lstm"][:, 0, i] for i in range(4))
+                _, values = self.net.unroll(obs, state0, rows["first"])
             else:
                 values = self.net(obs.reshape(e * t1, *obs.shape[2:]))[1].reshape(e, t1)
             if self.norm is not None:
@@ -230,11 +246,11 @@ class PPOLearner(rlflow.Learner):
                     loss, metrics = ppo_terms(dist, value, take(actions_t, c.index), take(old_log_prob_t, c.index),
                                               take(advantages, c.index), take(returns, c.index), clip,
                                               self.args.ent_coef, self.args.vf_coef,
-                                              mask=take(targets["valid"], c.index) & torch.as_tensor(c.mask))
+                                              mask=take(targets["valid"], c.index) & to_device(c.mask, self.device))
                     self._apply(loss)
                 continue
             for ti, ei in feedforward(t, e, minibatch_size=self.args.minibatch_size, rng=self.rng,
-                                      mask=targets["valid"].numpy()):
+                                      mask=targets["valid"].cpu().numpy()):
                 loss, metrics = ppo_loss(self.net, obs_t[ti, ei], actions_t[ti, ei], old_log_prob_t[ti, ei],
                                          advantages[ti, ei], returns[ti, ei], clip, self.args.ent_coef,
                                          self.args.vf_coef)
@@ -248,8 +264,10 @@ class PPOLearner(rlflow.Learner):
         nn.utils.clip_grad_norm_(self.net.parameters(), self.args.max_grad_norm)
         self.optimizer.step()
 
-    def get_params(self):  # the network, and its version (the updates made) that the policy stores per action
-        return {"net": self.net, "version": self.updates}
+    def get_params(self):
+        # the network (itself, or a CPU copy for actor processes when it is on a GPU) and its version (the updates
+        # made), which the policy stores with each action
+        return {"net": policy_network(self.net, self.args.num_actors), "version": self.updates}
 
     def state_dict(self):
         return {"net": self.net.state_dict(), "optimizer": self.optimizer.state_dict(), "updates": self.updates,
@@ -273,22 +291,25 @@ class SamplingPolicy(rlflow.Policy):
         self.net = net
         self.version = 0
 
-    def initial_state(self, batch_size):
-        return tuple(torch.zeros(batch_size, self.net.lstm) for _ in range(4)) if self.net.lstm else None
+    def initial_state(self, batch_size):  # on the network's device, where the state stays between steps
+        if not self.net.lstm:
+            return None
+        return tuple(torch.zeros(batch_size, self.net.lstm, device=device_of(self.net)) for _ in range(4))
 
     def act(self, observation, state, *, evaluation=False):
+        obs = torch.as_tensor(observation, device=device_of(self.net))  # to the network's device; results back
         with torch.inference_mode():
             if self.net.lstm:
-                dist, value, new_state = self.net.step(torch.as_tensor(observation), state)
+                dist, value, new_state = self.net.step(obs, state)
             else:
-                dist, value = self.net(torch.as_tensor(observation))
+                dist, value = self.net(obs)
             action = dist.mode if evaluation else dist.sample()  # the likeliest action, or the mean
-            extras = {"log_prob": dist.log_prob(action).numpy(), "value": value.numpy(),
+            extras = {"log_prob": dist.log_prob(action).cpu().numpy(), "value": value.cpu().numpy(),
                       "version": np.full(len(observation), self.version, np.int64)}
         if self.net.lstm:
-            extras["lstm"] = torch.stack(state, 1).numpy()  # [E, 4, lstm]
+            extras["lstm"] = torch.stack(state, 1).cpu().numpy()  # [E, 4, lstm]
             state = new_state
-        return action.numpy(), extras, state
+        return action.cpu().numpy(), extras, state
 
     def set_params(self, params):
         self.net = params["net"]  # the learner's network itself (one process: no copy, no lag)
@@ -299,6 +320,7 @@ class SamplingPolicy(rlflow.Policy):
 
 
 def main(args: Args) -> rlflow.RunResult:
+    device = torch_device(args)
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)
     probe = gymnasium.make(args.env_id)
@@ -320,13 +342,13 @@ def main(args: Args) -> rlflow.RunResult:
         extras["lstm"] = specs.Field((4, args.lstm), np.float32)
     _, table, adder = rollout_queue(env.step_spec(extras), args.num_envs, args.n_steps, args.num_actors)
 
-    net = ActorCritic(obs_dim, n_actions, args.hidden, args.lstm, continuous)
+    net = ActorCritic(obs_dim, n_actions, args.hidden, args.lstm, continuous).to(device)
     policy, learner = SamplingPolicy(net), PPOLearner(net, args)
     if not args.num_actors:
         return train("PPO", args, env, eval_env, policy, learner, adder, table)
 
     # Synchronous rollouts: actor processes with their own envs (one row per lane per step: NEXT_STEP resets)
-    # and networks, each update waiting for a rollout of every lane acted by the parameters it updates.
+    # and networks on the CPU, each update waiting for a rollout of every lane acted by the parameters it updates.
     parts = ActorParts(args, args.num_envs, lambda a, i: SamplingPolicy(
         ActorCritic(obs_dim, n_actions, a.hidden, a.lstm, continuous)), autoreset_mode="next_step",
         **({"wrappers": [ClipAction]} if continuous else {}))

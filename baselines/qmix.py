@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -34,9 +35,9 @@ import tyro
 from torch import nn
 
 import rlflow
-from baselines import RunArgs, train
+from baselines import RunArgs, to_device, torch_device, train
 from baselines._mpe import make_env, paper_scale, team_dims
-from baselines._nets import masked_max
+from baselines._nets import device_of, masked_max
 from rlflow import adders
 from rlflow.replay import Fifo, SampleToInsertRatio, StepStore, Table, Uniform
 from rlflow.returns import ValueNormalizer, lambda_returns
@@ -91,7 +92,7 @@ class AgentNet(nn.Module):
     def forward(self, obs: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``obs [N, A, obs]``, ``h [N, A, hidden]`` -> ``(Q [N, A, n_actions], h')``."""
         n, a = obs.shape[:2]
-        ids = torch.eye(a, dtype=obs.dtype).expand(n, a, a)
+        ids = torch.eye(a, dtype=obs.dtype, device=obs.device).expand(n, a, a)
         x = torch.relu(self.inp(torch.cat([obs.flatten(2), ids], -1)))
         h = self.rnn(x.reshape(n * a, -1), h.reshape(n * a, -1)).reshape(n, a, -1)
         return self.out(h), h
@@ -148,7 +149,7 @@ def team_state(obs: dict) -> torch.Tensor:
     return o.reshape(*o.shape[:-2], -1)
 
 
-def team_reward(rows: dict, mask: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+def team_reward(rows: dict, mask: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """``(reward [B, L - 1], valid [B, L - 1])``: each step's reward summed over agents, and the steps that
     are transitions (rows ``t`` and ``t + 1`` in the episode, row ``t`` not its final row)."""
     reward = torch.as_tensor(rows["reward"][:, :-1]).float().sum(-1)
@@ -156,9 +157,10 @@ def team_reward(rows: dict, mask: np.ndarray) -> tuple[torch.Tensor, torch.Tenso
 
 
 def td_loss(agent: AgentNet, target_agent: AgentNet, mixer: nn.Module, target_mixer: nn.Module, rows: dict,
-            mask: np.ndarray, gamma: float, reward: torch.Tensor | None = None, td_lambda: float = 0.0
+            mask: Any, gamma: float, reward: torch.Tensor | None = None, td_lambda: float = 0.0
             ) -> tuple[torch.Tensor, dict[str, float]]:
-    """The masked mean squared TD error of ``Q_tot`` on padded episodes ``[B, L, A, ...]``.
+    """The masked mean squared TD error of ``Q_tot`` on padded episodes ``[B, L, A, ...]`` (``rows`` and
+    ``mask``: numpy arrays, or tensors on the networks' device).
 
     Step ``t`` (rows ``t`` and ``t + 1`` both in the episode, row ``t`` not its final row) has the target
     ``y = sum_a r_t[a] + gamma * (0 if terminated_t else Q_tot'(t + 1))`` where ``Q_tot'`` mixes (target
@@ -210,10 +212,13 @@ def td_loss(agent: AgentNet, target_agent: AgentNet, mixer: nn.Module, target_mi
 
 
 class QMIXLearner(rlflow.Learner):
+    """QMIX (or VDN) on the device of ``agent`` (and ``mixer``), where each sample of episodes is copied."""
+
     def __init__(self, agent: AgentNet, mixer: nn.Module, args: Args) -> None:
         self.agent = agent
         self.mixer = mixer
         self.args = args
+        self.device = device_of(agent)
         self.target_agent = copy.deepcopy(agent)
         self.target_mixer = copy.deepcopy(mixer)
         self.params = [*agent.parameters(), *mixer.parameters()]
@@ -224,13 +229,14 @@ class QMIXLearner(rlflow.Learner):
         self.reward_norm = ValueNormalizer(beta=None) if args.standardise_rewards else None
 
     def step(self, sample):
+        rows, mask = to_device((sample.data, sample.mask), self.device)  # the episodes as tensors on the device
         reward = None
         if self.reward_norm is not None:
-            reward, valid = team_reward(sample.data, sample.mask)
+            reward, valid = team_reward(rows, mask)
             self.reward_norm.update(reward[valid])
             reward = self.reward_norm.normalize(reward)
-        loss, metrics = td_loss(self.agent, self.target_agent, self.mixer, self.target_mixer, sample.data,
-                                sample.mask, self.args.gamma, reward, self.args.td_lambda)
+        loss, metrics = td_loss(self.agent, self.target_agent, self.mixer, self.target_mixer, rows, mask,
+                                self.args.gamma, reward, self.args.td_lambda)
         self.optimizer.zero_grad()
         loss.backward()
         nn.utils.clip_grad_norm_(self.params, self.args.max_grad_norm)
@@ -275,16 +281,17 @@ class EpsilonGreedy(rlflow.Policy):
         self.steps = 0
         self.rng = np.random.default_rng(args.seed)
 
-    def initial_state(self, batch_size):
-        return torch.zeros(batch_size, self.agent.n_agents, self.agent.hidden)
+    def initial_state(self, batch_size):  # on the network's device, where the state stays between steps
+        return torch.zeros(batch_size, self.agent.n_agents, self.agent.hidden, device=device_of(self.agent))
 
     def epsilon(self) -> float:
         frac = min(1.0, self.steps / max(1, self.args.epsilon_steps))
         return self.args.epsilon_start + frac * (self.args.epsilon_end - self.args.epsilon_start)
 
     def act(self, observation, state, *, evaluation=False):
-        with torch.inference_mode():
-            q, state = self.agent(torch.as_tensor(observation["obs"]).float(), state)
+        with torch.inference_mode():  # the observations to the network's device, the values back
+            q, state = self.agent(torch.as_tensor(observation["obs"], device=device_of(self.agent)).float(), state)
+        q = q.cpu()
         mask = observation.get("action_mask")
         legal = np.ones(q.shape, bool) if mask is None else np.asarray(mask)
         greedy = masked_max(q, torch.as_tensor(legal))[1].numpy()
@@ -310,6 +317,7 @@ class EpsilonGreedy(rlflow.Policy):
 
 
 def main(args: Args) -> rlflow.RunResult:
+    device = torch_device(args)
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)
     env = make_env(args, args.num_envs, args.seed)
@@ -325,9 +333,9 @@ def main(args: Args) -> rlflow.RunResult:
         * args.num_envs))
     adder = adders.Episode(store, [table], max_length=rows)
 
-    agent = AgentNet(obs_dim, n_actions, env.num_agents, args.hidden)
+    agent = AgentNet(obs_dim, n_actions, env.num_agents, args.hidden).to(device)
     if args.mixer == "qmix":
-        mixer = QMixer(env.num_agents, state_dim, args.mixing_embed, args.hypernet_embed, args.state_norm)
+        mixer = QMixer(env.num_agents, state_dim, args.mixing_embed, args.hypernet_embed, args.state_norm).to(device)
     else:
         mixer = VDNMixer()
     result = train(args.mixer.upper(), args, env, eval_env, EpsilonGreedy(agent, args),

@@ -27,9 +27,19 @@ import tyro
 from torch import nn
 
 import rlflow
-from baselines import ActorArgs, ActorParts, RandomStartPolicy, RunArgs, VideoArgs, continuous_replay, train
-from baselines._nets import Critic, mlp
-from rlflow.replay.sample import map_structure
+from baselines import (
+    ActorArgs,
+    ActorParts,
+    RandomStartPolicy,
+    RunArgs,
+    VideoArgs,
+    continuous_replay,
+    policy_network,
+    to_device,
+    torch_device,
+    train,
+)
+from baselines._nets import Critic, device_of, mlp
 
 LOG_STD_MIN = -20.0  # the actor's log standard deviations are clamped to [LOG_STD_MIN, LOG_STD_MAX]
 LOG_STD_MAX = 2.0
@@ -100,12 +110,15 @@ def actor_loss(actor: GaussianActor, critics: tuple[Critic, Critic], alpha: floa
 
 
 class SACLearner(rlflow.Learner):
+    """SAC on the device of ``actor`` and ``critics``, where each sample is copied."""
+
     def __init__(self, actor: GaussianActor, critics: tuple[Critic, Critic], args: Args) -> None:
         self.actor = actor
         self.critics = critics
         self.args = args
+        self.device = device_of(actor)
         self.critic_targets = tuple(copy.deepcopy(c) for c in critics)
-        self.log_alpha = torch.zeros(1, requires_grad=True)
+        self.log_alpha = torch.zeros(1, device=self.device, requires_grad=True)
         self.target_entropy = -float(len(actor.centre))
         self.actor_opt = torch.optim.Adam(actor.parameters(), lr=args.learning_rate, fused=True)
         self.critic_opt = torch.optim.Adam([p for c in critics for p in c.parameters()], lr=args.learning_rate,
@@ -114,14 +127,15 @@ class SACLearner(rlflow.Learner):
         self.generator = torch.Generator().manual_seed(args.seed)
 
     def step(self, sample):
-        batch = map_structure(torch.from_numpy, sample.data)
+        batch = to_device(sample.data, self.device)
         alpha = self.log_alpha.exp().item()
-        noise = torch.randn(batch.action.shape, generator=self.generator)
+        # the noise drawn on the CPU (a generator whose state loads on any machine), then moved to the device
+        noise = torch.randn(batch.action.shape, generator=self.generator).to(self.device)
         c_loss = critic_loss(self.critics, self.critic_targets, self.actor, alpha, batch, noise)
         self.critic_opt.zero_grad()
         c_loss.backward()
         self.critic_opt.step()
-        noise = torch.randn(batch.action.shape, generator=self.generator)
+        noise = torch.randn(batch.action.shape, generator=self.generator).to(self.device)
         a_loss, log_prob = actor_loss(self.actor, self.critics, alpha, batch.observation, noise)
         self.actor_opt.zero_grad()
         a_loss.backward()
@@ -136,8 +150,8 @@ class SACLearner(rlflow.Learner):
                     p_target.lerp_(p, self.args.tau)
         return {"critic_loss": c_loss.item(), "actor_loss": a_loss.item(), "alpha": alpha}
 
-    def get_params(self):
-        return self.actor
+    def get_params(self):  # the actor itself; a CPU copy for actor processes when it is on a GPU
+        return policy_network(self.actor, self.args.num_actors)
 
     def state_dict(self):
         return {"actor": self.actor.state_dict(), "critics": [c.state_dict() for c in self.critics],
@@ -163,27 +177,30 @@ class StochasticPolicy(RandomStartPolicy):
     """After the random start, samples of the actor; its mean action in evaluation."""
 
     def choose(self, observation, evaluation):
-        obs = torch.as_tensor(observation)
+        device = device_of(self.actor)  # the observations (and the noise) to the actor's device, the actions back
+        obs = torch.as_tensor(observation, device=device)
         with torch.inference_mode():
             if evaluation:
-                return self.actor.greedy(obs).numpy()
-            noise = torch.as_tensor(self.rng.standard_normal((len(obs), len(self.low))), dtype=torch.float32)
-            return self.actor(obs, noise)[0].numpy()
+                return self.actor.greedy(obs).cpu().numpy()
+            noise = torch.as_tensor(self.rng.standard_normal((len(obs), len(self.low))), dtype=torch.float32,
+                                    device=device)
+            return self.actor(obs, noise)[0].cpu().numpy()
 
 
 def main(args: Args) -> rlflow.RunResult:
+    device = torch_device(args)
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)
     capacity = min(args.buffer_size, args.total_steps + 16)  # rows the run can fill
     env, eval_env, low, high, obs_dim, act_dim, adder, table = continuous_replay(args, capacity)
 
-    actor = GaussianActor(obs_dim, low, high, args.hidden)
-    critics = (Critic(obs_dim, act_dim, args.hidden), Critic(obs_dim, act_dim, args.hidden))
+    actor = GaussianActor(obs_dim, low, high, args.hidden).to(device)
+    critics = (Critic(obs_dim, act_dim, args.hidden).to(device), Critic(obs_dim, act_dim, args.hidden).to(device))
     learner = SACLearner(actor, critics, args)
     policy = StochasticPolicy(actor, low, high, args)
     if not args.num_actors:
         return train("SAC", args, env, eval_env, policy, learner, adder, table)
-    # Actor processes on Ray, one env each, acting with copies of the learner's actor.
+    # Actor processes on Ray, one env each, acting on the CPU with copies of the learner's actor.
     parts = ActorParts(args, None, lambda a, i: StochasticPolicy(GaussianActor(obs_dim, low, high, a.hidden), low,
                                                                  high, a))
     return train("SAC", args, env, eval_env, policy, learner, adder, table, actors=(parts.env, parts.policy))

@@ -32,8 +32,8 @@ import tyro
 from torch import nn
 
 import rlflow
-from baselines import RunArgs, wandb_logger_of
-from baselines._nets import QNetwork, masked_max
+from baselines import RunArgs, to_device, torch_device, wandb_logger_of
+from baselines._nets import QNetwork, device_of, masked_max
 from rlflow import adders
 from rlflow.envs import AECEnvironment
 from rlflow.loggers import make_logger, progress_bar
@@ -69,8 +69,8 @@ def make_game(args: Args):
 
 
 def legal_greedy(q: torch.Tensor, mask: np.ndarray) -> np.ndarray:
-    """The best legal move of each row (move 0 where none is legal)."""
-    return masked_max(q, torch.as_tensor(mask))[1].numpy()
+    """The best legal move of each row (move 0 where none is legal), from the values ``q`` on any device."""
+    return masked_max(q, torch.as_tensor(mask, device=q.device))[1].cpu().numpy()
 
 
 def td_loss(q: QNetwork, target: QNetwork, batch: rlflow.replay.Transition) -> torch.Tensor:
@@ -108,7 +108,8 @@ def play_random(q: QNetwork, args: Args, games: int, seed: int) -> dict[str, flo
             mask = np.asarray(obs["action_mask"]).astype(bool)
             if agent == me:
                 with torch.inference_mode():
-                    move = int(legal_greedy(q(torch.as_tensor(obs["observation"])[None]), mask[None])[0])
+                    observation = torch.as_tensor(obs["observation"], device=device_of(q))[None]
+                    move = int(legal_greedy(q(observation), mask[None])[0])
             else:
                 move = int(rng.choice(np.flatnonzero(mask)))
             env.step(move)
@@ -123,6 +124,7 @@ def main(args: Args) -> dict[str, float]:
     if args.checkpoint_every or args.resume:  # the loop below is this file's own, not rlflow.run
         raise ValueError(f"selfplay_dqn: run checkpoints are not supported; got checkpoint_every="
                          f"{args.checkpoint_every}, resume={args.resume} (expected 0 and False)")
+    device = torch_device(args)
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)
     probe = AECEnvironment([make_game(args)])
@@ -135,7 +137,7 @@ def main(args: Args) -> dict[str, float]:
     games = AECEnvironment([make_game(args) for _ in range(args.num_envs)], adder, seed=args.seed)
     obs_dim = int(np.prod(probe.observation_spec["observation"].shape))
     n_actions = int(probe.single_action_space.n)
-    q = QNetwork(obs_dim, n_actions, args.hidden, dueling=False)
+    q = QNetwork(obs_dim, n_actions, args.hidden, dueling=False).to(device)
     if args.evaluate:  # a saved q.pt (or a run's directory, for its q.pt) against the random player, nothing trained
         path = Path(args.evaluate) / "q.pt" if Path(args.evaluate).is_dir() else Path(args.evaluate)
         q.load_state_dict(load_state(path)["q"])
@@ -143,7 +145,7 @@ def main(args: Args) -> dict[str, float]:
         print(f"evaluation of {path} against a random player over {args.eval_games} games: "
               f"win {final['win']:.1%}, draw {final['draw']:.1%}, loss {final['loss']:.1%}")
         return final
-    target = QNetwork(obs_dim, n_actions, args.hidden, dueling=False)
+    target = QNetwork(obs_dim, n_actions, args.hidden, dueling=False).to(device)
     target.load_state_dict(q.state_dict())
     optimizer = torch.optim.Adam(q.parameters(), lr=args.learning_rate, fused=True)
     rng = np.random.default_rng(args.seed)
@@ -169,7 +171,7 @@ def main(args: Args) -> dict[str, float]:
 
     while turns < args.total_turns:
         while table.can_sample(args.batch_size):
-            loss = td_loss(q, target, table.sample(args.batch_size).data)
+            loss = td_loss(q, target, to_device(table.sample(args.batch_size).data, device))
             optimizer.zero_grad()
             loss.backward()
             nn.utils.clip_grad_norm_(q.parameters(), args.max_grad_norm)
@@ -182,7 +184,7 @@ def main(args: Args) -> dict[str, float]:
         eps = args.epsilon_start + min(1.0, turns / decay) * (args.epsilon_end - args.epsilon_start)
         mask = turn.observation["action_mask"]
         with torch.inference_mode():
-            greedy = legal_greedy(q(torch.as_tensor(turn.observation["observation"])), mask)
+            greedy = legal_greedy(q(torch.as_tensor(turn.observation["observation"], device=device)), mask)
         random = (rng.random(mask.shape) * mask).argmax(-1)
         actions = np.where(rng.random(len(greedy)) < eps, random, greedy)
         turn = games.step(actions)

@@ -26,9 +26,19 @@ import tyro
 from torch import nn
 
 import rlflow
-from baselines import ActorArgs, ActorParts, RandomStartPolicy, RunArgs, VideoArgs, continuous_replay, train
-from baselines._nets import Critic, mlp
-from rlflow.replay.sample import map_structure
+from baselines import (
+    ActorArgs,
+    ActorParts,
+    RandomStartPolicy,
+    RunArgs,
+    VideoArgs,
+    continuous_replay,
+    policy_network,
+    to_device,
+    torch_device,
+    train,
+)
+from baselines._nets import Critic, device_of, mlp
 
 
 @dataclass
@@ -87,10 +97,13 @@ def actor_loss(actor: Actor, critic: Critic, batch: rlflow.replay.Transition) ->
 
 
 class TD3Learner(rlflow.Learner):
+    """TD3 on the device of ``actor`` and ``critics``, where each sample is copied."""
+
     def __init__(self, actor: Actor, critics: tuple[Critic, Critic], args: Args) -> None:
         self.actor = actor
         self.critics = critics
         self.args = args
+        self.device = device_of(actor)
         self.actor_target = copy.deepcopy(actor)
         self.critic_targets = tuple(copy.deepcopy(c) for c in critics)
         self.actor_opt = torch.optim.Adam(actor.parameters(), lr=args.learning_rate, fused=True)
@@ -100,9 +113,11 @@ class TD3Learner(rlflow.Learner):
         self.generator = torch.Generator().manual_seed(args.seed)
 
     def step(self, sample):
-        batch = map_structure(torch.from_numpy, sample.data)
+        batch = to_device(sample.data, self.device)
         half = self.actor.half_width
-        noise = torch.randn(batch.action.shape, generator=self.generator) * self.args.policy_noise * half
+        # the noise drawn on the CPU (a generator whose state loads on any machine), then moved to the device
+        noise = torch.randn(batch.action.shape, generator=self.generator).to(self.device)
+        noise = noise * self.args.policy_noise * half
         noise = torch.max(torch.min(noise, self.args.noise_clip * half), -self.args.noise_clip * half)
         loss = critic_loss(self.critics, self.critic_targets, self.actor_target, batch, noise)
         self.critic_opt.zero_grad()
@@ -125,8 +140,8 @@ class TD3Learner(rlflow.Learner):
                         p_target.lerp_(p, self.args.tau)
         return metrics
 
-    def get_params(self):
-        return self.actor
+    def get_params(self):  # the actor itself; a CPU copy for actor processes when it is on a GPU
+        return policy_network(self.actor, self.args.num_actors)
 
     def state_dict(self):
         return {"actor": self.actor.state_dict(), "actor_target": self.actor_target.state_dict(),
@@ -156,24 +171,25 @@ class GaussianExploration(RandomStartPolicy):
         self.sigma = args.exploration_noise * (high - low) / 2
 
     def choose(self, observation, evaluation):
-        with torch.inference_mode():
-            action = self.actor(torch.as_tensor(observation)).numpy()
+        with torch.inference_mode():  # the observations to the actor's device, the actions back
+            action = self.actor(torch.as_tensor(observation, device=device_of(self.actor))).cpu().numpy()
         return action if evaluation else action + self.rng.normal(0.0, self.sigma, action.shape)
 
 
 def main(args: Args) -> rlflow.RunResult:
+    device = torch_device(args)
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)
     env, eval_env, low, high, obs_dim, act_dim, adder, table = continuous_replay(args, args.buffer_size)
 
-    actor = Actor(obs_dim, low, high, args.hidden)
-    critics = (Critic(obs_dim, act_dim, args.hidden), Critic(obs_dim, act_dim, args.hidden))
+    actor = Actor(obs_dim, low, high, args.hidden).to(device)
+    critics = (Critic(obs_dim, act_dim, args.hidden).to(device), Critic(obs_dim, act_dim, args.hidden).to(device))
     learner = TD3Learner(actor, critics, args)
     policy = GaussianExploration(actor, low, high, args)
 
     if not args.num_actors:
         return train("TD3", args, env, eval_env, policy, learner, adder, table)
-    # Actor processes on Ray, one env each, acting with copies of the learner's actor.
+    # Actor processes on Ray, one env each, acting on the CPU with copies of the learner's actor.
     parts = ActorParts(args, None, lambda a, i: GaussianExploration(Actor(obs_dim, low, high, a.hidden), low, high, a))
     return train("TD3", args, env, eval_env, policy, learner, adder, table, actors=(parts.env, parts.policy))
 

@@ -118,8 +118,10 @@ CONFIGS = {
 
 def run_rlflow(cfg: Config, seed: int, out: Path) -> tuple[float, float, Any]:
     baseline = BASELINES[cfg.algo]
+    # On the CPU, as SB3's runs below (device="cpu"), also where a GPU is.
     args = replace(baseline.Args(), env_id=cfg.env_id, total_steps=cfg.steps, seed=seed, eval_every=cfg.steps // 5,
-                   logdir=str(out / f"{cfg.algo}-{cfg.env_id}-rlflow-{seed}"), progress=False, **cfg.rlflow)
+                   logdir=str(out / f"{cfg.algo}-{cfg.env_id}-rlflow-{seed}"), progress=False, device="cpu",
+                   **cfg.rlflow)
     start = time.perf_counter()
     result = baseline.main(args)
     # Training time: SB3's is timed without evaluation, so rlflow's periodic evaluations are left out too.

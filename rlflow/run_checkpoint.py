@@ -114,7 +114,8 @@ def save_run(checkpoint_dir: str | Path, env_steps: int, store: Any, table: Any,
 
 def _load_torch(path: Path, what: str) -> Any:
     """``torch.load(path, weights_only=True)`` after checking the file's zip CRCs, which torch skips; any
-    failure raises :class:`CheckpointError`."""
+    failure raises :class:`CheckpointError`. Where torch has no CUDA device, tensors saved on one load on the
+    CPU (``map_location="cpu"``); elsewhere each loads on the device it was saved from."""
     import torch
 
     try:
@@ -128,7 +129,7 @@ def _load_torch(path: Path, what: str) -> Any:
             bad = zf.testzip()
         if bad is not None:
             raise CheckpointError(f"{path}: corrupt {what}: member {bad!r} fails its CRC check")
-        return torch.load(path, weights_only=True)
+        return torch.load(path, weights_only=True, map_location=None if torch.cuda.is_available() else "cpu")
     except CheckpointError:
         raise
     except Exception as exc:  # unreadable, truncated, or holding objects other than plain data

@@ -419,3 +419,22 @@ def test_a_table_configured_for_items_of_one_setting_names_the_setting_another_v
     with pytest.raises(ValueError, match=r"already holds transition items .* an adder of sequence items"):
         table.configure_items(SequenceView(4, 2, "zero_pad"), None)
     assert table.view == TransitionView(3, 0.9)  # every refusal left the table as it was
+
+
+def test_to_torch_of_nested_arrays_shares_memory_on_the_cpu():
+    """``rlflow.replay.sample.to_torch``: any nesting of arrays (what a learner builds from a sample) as tensors;
+    on the CPU a contiguous array's tensor shares its memory, a strided one is copied, ``None`` stays."""
+    torch = pytest.importorskip("torch")
+    from rlflow.replay.sample import to_torch
+
+    base = np.arange(12, dtype=np.float32).reshape(3, 4)
+    tree = {"a": base, "b": (base[:, ::2], None), "c": [np.int64([1, 2])]}
+    out = to_torch(tree)
+    assert isinstance(out["b"], tuple) and out["b"][1] is None and isinstance(out["c"], list)
+    assert out["a"].data_ptr() == base.ctypes.data  # shared
+    out["a"][0, 0] = 99.0
+    assert base[0, 0] == 99.0
+    assert out["b"][0][0, 0] == 0.0  # the strided array's tensor is a copy, made before the write
+    np.testing.assert_array_equal(out["b"][0].numpy()[1:], base[1:, ::2])
+    assert out["c"][0].dtype == torch.int64
+    assert to_torch(base, torch.device("meta")).device.type == "meta"

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Sample", "map_structure"]
+__all__ = ["Sample", "map_structure", "to_torch"]
 
 
 def map_structure(fn: Any, tree: Any) -> Any:
@@ -21,6 +21,30 @@ def map_structure(fn: Any, tree: Any) -> Any:
     if isinstance(tree, tuple | list):
         return type(tree)(map_structure(fn, v) for v in tree)
     return fn(tree)
+
+
+def to_torch(tree: Any, device: Any = None, *, pin_memory: bool = False) -> Any:
+    """Every numpy array in ``tree`` (nested dicts, tuples and lists; ``None`` stays ``None``) as a torch tensor,
+    sharing memory with the array when it stays on the CPU (a non-contiguous array is copied).
+
+    ``pin_memory`` copies into page-locked memory (for fast, asynchronous host-to-GPU copies); with a CUDA
+    ``device`` the copy is then made with ``non_blocking=True``. :meth:`Sample.to_torch` converts a sample so.
+    """
+    import torch
+
+    if pin_memory and not torch.cuda.is_available():
+        raise RuntimeError("pin_memory=True needs a CUDA device and a CUDA build of torch; none is available "
+                           "(pass pin_memory=False)")
+
+    def convert(a: Any) -> Any:
+        t = torch.from_numpy(np.ascontiguousarray(a))
+        if pin_memory:
+            t = t.pin_memory()
+        if device is not None:
+            t = t.to(device, non_blocking=pin_memory)
+        return t
+
+    return map_structure(convert, tree)
 
 
 @dataclass
@@ -65,25 +89,9 @@ class Sample:
         return replace(self, **{f.name: map_structure(np.array, getattr(self, f.name)) for f in fields(self)})
 
     def to_torch(self, device: Any = None, *, pin_memory: bool = False) -> Sample:
-        """The same sample as torch tensors (sharing memory with the numpy arrays when on the CPU).
-
-        ``pin_memory`` copies into page-locked memory (for fast, asynchronous host-to-GPU copies);
-        with a CUDA ``device`` the copy is then made with ``non_blocking=True``.
-        """
-        import torch
-
-        if pin_memory and not torch.cuda.is_available():
-            raise RuntimeError("pin_memory=True needs a CUDA device and a CUDA build of torch; none is available "
-                               "(pass pin_memory=False)")
-
-        def convert(a: Any) -> Any:
-            if a is None:
-                return None
-            t = torch.from_numpy(np.ascontiguousarray(a))
-            if pin_memory:
-                t = t.pin_memory()
-            if device is not None:
-                t = t.to(device, non_blocking=pin_memory)
-            return t
-
-        return replace(self, **{f.name: map_structure(convert, getattr(self, f.name)) for f in fields(self)})
+        """The same sample as torch tensors (sharing memory with the numpy arrays when on the CPU): every field
+        through :func:`to_torch`, with ``device`` and ``pin_memory``."""
+        if pin_memory:  # checked here too: a sample whose fields are all None must raise as any other
+            to_torch(None, pin_memory=True)
+        return replace(self, **{f.name: to_torch(getattr(self, f.name), device, pin_memory=pin_memory)
+                                for f in fields(self)})
