@@ -42,7 +42,7 @@ class HasState(Protocol):
 def save(path: str | Path, **parts: HasState) -> Path:
     """Write the ``state_dict()`` of each named part to ``path`` (e.g. ``learner=..., policy=...``).
 
-    Returns the path. A part without ``state_dict``, or a state holding a value that cannot be stored
+    Returns the path; its folder is made if missing. A part without ``state_dict``, or a state holding a value that cannot be stored
     (an object other than tensors, numpy values of numbers and plain values), raises naming it, and
     nothing is written.
     """
@@ -61,6 +61,7 @@ def save(path: str | Path, **parts: HasState) -> Path:
         _check_storable(state, f"part {name!r}")
         states[name] = state
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     save_state(path, {"format": FORMAT, "version": VERSION, "parts": states})
     return path
 

@@ -80,8 +80,8 @@ def same_learner(a: Learner, b: Learner) -> None:
 
 def test_round_trip_restores_every_part_and_what_it_does_next(tmp_path):
     learner, policy = trained()
-    path = rlflow.save(tmp_path / "agent.pt", learner=learner, policy=policy)
-    assert path == tmp_path / "agent.pt"
+    path = rlflow.save(tmp_path / "runs" / "a" / "agent.pt", learner=learner, policy=policy)  # folders made
+    assert path == tmp_path / "runs" / "a" / "agent.pt"
     new_learner, new_policy = Learner(9), Policy(9)
     rlflow.load(path, learner=new_learner, policy=new_policy)
     same_learner(learner, new_learner)
@@ -135,6 +135,8 @@ def test_saving_a_value_that_is_not_state_writes_nothing(tmp_path):
         rlflow.save(path)
     with pytest.raises(ValueError, match="name the parts to load"):
         rlflow.load(path)
+    with pytest.raises(CheckpointError, match=r"cannot be read as a saved state: FileNotFoundError"):
+        rlflow.load(tmp_path / "missing.pt", learner=learner)
 
 
 def test_files_not_written_by_save_are_refused(tmp_path):
