@@ -42,9 +42,9 @@ class HasState(Protocol):
 def save(path: str | Path, **parts: HasState) -> Path:
     """Write the ``state_dict()`` of each named part to ``path`` (e.g. ``learner=..., policy=...``).
 
-    Returns the path; its folder is made if missing. A part without ``state_dict``, or a state holding a value that cannot be stored
-    (an object other than tensors, numpy values of numbers and plain values), raises naming it, and
-    nothing is written.
+    Returns the path; its folder is made if missing. A part without ``state_dict``, or a state holding a
+    value that cannot be stored (an object other than tensors, numpy values of numbers and plain values),
+    raises naming it, and nothing is written.
     """
     if not parts:
         raise ValueError("rlflow.save: name at least one part to save, e.g. rlflow.save(path, learner=learner)")
