@@ -216,6 +216,18 @@ class RandomStartPolicy(rlflow.Policy):
         self.rng.bit_generator.state = state["rng"]
 
 
+def saved_file(given: str, name: str) -> Path:
+    """The file ``--evaluate`` names: ``given`` itself, or the run directory's ``name`` (the file a run writes at
+    its end); a directory without it raises, naming what to give."""
+    path = Path(given)
+    if not path.is_dir():
+        return path
+    if not (path / name).is_file():
+        raise FileNotFoundError(f"--evaluate {path}: the directory has no {name} (a run writes it at its end; give "
+                                "a run's directory or a saved file)")
+    return path / name
+
+
 def evaluate_saved(args: Any, eval_env: Any, policy: Any, learner: Any) -> rlflow.RunResult:
     """Load the learner state saved at ``args.evaluate`` (a run's directory, for its ``learner.pt``, or a saved
     learner file such as ``learner_best.pt``), hand its parameters to the
@@ -225,12 +237,7 @@ def evaluate_saved(args: Any, eval_env: Any, policy: Any, learner: Any) -> rlflo
     from rlflow.actors import evaluate
     from rlflow.run_checkpoint import load_state
 
-    path = Path(args.evaluate)
-    if path.is_dir():
-        if not (path / "learner.pt").is_file():
-            raise FileNotFoundError(f"--evaluate {path}: the directory has no learner.pt (a run writes it at its "
-                                    "end; give a run's directory or a saved learner file)")
-        path = path / "learner.pt"
+    path = saved_file(args.evaluate, "learner.pt")
     saved = load_state(path)
     try:
         learner.load_state_dict(saved["learner"])

@@ -97,3 +97,9 @@ def ppo_terms(dist: torch.distributions.Distribution, value: torch.Tensor, actio
     entropy = dist.entropy()[keep].mean()
     loss = policy_loss + vf_coef * value_loss - ent_coef * entropy
     return loss, {"policy_loss": policy_loss.item(), "value_loss": value_loss.item(), "entropy": entropy.item()}
+
+
+def time_major(x: torch.Tensor) -> torch.Tensor:
+    """The action rows of ``E`` rollouts ``[E, T + 1, ...]`` (all but the last row) as one contiguous
+    ``[T, E, ...]`` tensor."""
+    return x[:, :-1].transpose(0, 1).contiguous()

@@ -44,7 +44,7 @@ from torch import nn
 import rlflow
 from baselines import RunArgs, rollout_queue, to_device, torch_device, train
 from baselines._mpe import make_env, paper_scale, team_dims
-from baselines._nets import categorical, device_of, mlp, ppo_terms
+from baselines._nets import categorical, device_of, mlp, ppo_terms, time_major
 from rlflow import specs
 from rlflow.minibatches import chunk_resets, feedforward, recurrent_chunks, take
 from rlflow.returns import ValueNormalizer, gae
@@ -233,12 +233,6 @@ def mappo_loss(net: MAPPONet, obs: dict, actions: torch.Tensor, old_log_prob: to
                      vf_coef, mask=active)
 
 
-def time_major(x: torch.Tensor) -> torch.Tensor:
-    """The action rows of ``E`` rollouts ``[E, T + 1, ...]`` (all but the last row) as one contiguous
-    ``[T, E, ...]`` tensor."""
-    return x[:, :-1].transpose(0, 1).contiguous()
-
-
 class MAPPOLearner(rlflow.Learner):
     """MAPPO on the device of ``net``, where each update's rollouts are copied."""
 
@@ -288,6 +282,7 @@ class MAPPOLearner(rlflow.Learner):
             h_critic = time_major(rows["extras"]["h_critic"])
             first = time_major(rows["first"])
         metrics: dict[str, float] = {}
+        acted_rows = active.any(-1).cpu().numpy()  # the feed-forward minibatches' row mask, read once
         for _ in range(self.args.n_epochs):
             if self.net.recurrent:  # chunks of chunk_length steps, never across a lane, from the stored states
                 for c in recurrent_chunks(t, e, self.args.chunk_length, self.args.num_minibatches, rng=self.rng):
@@ -305,7 +300,7 @@ class MAPPOLearner(rlflow.Learner):
             # minibatches of whole (step, env) rows: every agent of a step together (the centralised critic
             # sees the team's state); the loss averages over the agents that acted
             for ti, ei in feedforward(t, e, self.args.num_minibatches, rng=self.rng,
-                                      mask=active.any(-1).cpu().numpy()):
+                                      mask=acted_rows):
                 loss, metrics = mappo_loss(self.net, {k: v[ti, ei] for k, v in steps.items()}, actions[ti, ei],
                                            old_log_prob[ti, ei], advantages[ti, ei], returns[ti, ei],
                                            active[ti, ei], self.args.clip_range,

@@ -45,7 +45,7 @@ from baselines import (
     torch_device,
     train,
 )
-from baselines._nets import categorical, device_of, mlp, ppo_terms
+from baselines._nets import categorical, device_of, mlp, ppo_terms, time_major
 from rlflow import envs, specs
 from rlflow.minibatches import chunk_resets, feedforward, recurrent_chunks, take
 from rlflow.returns import ValueNormalizer, gae
@@ -165,12 +165,6 @@ def rollout_targets(values: torch.Tensor, rows: dict, mask: Any, gamma: float,
     return {"valid": valid.T, "advantages": adv, "returns": ret}
 
 
-def time_major(x: torch.Tensor) -> torch.Tensor:
-    """The action rows of ``E`` rollouts ``[E, T + 1, ...]`` (all but the last row) as one contiguous
-    ``[T, E, ...]`` tensor."""
-    return x[:, :-1].transpose(0, 1).contiguous()
-
-
 def ppo_loss(net: ActorCritic, obs: torch.Tensor, actions: torch.Tensor, old_log_prob: torch.Tensor,
              advantages: torch.Tensor, returns: torch.Tensor, clip: float, ent_coef: float,
              vf_coef: float) -> tuple[torch.Tensor, dict[str, float]]:
@@ -237,6 +231,7 @@ class PPOLearner(rlflow.Learner):
             chunks = e * ((t + self.args.chunk_length - 1) // self.args.chunk_length)
             num_minibatches = max(1, min(chunks, t * e // self.args.minibatch_size))
         metrics: dict[str, float] = {}
+        valid = targets["valid"].cpu().numpy()  # the feed-forward minibatches' step mask, read once
         for _ in range(self.args.n_epochs):
             if self.net.lstm:  # chunks of chunk_length steps of one lane, from the stored states
                 for c in recurrent_chunks(t, e, self.args.chunk_length, num_minibatches, rng=self.rng):
@@ -250,7 +245,7 @@ class PPOLearner(rlflow.Learner):
                     self._apply(loss)
                 continue
             for ti, ei in feedforward(t, e, minibatch_size=self.args.minibatch_size, rng=self.rng,
-                                      mask=targets["valid"].cpu().numpy()):
+                                      mask=valid):
                 loss, metrics = ppo_loss(self.net, obs_t[ti, ei], actions_t[ti, ei], old_log_prob_t[ti, ei],
                                          advantages[ti, ei], returns[ti, ei], clip, self.args.ent_coef,
                                          self.args.vf_coef)

@@ -32,7 +32,7 @@ import tyro
 from torch import nn
 
 import rlflow
-from baselines import RunArgs, to_device, torch_device, wandb_logger_of
+from baselines import RunArgs, saved_file, to_device, torch_device, wandb_logger_of
 from baselines._nets import QNetwork, device_of, masked_max
 from rlflow import adders
 from rlflow.envs import AECEnvironment
@@ -139,7 +139,7 @@ def main(args: Args) -> dict[str, float]:
     n_actions = int(probe.single_action_space.n)
     q = QNetwork(obs_dim, n_actions, args.hidden, dueling=False).to(device)
     if args.evaluate:  # a saved q.pt (or a run's directory, for its q.pt) against the random player, nothing trained
-        path = Path(args.evaluate) / "q.pt" if Path(args.evaluate).is_dir() else Path(args.evaluate)
+        path = saved_file(args.evaluate, "q.pt")
         q.load_state_dict(load_state(path)["q"])
         final = play_random(q, args, args.eval_games, seed=args.seed)
         print(f"evaluation of {path} against a random player over {args.eval_games} games: "

@@ -410,11 +410,11 @@ class _Loop:
         began = time.monotonic()
         seed = None if config.seed is None else config.seed + 10_000 + len(result.evaluations)
         returns = evaluate_policy(config.eval_env, self.policy, config.eval_episodes, seed=seed)
-        evaluation = (result.env_steps, float(np.mean(returns)), float(np.std(returns)))
-        result.evaluations.append(evaluation)
+        mean, std = float(np.mean(returns)), float(np.std(returns))
+        result.evaluations.append((result.env_steps, mean, std))
         result.eval_seconds += time.monotonic() - began
-        self.emit("eval", {"return": float(np.mean(returns)), "return_std": float(np.std(returns))})
-        self.bar.write(evaluation_line(*evaluation, len(returns)))
+        self.emit("eval", {"return": mean, "return_std": std})
+        self.bar.write(evaluation_line(result.env_steps, mean, std, len(returns)))
 
     # ------------------------------------------------------------------ checkpoints
     def checkpoint(self) -> bool:
@@ -469,8 +469,7 @@ class _Loop:
         result = self.result
         result.env_steps, result.learner_steps = int(state["env_steps"]), int(state["learner_steps"])
         result.episodes = [tuple(e) for e in state["episodes"]]
-        # (env step, mean, std); checkpoints of rlflow 0.1.0 before evaluations had a std: nan
-        result.evaluations = [(*e, math.nan) if len(e) == 2 else tuple(e) for e in state["evaluations"]]
+        result.evaluations = [tuple(e) for e in state["evaluations"]]
         result.learner_metrics = dict(state["learner_metrics"])
         self.counters.update({k: (math.inf if v is None else v) for k, v in state["counters"].items()})
         self.stats.load_state_dict(state["episode_stats"])

@@ -47,7 +47,7 @@ __all__ = ["FORMAT", "VERSION", "CheckpointError", "check_run_state", "latest", 
            "save_state"]
 
 FORMAT = "rlflow.run"
-VERSION = 2
+VERSION = 3  # 3: evaluations are (env step, mean return, std)
 CheckpointError = replay_checkpoint.CheckpointError
 _STEP = re.compile(r"step-\d{12,}")  # a checkpoint directory
 _DOS_DIRECTORY = 0x10  # zip external attribute bit that torch's reader takes for a directory (read as empty)
@@ -223,7 +223,7 @@ def check_run_state(state: dict[str, Any], where: str, lanes: int) -> None:
         "env_steps": ("an integer >= 0", lambda v: _is_int(v) and v >= 0),
         "learner_steps": ("an integer >= 0", lambda v: _is_int(v) and v >= 0),
         "episodes": ("a list of (env step, return, length)", lambda v: _is_rows(v, 3)),
-        "evaluations": ("a list of (env step, mean return, std)", lambda v: _is_rows(v, 3) or _is_rows(v, 2)),
+        "evaluations": ("a list of (env step, mean return, std)", lambda v: _is_rows(v, 3)),
         "learner_metrics": ("a dict of numbers by name", lambda v: isinstance(v, dict) and all(
             isinstance(k, str) and _is_number(x) for k, x in v.items())),
         "counters": (f"a dict of {list(_COUNTERS)}, each a number or None", lambda v: isinstance(v, dict)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from baselines import BestLearner, actor_args, dqn, sac, td3
+from baselines import BestLearner, actor_args, dqn, ppo, sac, td3
 from rlflow import envs, run_checkpoint
 from rlflow.actors import evaluate
 from rlflow.loggers import read_csv
@@ -565,3 +565,15 @@ def test_capture_video_records_the_first_episode_of_each_evaluation(tmp_path):
         frames = sum(1 for _ in clip.iter_frames())
         assert clip.size == [600, 400] and clip.fps == 50  # CartPole's render size and frame rate
     assert frames == length + 1  # the reset's frame and one per step
+
+
+@pytest.mark.parametrize("name", ["ppo", "td3"])
+def test_capture_video_in_the_continuous_baselines(tmp_path, name):
+    """PPO's clipped-action evaluation env and TD3's (and SAC's: the same continuous_replay) record too."""
+    args = {"ppo": lambda: ppo.Args(env_id="Pendulum-v1", total_steps=256, num_envs=2, n_steps=64, n_epochs=1,
+                                    minibatch_size=64, eval_every=256, eval_episodes=1),
+            "td3": lambda: td3.Args(total_steps=300, learning_starts=100, samples_per_insert=4.0, batch_size=16,
+                                    hidden=(8,), eval_every=300, eval_episodes=1)}[name]()
+    {"ppo": ppo, "td3": td3}[name].main(dataclasses.replace(args, logdir=str(tmp_path), progress=False,
+                                                          capture_video=True))
+    assert len(list((tmp_path / "videos").glob("eval-episode-*.mp4"))) == 1

@@ -82,6 +82,7 @@ WRONG = {
     *(pytest.param(_set(k, v), k, id=f"wrong-{k}") for k, v in WRONG.items()),
     pytest.param(_stats(np.zeros(LANES + 1)), "episode_stats", id="episode-stats-of-other-lanes"),
     pytest.param(_stats([0.0, 0.0]), "episode_stats", id="episode-stats-a-list"),
+    pytest.param(_set("evaluations", [(100, 9.5)]), "evaluations", id="evaluations-without-their-std"),
 ])
 def test_a_run_file_missing_a_key_or_of_another_type_is_refused_before_anything_changes(saved, tmp_path, edit, key):
     shutil.copytree(saved, tmp_path, dirs_exist_ok=True)

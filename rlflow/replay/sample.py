@@ -91,7 +91,5 @@ class Sample:
     def to_torch(self, device: Any = None, *, pin_memory: bool = False) -> Sample:
         """The same sample as torch tensors (sharing memory with the numpy arrays when on the CPU): every field
         through :func:`to_torch`, with ``device`` and ``pin_memory``."""
-        if pin_memory:  # checked here too: a sample whose fields are all None must raise as any other
-            to_torch(None, pin_memory=True)
         return replace(self, **{f.name: to_torch(getattr(self, f.name), device, pin_memory=pin_memory)
                                 for f in fields(self)})
