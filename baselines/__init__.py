@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from gymnasium.wrappers import RecordVideo
 
 import rlflow
 from rlflow.replay.sample import to_torch
@@ -93,26 +94,19 @@ class VideoArgs:
     capture_video: bool = False  # record each evaluation's first episode to <logdir>/videos as mp4 (rlflow[video])
 
 
-class EvaluationVideo:
-    """Makes gymnasium's ``RecordVideo`` record the first episode of every evaluation: the episode a seeded
-    ``reset`` starts (``rlflow.evaluate`` seeds its first reset; the resets between its episodes are not
-    seeded). The recording ends at the next reset, when the episode is over."""
+class EvaluationVideo(RecordVideo):
+    """gymnasium's ``RecordVideo``, recording the first episode of every evaluation into ``folder``: the
+    episode a seeded ``reset`` starts (``rlflow.evaluate`` seeds its first reset; the resets between its
+    episodes are not seeded). The recording ends at the next reset, when the episode is over."""
 
-    def __init__(self) -> None:
+    def __init__(self, env: Any, folder: Path) -> None:
         self.seeded = False
-
-    def wrap(self, env: Any, folder: Path) -> Any:
-        from gymnasium.wrappers import RecordVideo
-
-        trigger = self
-
-        class _Recorder(RecordVideo):
-            def reset(self, *, seed=None, options=None):
-                trigger.seeded = seed is not None
-                return super().reset(seed=seed, options=options)
-
-        return _Recorder(env, str(folder), episode_trigger=lambda episode: trigger.seeded, name_prefix="eval",
+        super().__init__(env, str(folder), episode_trigger=lambda episode: self.seeded, name_prefix="eval",
                          disable_logger=True)
+
+    def reset(self, *, seed: Any = None, options: Any = None) -> Any:
+        self.seeded = seed is not None
+        return super().reset(seed=seed, options=options)
 
 
 def make_eval_env(args: Any, *wrappers: Any) -> Any:
@@ -133,7 +127,7 @@ def make_eval_env(args: Any, *wrappers: Any) -> Any:
             import moviepy  # noqa: F401  (RecordVideo writes mp4 with it)
         except ImportError:
             raise ImportError('--capture-video needs moviepy: pip install "rlflow[video]"') from None
-        env = EvaluationVideo().wrap(env, Path(args.logdir) / "videos")
+        env = EvaluationVideo(env, Path(args.logdir) / "videos")
     return envs.GymEnvironment(env)
 
 
