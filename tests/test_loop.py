@@ -747,3 +747,20 @@ def test_the_actor_checks_one_lanes_single_action_as_any_other(space, good, bad,
     policy.actions = bad
     with pytest.raises(SpecError, match=match):
         actor.select_action(np.zeros((1, 2)))
+
+
+def test_the_progress_bar_redraws_rarely_into_a_log_file(capsys):
+    """Standard error not a terminal (pytest captures it into a file): redrawn at most every 30 s; a count
+    shows as an integer."""
+    from rlflow.loggers import PROGRESS_LOG_INTERVAL, progress_bar
+
+    bar = progress_bar(50_000, initial=10_000)
+    assert bar.mininterval == PROGRESS_LOG_INTERVAL == 30.0 and bar.n == 10_000 and not bar.disable
+    for _ in range(100):
+        bar.update(100)
+    bar.set_postfix(learner_steps=str(12_345), refresh=False)
+    bar.close()
+    written = capsys.readouterr().err
+    assert written.count("\r") <= 3  # the first draw and the close, not one per update
+    assert "20000/50000" in written and "learner_steps=12345" in written and "e+" not in written
+    assert progress_bar(5, enabled=False).disable
