@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from gymnasium.wrappers import RecordVideo
@@ -34,7 +34,7 @@ class RunArgs:
     progress: bool = True  # show a progress bar (tqdm)
     evaluate: str = ""  # a run's directory (its learner.pt) or a saved learner file: evaluate it instead of training
     wandb_project: str | None = None  # also log the run to Weights & Biases under this project (rlflow[wandb])
-    wandb_mode: str | None = None  # with --wandb-project: online, offline (upload later: wandb sync) or disabled
+    wandb_mode: Literal["online", "offline", "disabled"] | None = None  # offline: wandb sync uploads the run later
     device: str = "auto"  # where the networks train: cpu, cuda, cuda:N, or auto (cuda when available, else cpu)
 
 

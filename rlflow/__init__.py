@@ -8,6 +8,7 @@ from rlflow import specs
 from rlflow.actors import Actor, VariableClient, evaluate
 from rlflow.buffer import ReplayBuffer
 from rlflow.core import Learner, LearnerUpdate, Policy
+from rlflow.environment import Environment
 from rlflow.loop import RunConfig, RunResult, run
 from rlflow.plots import plot_run
 from rlflow.saving import load, save
@@ -16,6 +17,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Actor",
+    "Environment",
     "Learner",
     "LearnerUpdate",
     "Policy",

@@ -6,14 +6,17 @@ from __future__ import annotations
 import inspect
 import math
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from rlflow import specs as _specs
 from rlflow.core import Learner, Policy
 from rlflow.replay.sample import map_structure
-from rlflow.specs import SpecError
+from rlflow.specs import Spec, SpecError
+
+if TYPE_CHECKING:
+    from rlflow.environment import Environment
 
 __all__ = ["Actor", "EpisodeStats", "VariableClient", "evaluate"]
 
@@ -137,7 +140,7 @@ class Actor:
     extras (CPU or GPU, nested in dicts, tuples and lists as the spaces are) come back as numpy arrays.
     """
 
-    def __init__(self, policy: Policy, action_spec: Any, num_lanes: int, action_space: Any = None) -> None:
+    def __init__(self, policy: Policy, action_spec: Spec, num_lanes: int, action_space: Any = None) -> None:
         self.policy = policy
         self.num_lanes = int(num_lanes)
         self._action_spec = action_spec
@@ -307,7 +310,7 @@ def _like_state(initial: Any, saved: Any, where: str) -> Any:
     return saved
 
 
-def evaluate(env: Any, policy: Policy, episodes: int, *, seed: int | None = None) -> list[float]:
+def evaluate(env: Environment, policy: Policy, episodes: int, *, seed: int | None = None) -> list[float]:
     """Returns of ``episodes`` whole episodes with ``policy.act(..., evaluation=True)`` (nothing stored).
 
     All lanes of ``env`` run until ``episodes`` episodes ended; the first ``episodes`` to end count.

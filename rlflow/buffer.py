@@ -40,7 +40,7 @@ from rlflow.replay.row_table import RowTable
 from rlflow.replay.sample import Sample
 from rlflow.replay.selectors import Fifo, Prioritized
 from rlflow.replay.storage import StepStore
-from rlflow.replay.table import RateLimitTimeout, Table
+from rlflow.replay.table import RateLimitTimeout, Table, TableBase
 from rlflow.specs import Spec, SpecError
 from rlflow.types import TimeStep, step_spec
 
@@ -82,7 +82,7 @@ class ReplayBuffer:
         spec = step_spec(_as_spec(observation), _as_spec(action), extras)
         self.store = StepStore(spec, capacity=int(capacity) // self.num_envs, lanes=self.num_envs,
                                backend="memory" if disk is None else "disk", directory=disk)
-        self.table: Table = (
+        self.table: TableBase = (
             Table(self.store, sampler=Prioritized(alpha=alpha, beta=beta, seed=seed), remover=Fifo(),
                   rate_limiter=MinSize(1), name="replay") if prioritized
             else RowTable(self.store, seed=seed, rate_limiter=MinSize(1), name="replay"))

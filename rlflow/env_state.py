@@ -168,9 +168,9 @@ def _restore_value(current: Any, saved: Any, where: str, *, apply: bool) -> Any:
         return {k: _restore_value(inner.get(k), v, f"{where}[{k!r}]", apply=apply) for k, v in saved.items()}
     if isinstance(saved, list | tuple):
         same = isinstance(current, list | tuple) and len(current) == len(saved)
-        inner = current if same else [None] * len(saved)
+        olds = current if same else [None] * len(saved)
         items = [_restore_value(c, v, f"{where}[{i}]", apply=apply)
-                 for i, (c, v) in enumerate(zip(inner, saved, strict=True))]
+                 for i, (c, v) in enumerate(zip(olds, saved, strict=True))]
         if isinstance(saved, tuple):
             return tuple(items)
         if same and isinstance(current, list):

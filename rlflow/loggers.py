@@ -19,7 +19,7 @@ from __future__ import annotations
 import csv
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 __all__ = ["CsvLogger", "Logger", "MultiLogger", "TensorBoardLogger", "WandbLogger", "make_logger", "read_csv"]
 
@@ -67,7 +67,7 @@ class CsvLogger:
         elif self._resume_at is not None and path.exists():  # a resumed run: keep the rows up to its start
             old = [r for r in read_csv(path) if int(r["step"]) <= self._resume_at]
             with path.open(newline="") as f:
-                fields = next(csv.reader(f), None) or ["step"]
+                fields = next(csv.reader(f), []) or ["step"]
         fields += [k for k in row if k not in fields]
         f = path.open("w", newline="")
         writer = csv.DictWriter(f, fieldnames=fields)
@@ -129,8 +129,9 @@ class WandbLogger:
     """
 
     def __init__(self, project: str | None = None, *, name: str | None = None,
-                 config: Mapping[str, Any] | None = None, dir: str | Path | None = None, mode: str | None = None,
-                 run: Any = None, **init_options: Any) -> None:
+                 config: Mapping[str, Any] | None = None, dir: str | Path | None = None,
+                 mode: Literal["online", "offline", "disabled"] | None = None, run: Any = None,
+                 **init_options: Any) -> None:
         if run is None:
             try:
                 import wandb

@@ -36,7 +36,7 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -45,6 +45,11 @@ from rlflow.actors import evaluate as evaluate_policy
 from rlflow.core import Learner, Policy, learner_step
 from rlflow.loggers import MultiLogger, evaluation_line, make_logger, progress_bar
 from rlflow.run_checks import check_limiter, check_parts, check_unsampled, unsampled_tables
+
+if TYPE_CHECKING:
+    from rlflow.adders.base import Adder
+    from rlflow.environment import Environment
+    from rlflow.replay.table import TableBase
 
 __all__ = ["RunConfig", "RunResult", "run"]
 
@@ -80,7 +85,7 @@ class RunConfig:
     """
 
     sync_period: int = 1
-    eval_env: Any = None
+    eval_env: Environment | None = None
     eval_every: int = 0
     eval_episodes: int = 10
     logdir: str | Path | None = None
@@ -154,16 +159,19 @@ class RunResult:
         return self.evaluations[-1][1] if self.evaluations else None
 
 
-def run(env: Any, policy: Policy, learner: Learner | None, adder: Any, table: Any, *, steps: int,
+def run(env: Environment, policy: Policy, learner: Learner | None, adder: Adder, table: TableBase, *, steps: int,
         batch_size: int = 32, config: RunConfig | None = None, **options: Any) -> RunResult:
     """Train for ``steps`` env steps (counted over all lanes); see the module docstring.
 
     Args:
-        env: an :class:`rlflow.envs.GymEnvironment` (its lanes are the adder's store's lanes).
+        env: an :class:`~rlflow.environment.Environment`: :class:`rlflow.envs.GymEnvironment`,
+            :class:`rlflow.envs.ParallelEnvironment` or a class of one's own with its members (its lanes are the
+            adder's store's lanes).
         policy: the user's :class:`~rlflow.core.Policy`.
         learner: the user's :class:`~rlflow.core.Learner` (``learner=None``: only collect).
-        adder: the adder writing ``env``'s steps.
-        table: the table the learner samples from.
+        adder: the :class:`~rlflow.adders.Adder` writing ``env``'s steps.
+        table: the table the learner samples from (a :class:`~rlflow.replay.Table` or
+            :class:`~rlflow.replay.RowTable`, one of the adder's tables).
         steps: env steps to run to (a resumed run counts those before its checkpoint).
         batch_size: items per learner step.
         config: what the run does around its parts (a :class:`RunConfig`).
@@ -204,7 +212,8 @@ class _Loop:
     checkpoint; :meth:`run` then alternates :meth:`learn_once` and :meth:`act_once` as the table allows,
     and logs, evaluates and checkpoints when their env steps come."""
 
-    def __init__(self, env: Any, policy: Policy, learner: Learner | None, adder: Any, table: Any, steps: int,
+    def __init__(self, env: Environment, policy: Policy, learner: Learner | None, adder: Adder, table: TableBase,
+                 steps: int,
                  batch_size: int, config: RunConfig) -> None:
         if int(steps) < 1 or int(batch_size) < 1:
             raise ValueError(f"steps and batch_size must be >= 1, got {steps} and {batch_size}")
@@ -291,12 +300,14 @@ class _Loop:
 
     def learn_once(self) -> None:
         """One learner step on a sample of ``batch_size``; its priorities go back to the table."""
+        if self.learner is None:
+            raise RuntimeError("learn_once: the run has no learner")
         sample = self.table.sample(self.batch_size)
         update = learner_step(self.learner, sample)
         if update.priorities is not None:
             self.table.update_priorities(sample.keys, update.priorities)
         self.result.learner_steps += 1
-        self.result.learner_metrics = update.metrics
+        self.result.learner_metrics = dict(update.metrics)
         for k, v in update.metrics.items():
             self.pending.setdefault(k, []).append(v)
 
@@ -407,6 +418,8 @@ class _Loop:
     def evaluate(self) -> None:
         """``eval_episodes`` episodes on ``eval_env`` with ``evaluation=True``; their mean return is logged."""
         config, result = self.config, self.result
+        if config.eval_env is None:
+            raise RuntimeError("evaluate: the run has no eval_env")
         began = time.monotonic()
         seed = None if config.seed is None else config.seed + 10_000 + len(result.evaluations)
         returns = evaluate_policy(config.eval_env, self.policy, config.eval_episodes, seed=seed)
@@ -422,7 +435,7 @@ class _Loop:
         state could not be saved, so the episodes in progress were ended)."""
         from rlflow import run_checkpoint
 
-        env_saved = _env_state(self.env)
+        env_saved: dict[str, Any] | str | None = _env_state(self.env)
         if isinstance(env_saved, str):
             # The env's state cannot be saved: end the episodes in progress (truncated: they bootstrap),
             # save, and restart the envs, as a resumed run will at this step.
@@ -435,7 +448,7 @@ class _Loop:
             self.stats.reset()
             env_saved = None
         result = self.result
-        run_checkpoint.save_run(self.checkpoint_dir, result.env_steps, self.table.store, self.table, {
+        run_checkpoint.save_run(self._checkpoint_dir(), result.env_steps, self.table.store, self.table, {
             "env_steps": result.env_steps, "learner_steps": result.learner_steps,
             "episodes": result.episodes, "evaluations": result.evaluations, "learner_metrics": result.learner_metrics,
             "counters": {k: (None if v == math.inf else v) for k, v in self.counters.items()},
@@ -448,6 +461,11 @@ class _Loop:
         self.saved_at = result.env_steps
         return env_saved is None
 
+    def _checkpoint_dir(self) -> Path:
+        if self.checkpoint_dir is None:
+            raise RuntimeError("the run has no checkpoint directory (give checkpoint_dir or logdir)")
+        return self.checkpoint_dir
+
     def _resume(self) -> bool:
         """Load the latest checkpoint in ``checkpoint_dir`` (False if there is none): the env, store and table
         first (:func:`rlflow.run_checkpoint.load_run` checks everything before they change), then the adder,
@@ -455,13 +473,25 @@ class _Loop:
         from rlflow import run_checkpoint
         from rlflow.types import TimeStep
 
-        path = run_checkpoint.latest(self.checkpoint_dir)
+        path = run_checkpoint.latest(self._checkpoint_dir())
         if path is None:
             return False
-        env, lanes, actor = self.env, self.lanes, self.actor
-        state = run_checkpoint.load_run(path, self.table.store, self.table, self.adder, before_replay=lambda s: (
-            env.load_state_dict(s["env"]) if s["env"] is not None else None),
-            check=lambda s, where: (run_checkpoint.check_run_state(s, where, lanes), actor.check_state(s["actor"])))
+
+        def restore_env(s: dict[str, Any]) -> None:
+            if s["env"] is None:
+                return
+            load = getattr(self.env, "load_state_dict", None)
+            if load is None:
+                raise TypeError(f"the checkpoint holds the env's state, but {type(self.env).__name__} has no "
+                                "load_state_dict() to restore it")
+            load(s["env"])
+
+        def check(s: dict[str, Any], where: str) -> None:
+            run_checkpoint.check_run_state(s, where, self.lanes)
+            self.actor.check_state(s["actor"])
+
+        state = run_checkpoint.load_run(path, self.table.store, self.table, self.adder, before_replay=restore_env,
+                                        check=check)
         self.adder.load_state_dict(state["adder"])
         if self.learner is not None:
             self.learner.load_state_dict(state["learner"])

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
-from typing import Any, NamedTuple
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -70,7 +71,8 @@ def feedforward(
         raise ValueError(f"expected exactly one of num_minibatches and minibatch_size, "
                          f"got num_minibatches={num_minibatches!r} and minibatch_size={minibatch_size!r}")
     if mask is None:
-        valid = T * E  # permutation(n) shuffles arange(n): the same order as the masked path with all True
+        # permutation(n) shuffles arange(n): the same order as the masked path with all True
+        valid: int | np.ndarray = T * E
     else:
         m = _numpy(mask)
         if m.shape != (T, E):
@@ -107,7 +109,8 @@ def naive_recurrent(T: int, E: int, num_minibatches: int, *, rng: np.random.Gene
                  for b in np.array_split(order, k)])
 
 
-class Chunks(NamedTuple):
+@dataclass(frozen=True)
+class Chunks:
     """One minibatch of ``M`` chunks of ``L`` steps.
 
     Attributes:

@@ -34,14 +34,19 @@ import os
 import re
 import shutil
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
 from rlflow.atomic_files import atomic_write, fsync_dir
 from rlflow.replay import checkpoint as replay_checkpoint
+
+if TYPE_CHECKING:
+    from rlflow.adders.base import Adder
+    from rlflow.replay.storage import StepStore
+    from rlflow.replay.table import TableBase
 
 __all__ = ["FORMAT", "VERSION", "CheckpointError", "check_run_state", "latest", "load_run", "load_state", "save_run",
            "save_state"]
@@ -72,7 +77,8 @@ def latest(checkpoint_dir: str | Path) -> Path | None:
     return path
 
 
-def save_run(checkpoint_dir: str | Path, env_steps: int, store: Any, table: Any, state: dict[str, Any]) -> Path:
+def save_run(checkpoint_dir: str | Path, env_steps: int, store: StepStore, table: TableBase | Sequence[TableBase],
+             state: dict[str, Any]) -> Path:
     """Write a checkpoint of ``store``, ``table`` (a table on it, or a list of them) and the run ``state``;
     returns its directory."""
     import torch
@@ -136,7 +142,7 @@ def _load_torch(path: Path, what: str) -> Any:
         raise CheckpointError(f"{path}: cannot be read as a {what}: {type(exc).__name__}: {exc}") from None
 
 
-def load_run(path: str | Path, store: Any, table: Any, adder: Any = None,
+def load_run(path: str | Path, store: StepStore, table: TableBase | Sequence[TableBase], adder: Adder | None = None,
              before_replay: Callable[[dict[str, Any]], None] | None = None,
              check: Callable[[dict[str, Any], str], None] | None = None) -> dict[str, Any]:
     """Load the checkpoint at ``path`` into ``store`` and ``table`` (a table, or a list of them, as saved);
@@ -180,8 +186,8 @@ def load_run(path: str | Path, store: Any, table: Any, adder: Any = None,
 _MISSING = object()
 
 
-def _tables(table: Any) -> list[Any]:
-    return list(table) if isinstance(table, list | tuple) else [table]
+def _tables(table: TableBase | Sequence[TableBase]) -> list[TableBase]:
+    return list(table) if isinstance(table, list | tuple) else [cast("TableBase", table)]
 _COUNTERS = ("next_eval", "next_log", "next_checkpoint")
 
 

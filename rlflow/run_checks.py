@@ -26,6 +26,7 @@ import math
 import sys
 from typing import Any
 
+from rlflow.environment import Environment
 from rlflow.replay.rate_limiters import Queue, SampleToInsertRatio, Stack
 
 __all__ = ["check_env", "check_limiter", "check_parts", "check_unsampled", "least_error_buffer", "unsampled_tables"]
@@ -45,8 +46,9 @@ _WHAT = {
 
 
 def check_env(env: Any, name: str, caller: str = "rlflow.run") -> None:
-    """Raise TypeError, naming the wrapper to use, unless ``env`` is one of rlflow's batched envs."""
-    if all(hasattr(env, a) for a in ("num_envs", "reset", "step", "action_spec", "single_action_space")):
+    """Raise TypeError, naming the wrapper to use, unless ``env`` is an :class:`~rlflow.environment.Environment`
+    (one of rlflow's batched envs, or a class of one's own with its members)."""
+    if isinstance(env, Environment):
         return
     from rlflow.envs.kinds import wrapper_for  # (imports gymnasium: only on this error's way)
 

@@ -26,11 +26,12 @@ expected and what came; nothing is written by the caller when it raises.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 __all__ = [
     "Field",
@@ -52,7 +53,7 @@ class SpecError(ValueError):
     """Data does not match its spec; the message names the field, what was expected and what came."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Field:
     """One column: the shape and dtype of a single row's value.
 
@@ -64,30 +65,33 @@ class Field:
 
     shape: tuple[int, ...]
     dtype: np.dtype
-    low: Any = None
-    high: Any = None
-    allow_nonfinite: bool = False
+    low: Any
+    high: Any
+    allow_nonfinite: bool
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "shape", tuple(int(s) for s in self.shape))
-        object.__setattr__(self, "dtype", np.dtype(self.dtype))
-        if any(s < 0 for s in self.shape):
-            raise SpecError(f"Field shape must be non-negative, got {self.shape}")
-        for name in ("low", "high"):
-            bound = getattr(self, name)
-            if bound is None or np.ndim(bound) == 0:
-                continue
-            try:
-                arr = np.broadcast_to(np.asarray(bound), self.shape)
-            except ValueError:
-                raise SpecError(f"Field {name}: expected a number or an array broadcastable to {self.shape}, "
-                                f"got shape {np.shape(bound)}") from None
-            flat = [x.item() for x in arr.reshape(-1)]
-            object.__setattr__(self, name, flat[0] if flat and all(x == flat[0] for x in flat) else tuple(flat))
+    def __init__(self, shape: Iterable[int], dtype: DTypeLike, low: Any = None, high: Any = None,
+                 allow_nonfinite: bool = False) -> None:
+        shape = tuple(int(s) for s in shape)
+        if any(s < 0 for s in shape):
+            raise SpecError(f"Field shape must be non-negative, got {shape}")
+        object.__setattr__(self, "shape", shape)
+        object.__setattr__(self, "dtype", np.dtype(dtype))
+        object.__setattr__(self, "allow_nonfinite", bool(allow_nonfinite))
+        for name, bound in (("low", low), ("high", high)):
+            if bound is not None and np.ndim(bound) != 0:
+                try:
+                    arr = np.broadcast_to(np.asarray(bound), shape)
+                except ValueError:
+                    raise SpecError(f"Field {name}: expected a number or an array broadcastable to {shape}, "
+                                    f"got shape {np.shape(bound)}") from None
+                flat = [x.item() for x in arr.reshape(-1)]
+                bound = flat[0] if flat and all(x == flat[0] for x in flat) else tuple(flat)
+            object.__setattr__(self, name, bound)
 
     def bounds(self) -> tuple[Any, Any]:
         """``low`` and ``high`` as numbers, or as arrays of ``shape`` where they differ per element."""
-        return tuple(np.asarray(b).reshape(self.shape) if type(b) is tuple else b for b in (self.low, self.high))
+        low, high = (np.asarray(b).reshape(self.shape) if type(b) is tuple else b for b in (self.low, self.high))
+        return low, high
 
     @property
     def nbytes(self) -> int:
@@ -108,8 +112,8 @@ def from_space(space: Any) -> Spec:
         start = int(space.start)
         return Field((), space.dtype, low=start, high=start + int(space.n) - 1)
     if isinstance(space, spaces.MultiDiscrete):
-        start = np.asarray(space.start)
-        return Field(space.shape, space.dtype, low=start, high=start + np.asarray(space.nvec) - 1)
+        starts = np.asarray(space.start)
+        return Field(space.shape, space.dtype, low=starts, high=starts + np.asarray(space.nvec) - 1)
     if isinstance(space, spaces.MultiBinary):
         return Field(space.shape, space.dtype, low=0, high=1)
     if isinstance(space, spaces.Dict):

@@ -216,7 +216,7 @@ class StepBlock:
         active, flags = fields.get("observation/active"), fields.get("observation/terminated")
         self._agents = (active is not None and flags is not None and active.dtype == np.bool_
                         and len(active.shape) == 1 and flags.shape == active.shape)
-        self._active = np.ones((e, *(active.shape if self._agents else ())), np.bool_)
+        self._active = np.ones((e, *(active.shape if self._agents and active is not None else ())), np.bool_)
 
     @property
     def packed(self) -> KS.Packed:
@@ -298,7 +298,7 @@ class StepBlock:
             self._action.put_checked(actions, s, "add")
         if not self._reward.copy(ts.reward, s):
             self._reward.put_checked(ts.reward, s, "add")
-        if extras is not None and not self._extras.copy(extras, s):
+        if extras is not None and self._extras is not None and not self._extras.copy(extras, s):
             self._extras.put_checked(extras, s, "add")
         obs_copied = self._observation.copy(ts.observation, s)
         needs = -1 - KS.put_step(self.packed, s, first, last, terminated, truncated, obs_copied, self._at)

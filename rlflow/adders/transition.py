@@ -135,7 +135,8 @@ class NStepTransition(Adder):
         ends = term | trunc
         inner = np.count_nonzero(ends[:-1])
         block = self._lane_block(lane, t)
-        block.start(np.ones(1, bool), None if not self._multi_agent else self._active_at_open_rows()[lane:lane + 1])
+        active = self._active_at_open_rows()  # None unless the rows are multi-agent
+        block.start(np.ones(1, bool), None if active is None else active[lane:lane + 1])
         k = 0 if first_observations is None else block.leading_rows(first_observations,
                                                                      "add_steps: first_observations")
         allowed = (inner, inner + 1) if ends[-1] else (inner,)
@@ -192,8 +193,8 @@ class NStepTransition(Adder):
 
 
 def _items_out(size: int, reward_size: int) -> KS.ItemsOut:
-    return KS.ItemsOut(*np.zeros((3, size), np.int64), np.zeros((size, reward_size), np.float32),
-                       np.zeros(size, np.float32))
+    lanes, starts, lengths = np.zeros((3, size), np.int64)
+    return KS.ItemsOut(lanes, starts, lengths, np.zeros((size, reward_size), np.float32), np.zeros(size, np.float32))
 
 
 def _end_flags(name: str, flag: Any, t: int) -> np.ndarray:

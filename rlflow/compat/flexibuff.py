@@ -36,7 +36,7 @@ import zipfile
 from collections import deque
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -59,6 +59,25 @@ _ARGUMENT = {"obs": "obs", "obs_": "obs_", "state": "state", "state_": "state_",
              "individual_auxiliary_rewards": "individual_auxiliary_rewards",
              "discrete_actions": "discrete_actions", "continuous_actions": "continuous_actions",
              "discrete_log_probs": "discrete_log_probs", "continuous_log_probs": "continuous_log_probs"}
+
+
+class _Config(TypedDict):
+    """``FlexibleBuffer.config``: the constructor's arguments, normalised (and saved with the buffer)."""
+
+    num_steps: int
+    obs_size: int
+    action_mask: bool
+    discrete_action_cardinalities: list[int] | None
+    continuous_action_dimension: int | None
+    n_agents: int
+    state_size: int | None
+    global_reward: bool
+    global_auxiliary_reward: bool
+    individual_reward: bool
+    individual_auxiliary_reward: bool
+    log_prob_discrete: bool
+    log_prob_continuous: int
+    memory_weights: bool
 
 
 @dataclass
@@ -144,7 +163,7 @@ class FlexibleBuffer:
                              f"{n_agents} and {obs_size}")
         if (action_mask or log_prob_discrete) and discrete_action_cardinalities is None:
             raise ValueError("action_mask and log_prob_discrete need discrete_action_cardinalities")
-        self.config = {
+        self.config: _Config = {
             "num_steps": int(num_steps), "obs_size": int(obs_size), "action_mask": bool(action_mask),
             "discrete_action_cardinalities": None if discrete_action_cardinalities is None else
             [int(c) for c in discrete_action_cardinalities],
@@ -169,6 +188,8 @@ class FlexibleBuffer:
         self.continuous_action_dimension = c["continuous_action_dimension"]
         self.state_size = c["state_size"]
         heads = c["discrete_action_cardinalities"]
+        if heads is None and (c["action_mask"] or c["log_prob_discrete"]):  # a config read from a file
+            raise ValueError("action_mask and log_prob_discrete need discrete_action_cardinalities")
         # name -> (shape of one step's value, dtype, per agent)
         layout: dict[str, tuple[tuple[int, ...], Any, bool]] = {
             "obs": ((c["obs_size"],), np.float32, True), "obs_": ((c["obs_size"],), np.float32, True)}
@@ -186,7 +207,7 @@ class FlexibleBuffer:
             layout["discrete_actions"] = ((len(heads),), np.int32, True)
         if c["continuous_action_dimension"] is not None:
             layout["continuous_actions"] = ((c["continuous_action_dimension"],), np.float32, True)
-        if c["log_prob_discrete"]:
+        if c["log_prob_discrete"] and heads is not None:  # heads is not None: checked above
             layout["discrete_log_probs"] = ((len(heads),), np.float32, True)
         if c["log_prob_continuous"] > 0:
             layout["continuous_log_probs"] = ((c["log_prob_continuous"],), np.float32, True)
@@ -196,12 +217,13 @@ class FlexibleBuffer:
         for name, (shape, dtype, per_agent) in layout.items():
             fill = -1.0 if name.endswith("log_probs") else 0  # flexibuff's initial values
             setattr(self, name, np.full(((a,) if per_agent else ()) + (n, *shape), fill, dtype))
-        self.terminated = np.zeros(n, np.float32)
-        self.truncated = np.zeros(n, np.float32)
-        self.memory_weights = np.ones(n, np.float32) if c["memory_weights"] else None
-        self._tree = SumTree(n) if c["memory_weights"] else None
-        self.action_mask = self.action_mask_ = None
-        if c["action_mask"]:
+        self.terminated: np.ndarray = np.zeros(n, np.float32)
+        self.truncated: np.ndarray = np.zeros(n, np.float32)
+        self.memory_weights: np.ndarray | None = np.ones(n, np.float32) if c["memory_weights"] else None
+        self._tree: SumTree | None = SumTree(n) if c["memory_weights"] else None
+        self.action_mask: list[np.ndarray] | None = None
+        self.action_mask_: list[np.ndarray] | None = None
+        if c["action_mask"] and heads is not None:  # heads is not None: checked above
             self.action_mask = [np.ones((a, n, h), np.float32) for h in heads]
             self.action_mask_ = [np.ones((a, n, h), np.float32) for h in heads]
         self.rng = np.random.default_rng(seed)
@@ -271,13 +293,18 @@ class FlexibleBuffer:
         extra = [k for k, v in given.items() if v is not None and all(_ARGUMENT[n] != k for n in self._layout)]
         if extra:
             raise ValueError(f"save_transition: {extra} given, but this buffer was not built to store them")
+        stored_masks = self._masks()
         masks = None
-        if self.action_mask is not None:
+        if stored_masks is not None:
             if action_mask is None or action_mask_ is None:
                 raise ValueError("save_transition: this buffer stores action masks: expected action_mask and "
                                  "action_mask_ (one [n_agents, cardinality] array per discrete head)")
+            heads = self.discrete_action_cardinalities
+            if heads is None:
+                raise ValueError("save_transition: this buffer stores action masks but has no "
+                                 "discrete_action_cardinalities")
             masks = [[self._checked(f"{which}[{i}]", m[i] if len(m) > i else None, (a, h), np.float32)
-                      for i, h in enumerate(self.discrete_action_cardinalities)] for which, m in
+                      for i, h in enumerate(heads)] for which, m in
                      (("action_mask", action_mask), ("action_mask_", action_mask_))]
         elif action_mask is not None or action_mask_ is not None:
             raise ValueError("save_transition: action masks given, but this buffer was built with action_mask=False")
@@ -293,13 +320,14 @@ class FlexibleBuffer:
                 arr[:, i] = value
             else:
                 arr[i] = value
-        if masks is not None:
+        if stored_masks is not None and masks is not None:  # both or neither
             for h in range(len(masks[0])):
-                self.action_mask[h][:, i] = masks[0][h]
-                self.action_mask_[h][:, i] = masks[1][h]
+                stored_masks[0][h][:, i] = masks[0][h]
+                stored_masks[1][h][:, i] = masks[1][h]
         if self.memory_weights is not None:
-            self.memory_weights[i] = weight
-            self._tree.update(np.array([i], np.int64), np.array([weight], np.float64))
+            weights, tree = self._weights()
+            weights[i] = weight
+            tree.update(np.array([i], np.int64), np.array([weight], np.float64))
         self.terminated[i] = term
         self.truncated[i] = trunc
         self._count += 1
@@ -307,6 +335,20 @@ class FlexibleBuffer:
             self._episodes.append((self._episode_start, self._count - self._episode_start))
             self._episode_start = self._count
         self._drop_overwritten()
+
+    def _masks(self) -> tuple[list[np.ndarray], list[np.ndarray]] | None:
+        """``(action_mask, action_mask_)``, or None when the buffer stores no action masks."""
+        if self.action_mask is None:
+            return None
+        if self.action_mask_ is None:
+            raise ValueError("this buffer has action_mask but no action_mask_ (both are built with action_mask=True)")
+        return self.action_mask, self.action_mask_
+
+    def _weights(self) -> tuple[np.ndarray, SumTree]:
+        """The memory weights and their sum tree (the buffer was built with ``memory_weights=True``)."""
+        if self.memory_weights is None or self._tree is None:
+            raise ValueError("this buffer has no memory weights (build it with memory_weights=True)")
+        return self.memory_weights, self._tree
 
     @staticmethod
     def _checked(name: str, value: Any, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
@@ -355,10 +397,10 @@ class FlexibleBuffer:
     def _weighted_distinct(self, size: int) -> np.ndarray:
         if size == 0:
             return np.zeros(0, np.int64)
-        tree = self._tree
+        weights, tree = self._weights()
         if tree.total <= 0:
             raise ValueError("sample_transitions(weighted=True): every stored memory weight is 0")
-        positive = int(np.count_nonzero(self.memory_weights[:self.steps_recorded]))
+        positive = int(np.count_nonzero(weights[:self.steps_recorded]))
         if positive < size:
             raise ValueError(f"sample_transitions(weighted=True): {size} distinct steps requested, only "
                              f"{positive} have a memory weight above 0")
@@ -370,7 +412,7 @@ class FlexibleBuffer:
             have += new.size
             tree.update(new, np.zeros(new.size))
         out = np.concatenate(taken)
-        tree.update(out, self.memory_weights[out].astype(np.float64))
+        tree.update(out, weights[out].astype(np.float64))
         return out
 
     def _distinct(self, size: int, draw: Any) -> np.ndarray:
@@ -386,9 +428,10 @@ class FlexibleBuffer:
             out[name] = arr[:, idx] if per_agent else arr[idx]
         batch = FlexiBatch(**out, terminated=self.terminated[idx], truncated=self.truncated[idx],
                            memory_weights=None if self.memory_weights is None else self.memory_weights[idx])
-        if self.action_mask is not None:
-            batch.action_mask = [m[:, idx] for m in self.action_mask]
-            batch.action_mask_ = [m[:, idx] for m in self.action_mask_]
+        masks = self._masks()
+        if masks is not None:
+            batch.action_mask = [m[:, idx] for m in masks[0]]
+            batch.action_mask_ = [m[:, idx] for m in masks[1]]
         if as_torch:
             batch.to_torch(device)
         return batch
@@ -421,8 +464,9 @@ class FlexibleBuffer:
         self._episode_start = 0
         self._episodes.clear()
         if self._tree is not None:
-            self.memory_weights[:] = 1.0
-            self._tree.set_leaves(np.zeros(self.mem_size))
+            weights, tree = self._weights()
+            weights[:] = 1.0
+            tree.set_leaves(np.zeros(self.mem_size))
 
     # ------------------------------------------------------------------ returns (flexibuff's helpers)
     @staticmethod
@@ -465,10 +509,11 @@ class FlexibleBuffer:
     # ------------------------------------------------------------------ save / load / pickle
     def _state(self) -> dict[str, np.ndarray]:
         arrays = {name: getattr(self, name) for name in _ARRAYS if getattr(self, name) is not None}
-        if self.action_mask is not None:
-            for h in range(len(self.action_mask)):
-                arrays[f"action_mask{h}"] = self.action_mask[h]
-                arrays[f"action_mask_{h}"] = self.action_mask_[h]
+        masks = self._masks()
+        if masks is not None:
+            for h in range(len(masks[0])):
+                arrays[f"action_mask{h}"] = masks[0][h]
+                arrays[f"action_mask_{h}"] = masks[1][h]
         arrays["episodes"] = np.array(list(self._episodes), np.int64).reshape(-1, 2)
         meta = {"format": FORMAT, "version": VERSION, "config": self.config, "count": self._count,
                 "episode_start": self._episode_start, "path": self.path, "name": self.name,
@@ -502,9 +547,10 @@ class FlexibleBuffer:
         self._episodes = deque((int(s), int(n)) for s, n in arrays["episodes"])
         self.rng.bit_generator.state = meta["rng"]
         if self._tree is not None:
-            leaves = self.memory_weights.astype(np.float64)
+            weights, tree = self._weights()
+            leaves = weights.astype(np.float64)
             leaves[self.steps_recorded:] = 0.0  # rows never written are never drawn
-            self._tree.set_leaves(leaves)
+            tree.set_leaves(leaves)
 
     @staticmethod
     def save(fb: FlexibleBuffer) -> str:
@@ -514,7 +560,7 @@ class FlexibleBuffer:
         folder = os.path.dirname(fb.path + fb.name) or "."
         os.makedirs(folder, exist_ok=True)
         target = fb.path + fb.name + ".npz"
-        atomic_write(Path(target), lambda f: np.savez(f, **fb._state()))
+        atomic_write(Path(target), lambda f: np.savez(f, **fb._state()))  # type: ignore[arg-type]
         return target
 
     @staticmethod

@@ -32,8 +32,10 @@ from gymnasium.vector import AutoresetMode
 
 from rlflow.actors import Actor, EpisodeStats
 from rlflow.adders import StepBlock
+from rlflow.core import Policy
 from rlflow.distributed.retry import until_answered
 from rlflow.distributed.server import ServerRestarted
+from rlflow.environment import Environment
 from rlflow.run_checks import check_env
 from rlflow.types import TimeStep
 
@@ -63,7 +65,8 @@ class ActorWorker:
             used, and ``block_steps`` must hold the longest block the server asks for.
     """
 
-    def __init__(self, index: int, make_env: Callable[[int], Any], make_policy: Callable[[int], Any], server: Any,
+    def __init__(self, index: int, make_env: Callable[[int], Environment], make_policy: Callable[[int], Policy],
+                 server: Any,
                  source: Any, spec: Any, lanes: Any, *, block_steps: int, sync_period: int, max_in_flight: int,
                  seed: int | None, wait_timeout: float = 60.0, on_policy: bool = False) -> None:
         self.index = index
@@ -85,7 +88,8 @@ class ActorWorker:
         self.server, self.source = server, source
         self.sync_period, self.max_in_flight, self.seed = int(sync_period), int(max_in_flight), seed
         self.wait_timeout = float(wait_timeout)
-        self.started: tuple[int, int] | None = None  # its start on the server (the server names it)
+        # Its start on the server, (server incarnation, start), as the server named it in start()
+        self.started: tuple[int, int] = (-1, -1)
         self.version = -1  # of the parameters the policy has
         self.env_steps = 0  # this actor's, over its lanes
         self._pending_pull: Any = None

@@ -17,6 +17,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from rlflow.actors import evaluate
+from rlflow.core import Policy
+from rlflow.environment import Environment
 
 __all__ = ["Evaluation", "Evaluator"]
 
@@ -35,7 +37,7 @@ class Evaluator:
     """Evaluation episodes of ``make_policy(0)`` on ``env`` (or its pickle: unpickled here, its arrays are this
     process's own and writable) with the parameters ``source`` holds."""
 
-    def __init__(self, env: Any, make_policy: Callable[[int], Any], source: Any, episodes: int,
+    def __init__(self, env: Environment, make_policy: Callable[[int], Policy], source: Any, episodes: int,
                  seed: int | None) -> None:
         self.env = pickle.loads(env) if isinstance(env, bytes) else env
         self.policy, self.source = make_policy(0), source

@@ -19,16 +19,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlflow import run_checkpoint
+from rlflow.adders.base import Adder
 from rlflow.adders.sequence import EndBehavior
-from rlflow.core import Learner
+from rlflow.core import Learner, Policy
 from rlflow.distributed.actor import ActorWorker
 from rlflow.distributed.evaluator import Evaluator
 from rlflow.distributed.learning import LearnerReport, LearnerWorker
 from rlflow.distributed.retry import until_answered
 from rlflow.distributed.server import Progress, ReplayServer
 from rlflow.distributed.variables import VariableSource
+from rlflow.environment import Environment
 from rlflow.loggers import evaluation_line, make_logger, progress_bar
 from rlflow.loop import RunConfig, RunResult, StopRequest
+from rlflow.replay.table import TableBase
 from rlflow.run_checks import check_limiter, check_unsampled, unsampled_tables
 
 __all__ = ["Layout", "run"]
@@ -112,8 +115,8 @@ class Layout:
                              f"{self.wait_timeout!r}")
 
 
-def run(make_env: Callable[[int], Any], make_policy: Callable[[int], Any], learner: Learner | None, adder: Any,
-        table: Any, *, steps: int, batch_size: int = 32, config: RunConfig | None = None,
+def run(make_env: Callable[[int], Environment], make_policy: Callable[[int], Policy], learner: Learner | None,
+        adder: Adder, table: TableBase, *, steps: int, batch_size: int = 32, config: RunConfig | None = None,
         layout: Layout | None = None, **options: Any) -> RunResult:
     """Train for ``steps`` env steps (over every actor's lanes) with ``layout.num_actors`` actor processes.
 
@@ -141,8 +144,9 @@ def run(make_env: Callable[[int], Any], make_policy: Callable[[int], Any], learn
 class _Launch:
     """One call of :func:`run`: checked parts, the Ray actors, and the driver's loop."""
 
-    def __init__(self, make_env: Callable[[int], Any], make_policy: Callable[[int], Any], learner: Learner | None,
-                 adder: Any, table: Any, steps: int, batch_size: int, config: RunConfig, layout: Layout) -> None:
+    def __init__(self, make_env: Callable[[int], Environment], make_policy: Callable[[int], Policy],
+                 learner: Learner | None, adder: Adder, table: TableBase, steps: int, batch_size: int,
+                 config: RunConfig, layout: Layout) -> None:
         if steps < 1 or batch_size < 1:
             raise ValueError(f"steps and batch_size must be >= 1, got {steps} and {batch_size}")
         if table not in adder.tables:
@@ -168,6 +172,12 @@ class _Launch:
                                                                                  adder, table)
         self.steps, self.batch_size, self.config, self.layout = steps, batch_size, config, layout
         self.result = RunResult()
+        # Ray actor handles (and the learner's worker, in this process or its own Ray actor), made by run()
+        self.server: Any = None
+        self.source: Any = None
+        self.evaluator: Any = None
+        self.trainer: Any = None
+        self.training: Any = None
         self.incarnation: int | None = None  # of the replay server, as last seen (another: it restarted)
 
     def run(self) -> RunResult:
@@ -211,14 +221,14 @@ class _Launch:
                                  scheduling_strategy=here)(_RemoteServer).remote(
             self.adder_ref, self.table.name, self.actor_lanes, self.steps, self.block_steps,
             layout.wait_timeout, None if checkpoint_dir is None else str(checkpoint_dir / "server"),
-            config.checkpoint_every, layout.checkpoint_seconds, config.resume, layout.on_policy)
+            config.checkpoint_every, layout.checkpoint_seconds, resume=config.resume, on_policy=layout.on_policy)
         ray.get(self.server.ping.remote())  # raises now what its building raised (e.g. a checkpoint that differs)
         restored = self._server_call("progress").restored_from
         self.resumed_at = restored if config.resume else None  # a resumed run's env step (its logs go on there)
         self.source = ray.remote(num_cpus=0, scheduling_strategy=here)(VariableSource).remote()
         self.trainer = self.training = None
         if self.learner is not None:
-            settings = dict(batch_size=self.batch_size, prefetch=layout.prefetch,
+            settings: dict[str, Any] = dict(batch_size=self.batch_size, prefetch=layout.prefetch,
                             publish_every=layout.learner_publish_every(), wait_timeout=layout.wait_timeout,
                             learner_steps=learner_steps)
             if layout.learner_options is None:
@@ -341,7 +351,7 @@ class _Launch:
         if self.learner_state is not None:
             self._server_call("checkpoint")
         state = self._save_learner()
-        if self.trainer is not None and not isinstance(self.trainer, LearnerWorker):
+        if self.learner is not None and self.trainer is not None and not isinstance(self.trainer, LearnerWorker):
             state = state if state is not None else self._learner_state()
             self.learner.load_state_dict(state["learner"])
         if self.pending:
@@ -410,10 +420,10 @@ class _Launch:
         for actor, env_step, ret, length in progress.episodes:
             result.episodes.append((env_step, ret, length))
             self._emit("train", {"return": ret, "length": length, "actor": actor}, env_step)
-        seen = (progress.incarnation, progress.checkpoints)
-        if progress.checkpoints and seen != self.checkpoints:  # the server wrote a checkpoint: the learner's too
+        written = (progress.incarnation, progress.checkpoints)
+        if progress.checkpoints and written != self.checkpoints:  # the server wrote a checkpoint: the learner's too
             self._save_learner()
-        self.checkpoints = seen
+        self.checkpoints = written
         if self.config.progress:
             self.bar.update(max(0, min(progress.env_steps, self.steps) - min(result.env_steps, self.steps)))
         result.env_steps = progress.env_steps
@@ -486,10 +496,9 @@ def _adder_name(adder: Any) -> str:
 class _RemoteServer(ReplayServer):
     """The replay server as a Ray actor: a process Ray restarted comes back from its latest checkpoint."""
 
-    def __init__(self, *args: Any) -> None:
+    def __init__(self, *settings: Any, resume: bool, on_policy: bool) -> None:
         import ray
 
-        *settings, resume, on_policy = args
         with warnings.catch_warnings():  # (Ray's own deprecation warning from inside the call)
             warnings.simplefilter("ignore", DeprecationWarning)
             restarted = ray.get_runtime_context().was_current_actor_reconstructed

@@ -88,7 +88,7 @@ class LearnerWorker:
             self.server.update_priorities.remote(sample.keys, update.priorities)
         self.learner_steps += 1
         report.learner_steps = self.learner_steps
-        report.last = update.metrics
+        report.last = dict(update.metrics)
         for k, v in update.metrics.items():
             total = report.sums.setdefault(k, [0.0, 0])
             total[0] += v

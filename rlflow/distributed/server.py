@@ -87,7 +87,7 @@ class ReplayServer:
 
     def __init__(self, adder: Any, table: str | None, actor_lanes: Sequence[Sequence[int]], steps: int,
                  block_steps: int, wait_timeout: float = 30.0, checkpoint_dir: str | None = None,
-                 checkpoint_every: int = 0, checkpoint_seconds: float | None = None, restore: bool = False,
+                 checkpoint_every: int = 0, checkpoint_seconds: float | None = None, *, restore: bool = False,
                  on_policy: bool = False) -> None:
         self.adder = adder = pickle.loads(adder) if isinstance(adder, bytes) else adder
         names = [t.name for t in adder.tables]
@@ -111,15 +111,15 @@ class ReplayServer:
         self.checkpoint_every, self.checkpoint_seconds = int(checkpoint_every), checkpoint_seconds
         self.on_policy = bool(on_policy)
         if restore and checkpoint_dir is not None:
-            self._restore()
+            self._restore(checkpoint_dir)
         self._saved_at = (self._progress.env_steps, time.monotonic())
 
     # ------------------------------------------------------------------ checkpoints
-    def _restore(self) -> None:
-        """Load the latest checkpoint (store, tables, adder, counters), if one was written."""
+    def _restore(self, checkpoint_dir: str) -> None:
+        """Load the latest checkpoint in ``checkpoint_dir`` (store, tables, adder, counters), if one was written."""
         from rlflow import run_checkpoint
 
-        path = run_checkpoint.latest(self.checkpoint_dir)
+        path = run_checkpoint.latest(checkpoint_dir)
         if path is None:
             return
         state = run_checkpoint.load_run(path, self.adder.store, self.adder.tables, self.adder)
@@ -212,8 +212,8 @@ class ReplayServer:
 
     def _stale(self, actor: int, start: tuple[int, int]) -> Callable[[], bool]:
         """Whether, now, ``start`` is no longer actor ``actor``'s start on this server."""
-        start = tuple(start)
-        return lambda: start != self._start_of(actor)
+        given = tuple(start)  # (a list when it came through Ray)
+        return lambda: given != self._start_of(actor)
 
     def _start_of(self, actor: int) -> tuple[int, int]:
         """Actor ``actor``'s latest start on this server, as :meth:`start_actor` answered it."""

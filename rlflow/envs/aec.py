@@ -94,6 +94,7 @@ class AECEnvironment:
         self._action_spec = _specs.from_space(act_space)
         self.single_action_space = act_space
         self._obs_flat = _specs.flatten_spec({"observation": self._observation_spec})
+        self._action_flat = _specs.flatten_spec({"action": self._action_spec})
         if adder is not None and not (hasattr(adder, "add_steps") and hasattr(adder, "add_first")):
             raise TypeError(f"adder: expected an NStepTransition (it writes one agent's transition at a time with "
                             f"add_steps), got {type(adder).__name__}")
@@ -163,7 +164,7 @@ class AECEnvironment:
             raise SpecError(f"actions: expected one action per env, a leading axis of {self.num_envs}, got shape "
                             f"{arr.shape}")
         try:
-            _specs.validate({"action": self._action_spec}, {"action": arr}, (self.num_envs,))
+            _specs.validate(self._action_flat, {"action": arr}, (self.num_envs,))
         except SpecError as exc:
             raise SpecError(f"actions do not fit the action space {self.single_action_space}: {exc}") from None
         ended: list[tuple[int, int, float]] = []

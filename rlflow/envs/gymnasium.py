@@ -269,7 +269,7 @@ class GymEnvironment:
         if seed is None and self._seed is not None:
             seed = self._seed
         self._seed = None
-        obs, info = self._vec.reset(seed=seed, options=options)
+        obs, info = self._vec.reset(seed=seed, options=options)  # type: ignore[arg-type]  # (a list: one seed per env)
         n = self._num_envs
         self._pending = np.zeros(n, np.bool_)
         self._needs_reset = False

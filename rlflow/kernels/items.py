@@ -11,9 +11,8 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
+from rlflow.kernels import compiled
 from rlflow.kernels.prefetch import AHEAD, prefetch, prefetch_write
-
-_OPTS = {"cache": True, "nogil": True}
 
 KEY, LANE, START, LENGTH, VALID, TIMES = range(6)
 
@@ -69,7 +68,7 @@ def _mark_row(episode_id: np.ndarray, episode_step: np.ndarray, next_episode: np
     return row
 
 
-@njit(**_OPTS)
+@compiled
 def episode_marks(episode_id: np.ndarray, episode_step: np.ndarray, next_episode: np.ndarray,
                   next_step: np.ndarray, count: np.ndarray, lanes: np.ndarray, first: np.ndarray,
                   capacity: int) -> None:
@@ -78,7 +77,7 @@ def episode_marks(episode_id: np.ndarray, episode_step: np.ndarray, next_episode
         _mark_row(episode_id, episode_step, next_episode, next_step, count, lanes[i], first[i], capacity)
 
 
-@njit(**_OPTS)
+@compiled
 def mark_lane(episode_id: np.ndarray, episode_step: np.ndarray, next_episode: np.ndarray, next_step: np.ndarray,
               count: np.ndarray, lane: int, t: int, first: np.ndarray, capacity: int) -> np.ndarray:
     """Mark ``t`` consecutive rows of one lane (``first`` empty: none starts an episode); their indices."""
@@ -89,7 +88,7 @@ def mark_lane(episode_id: np.ndarray, episode_step: np.ndarray, next_episode: np
     return rows
 
 
-@njit(**_OPTS)
+@compiled
 def evict_range(meta: np.ndarray, row_slot: np.ndarray, free: np.ndarray, num_free: int, lane: int, lo: int,
                 hi: int, capacity: int) -> tuple[np.ndarray, int]:
     """Remove the items indexed at rows ``lo .. hi - 1`` of ``lane`` (a table without overflow lists).
@@ -188,7 +187,7 @@ class Placed(NamedTuple):
     clash: np.ndarray
 
 
-@njit(**_OPTS)
+@compiled
 def add_items(table: ItemSlots, num_free: int, next_seq: int, new: NewItems, out: Placed) -> int:
     """Place items in the top free slots; index each by its start row unless that cell is taken.
 
@@ -221,7 +220,7 @@ def add_items(table: ItemSlots, num_free: int, next_seq: int, new: NewItems, out
     return clashes
 
 
-@njit(**_OPTS)
+@compiled
 def remove_items(meta: np.ndarray, row_slot: np.ndarray, free: np.ndarray, num_free: int, slots: np.ndarray,
                  capacity: int, indirect: np.ndarray) -> int:
     """Free live slots; clear their index cells. Returns the times sampled they had, summed.
@@ -249,7 +248,7 @@ def remove_items(meta: np.ndarray, row_slot: np.ndarray, free: np.ndarray, num_f
     return total
 
 
-@njit(**_OPTS)
+@compiled
 def indexed_in_range(row_slot: np.ndarray, lane: int, lo: int, hi: int, capacity: int) -> np.ndarray:
     """Slots held by the index cells of rows ``lo .. hi - 1`` of one lane (empty cells skipped)."""
     out = np.empty(max(hi - lo, 0), np.int64)
@@ -262,7 +261,7 @@ def indexed_in_range(row_slot: np.ndarray, lane: int, lo: int, hi: int, capacity
     return out[:m]
 
 
-@njit(**_OPTS)
+@compiled
 def first_bad_priority(priorities: np.ndarray) -> int:
     """Index of the first priority that is negative, NaN or infinite, or -1."""
     for i in range(priorities.shape[0]):
@@ -272,7 +271,7 @@ def first_bad_priority(priorities: np.ndarray) -> int:
     return -1
 
 
-@njit(**_OPTS)
+@compiled
 def set_priorities(meta: np.ndarray, priority: np.ndarray, keys: np.ndarray, values: np.ndarray,
                    slots_out: np.ndarray, values_out: np.ndarray) -> int:
     """Store the priorities of live keys, in order (a repeated key keeps its last value).
@@ -320,7 +319,7 @@ def within(flat: np.ndarray, low: float, high: float) -> bool:
     return True
 
 
-@njit(**_OPTS)
+@compiled
 def window_index(meta: np.ndarray, lane_col: int, start_col: int, length_col: int, valid_col: int,
                  capacity: int) -> tuple[np.ndarray, np.ndarray, bool]:
     """Flat store indices ``[B, L]`` of the item windows in ``meta`` rows (``L`` = longest window).
@@ -350,7 +349,7 @@ def window_index(meta: np.ndarray, lane_col: int, start_col: int, length_col: in
     return idx, mask, full
 
 
-@njit(**_OPTS)
+@compiled
 def window_ends(meta: np.ndarray, lane_col: int, start_col: int, length_col: int, capacity: int) -> np.ndarray:
     """Flat store indices ``[2, B]`` of each item window's first and last row."""
     b_count = meta.shape[0]
@@ -363,7 +362,7 @@ def window_ends(meta: np.ndarray, lane_col: int, start_col: int, length_col: int
     return ends
 
 
-@njit(**_OPTS)
+@compiled
 def prefetch_spans(cols: tuple, idx: np.ndarray) -> None:
     """Request every cache line of rows ``idx`` (flat store indices) of every column ``cols`` (uint8
     ``[rows, row bytes]``), one span per run of consecutive rows, before any is copied: the misses of
@@ -385,7 +384,7 @@ def prefetch_spans(cols: tuple, idx: np.ndarray) -> None:
         i = j
 
 
-@njit(**_OPTS)
+@compiled
 def take_rows(col: np.ndarray, idx: np.ndarray) -> np.ndarray:
     """``col[idx]`` for a C-ordered ``[rows, width]`` column: every row's cache lines are prefetched
     before any is copied, so the misses of a batch of random rows overlap."""

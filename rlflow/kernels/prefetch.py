@@ -15,8 +15,10 @@ a one-function module: no numba compile), both emit nothing. Importing this modu
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
+import numpy as np
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
@@ -83,8 +85,7 @@ prefetch = _intrinsic(0)
 prefetch_write = _intrinsic(1)
 
 
-@intrinsic
-def copy_bytes(typingctx: Any, dst: Any, i: Any, src: Any, j: Any, n: Any) -> Any:
+def _copy_bytes(typingctx: Any, dst: Any, i: Any, src: Any, j: Any, n: Any) -> Any:
     """Copy ``n`` bytes from flat element ``j`` of ``src`` to flat element ``i`` of ``dst`` (C-contiguous uint8
     arrays, the ranges inside them and apart) as one ``llvm.memcpy``: a row of a few dozen bytes costs a few
     wide moves instead of a byte loop."""
@@ -99,3 +100,7 @@ def copy_bytes(typingctx: Any, dst: Any, i: Any, src: Any, j: Any, n: Any) -> An
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+# Called from kernels without the typing context, which numba's stubs count as the first argument.
+copy_bytes = cast(Callable[[np.ndarray, int, np.ndarray, int, int], None], intrinsic(_copy_bytes))

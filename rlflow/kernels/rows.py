@@ -10,16 +10,15 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from rlflow.kernels import compiled
 from rlflow.kernels.items import KEY, TIMES, check_windows, item_key, set_meta, wrap
 from rlflow.kernels.prefetch import AHEAD, prefetch, prefetch_write
-
-_OPTS = {"cache": True, "nogil": True}
 
 WINDOW, TAKEN, TWICE = 1, 2, 3  # why an insert was refused: a window not stored, a slot taken, a row twice
 _BLOCK = 256  # draws whose rows are requested together
 
 
-@njit(**_OPTS)
+@compiled
 def place(count: np.ndarray, episode_id: np.ndarray, capacity: int, cross_episodes: bool, meta: np.ndarray,
           next_seq: int, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray, valid: np.ndarray,
           slots: np.ndarray, keys: np.ndarray) -> tuple[int, int]:
@@ -53,7 +52,7 @@ def place(count: np.ndarray, episode_id: np.ndarray, capacity: int, cross_episod
     return -1, 0
 
 
-@njit(**_OPTS)
+@compiled
 def evict_range(meta: np.ndarray, lane: int, lo: int, hi: int, capacity: int) -> tuple[int, int]:
     """Empty the slots of rows ``lo .. hi - 1`` of ``lane``; return how many held an item, and their times
     sampled."""
@@ -84,7 +83,7 @@ def _take(meta: np.ndarray, s: int, j: int, size: int, limit: int, slots: np.nda
     return -1
 
 
-@njit(**_OPTS)
+@compiled
 def draw_stored(uniforms: np.ndarray, count: np.ndarray, capacity: int, meta: np.ndarray, j: int, size: int,
                 limit: int, slots: np.ndarray, out: np.ndarray, probs: np.ndarray, acc: np.ndarray) -> int:
     """Draws ``j, j + 1, ...`` until ``slots`` is full or ``uniforms`` run out; returns the next draw's index.
@@ -147,7 +146,7 @@ def draw_stored(uniforms: np.ndarray, count: np.ndarray, capacity: int, meta: np
     return j
 
 
-@njit(**_OPTS)
+@compiled
 def draw_packed(uniforms: np.ndarray, live: np.ndarray, meta: np.ndarray, limit: int, slots: np.ndarray,
                 out: np.ndarray, probs: np.ndarray, acc: np.ndarray) -> None:
     """Draw ``len(slots)`` items, each uniform over the live slots ``live`` (one uniform each); a retired item

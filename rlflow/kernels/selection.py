@@ -17,12 +17,11 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from rlflow.kernels import compiled
 from rlflow.kernels.prefetch import AHEAD, prefetch, prefetch_write
 
-_OPTS = {"cache": True, "nogil": True}
 
-
-@njit(**_OPTS)
+@compiled
 def _better(a: int, b: int, k1: np.ndarray, k2: np.ndarray) -> int:
     if a < 0:
         return b
@@ -33,7 +32,7 @@ def _better(a: int, b: int, k1: np.ndarray, k2: np.ndarray) -> int:
     return b
 
 
-@njit(**_OPTS)
+@compiled
 def _tt_fix(win: np.ndarray, k1: np.ndarray, k2: np.ndarray, i: int) -> None:
     i >>= 1
     while i >= 1:
@@ -41,7 +40,7 @@ def _tt_fix(win: np.ndarray, k1: np.ndarray, k2: np.ndarray, i: int) -> None:
         i >>= 1
 
 
-@njit(**_OPTS)
+@compiled
 def tt_set(
     win: np.ndarray, k1: np.ndarray, k2: np.ndarray, size: int,
     slots: np.ndarray, new_k1: np.ndarray, new_k2: np.ndarray,
@@ -54,20 +53,20 @@ def tt_set(
         _tt_fix(win, k1, k2, s + size)
 
 
-@njit(**_OPTS)
+@compiled
 def tt_clear(win: np.ndarray, k1: np.ndarray, k2: np.ndarray, size: int, slots: np.ndarray) -> None:
     for j in range(slots.shape[0]):
         win[slots[j] + size] = -1
         _tt_fix(win, k1, k2, slots[j] + size)
 
 
-@njit(**_OPTS)
+@compiled
 def tt_rebuild(win: np.ndarray, k1: np.ndarray, k2: np.ndarray, size: int) -> None:
     for i in range(size - 1, 0, -1):
         win[i] = _better(win[2 * i], win[2 * i + 1], k1, k2)
 
 
-@njit(**_OPTS)
+@compiled
 def tt_top(win: np.ndarray, k1: np.ndarray, k2: np.ndarray, size: int, n: int) -> np.ndarray:
     """The ``n`` best slots in order (fewer if fewer are live); the tree is left as it was."""
     out = np.empty(n, np.int64)
@@ -85,7 +84,7 @@ def tt_top(win: np.ndarray, k1: np.ndarray, k2: np.ndarray, size: int, n: int) -
     return out[:m]
 
 
-@njit(**_OPTS)
+@compiled
 def dense_insert(items: np.ndarray, where: np.ndarray, live: np.ndarray, count: int, slots: np.ndarray) -> int:
     """Append slots to a dense set (``items[:count]``, ``where[slot]`` its position); new count."""
     n = slots.shape[0]
@@ -102,7 +101,7 @@ def dense_insert(items: np.ndarray, where: np.ndarray, live: np.ndarray, count: 
     return count
 
 
-@njit(**_OPTS)
+@compiled
 def dense_delete(items: np.ndarray, where: np.ndarray, live: np.ndarray, count: int, slots: np.ndarray) -> int:
     """Remove slots from a dense set by moving the last element into the hole; new count."""
     n = slots.shape[0]
@@ -125,7 +124,7 @@ def dense_delete(items: np.ndarray, where: np.ndarray, live: np.ndarray, count: 
     return count
 
 
-@njit(**_OPTS)
+@compiled
 def ring_push(ring_slot: np.ndarray, ring_seq: np.ndarray, ht: np.ndarray, seq_of: np.ndarray,
               slots: np.ndarray, seqs: np.ndarray) -> bool:
     """Append items to an insertion-ordered ring (``ht = [head, tail]`` absolute positions); True when done.
@@ -149,7 +148,7 @@ def ring_push(ring_slot: np.ndarray, ring_seq: np.ndarray, ht: np.ndarray, seq_o
     return True
 
 
-@njit(**_OPTS)
+@compiled
 def ring_compact(ring_slot: np.ndarray, ring_seq: np.ndarray, ht: np.ndarray, seq_of: np.ndarray) -> None:
     """Drop dead entries (``seq_of[slot] != seq``), keeping the live ones in order from position 0."""
     r = ring_slot.shape[0]
@@ -169,7 +168,7 @@ def ring_compact(ring_slot: np.ndarray, ring_seq: np.ndarray, ht: np.ndarray, se
     ht[1] = m
 
 
-@njit(**_OPTS)
+@compiled
 def ring_first(ring_slot: np.ndarray, ring_seq: np.ndarray, ht: np.ndarray, seq_of: np.ndarray,
                n: int, newest: bool) -> np.ndarray:
     """The ``n`` oldest (or newest) live items in order; dead entries at the scanned end are dropped."""
@@ -197,7 +196,7 @@ def ring_first(ring_slot: np.ndarray, ring_seq: np.ndarray, ht: np.ndarray, seq_
     return out[:m]
 
 
-@njit(**_OPTS)
+@compiled
 def draw_rows(meta: np.ndarray, slots: np.ndarray, times_col: int) -> np.ndarray:
     """Count one sample for each drawn slot, in order; return a copy of each draw's row as of that draw."""
     out = np.empty((slots.shape[0], meta.shape[1]), np.int64)
@@ -211,7 +210,7 @@ def draw_rows(meta: np.ndarray, slots: np.ndarray, times_col: int) -> np.ndarray
     return out
 
 
-@njit(**_OPTS)
+@compiled
 def uniform_pick(uniforms: np.ndarray, live: np.ndarray, items: np.ndarray, count: int) -> np.ndarray:
     """``n = len(uniforms) // 2`` slots, each uniform over the ``count`` live ones.
 
@@ -230,7 +229,7 @@ def uniform_pick(uniforms: np.ndarray, live: np.ndarray, items: np.ndarray, coun
     return slots
 
 
-@njit(**_OPTS)
+@compiled
 def uniform_draw_rows(uniforms: np.ndarray, live: np.ndarray, items: np.ndarray, count: int, meta: np.ndarray,
                       times_col: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """:func:`uniform_pick` then :func:`draw_rows` in one call, with the draws' probabilities (``1 / count``,
@@ -239,7 +238,7 @@ def uniform_draw_rows(uniforms: np.ndarray, live: np.ndarray, items: np.ndarray,
     return _uniform_draws(uniform_pick(uniforms, live, items, count), count, meta, times_col)
 
 
-@njit(**_OPTS)
+@compiled
 def packed_draw_rows(uniforms: np.ndarray, items: np.ndarray, count: int, meta: np.ndarray,
                      times_col: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """:func:`uniform_draw_rows` for a table under half full: draw ``j`` is the packed live slot
@@ -259,7 +258,7 @@ def _uniform_draws(slots: np.ndarray, count: int, meta: np.ndarray,
     return slots, draw_rows(meta, slots, times_col), np.full(n, 1.0 / count), np.ones(n, np.float32)
 
 
-@njit(**_OPTS)
+@compiled
 def ring_delete(ring_slot: np.ndarray, ring_seq: np.ndarray, ht: np.ndarray, seq_of: np.ndarray,
                 slots: np.ndarray) -> None:
     """Mark items dead and drop dead entries at both ends of the ring while they are cache-hot.

@@ -23,11 +23,9 @@ import numpy as np
 from numba import njit, types
 from numba.experimental import structref
 
+from rlflow.kernels import compiled, per_step
 from rlflow.kernels.items import _mark_row, wrap
 from rlflow.kernels.prefetch import copy_bytes, prefetch_write
-
-_OPTS = {"cache": True, "nogil": True}
-_PER_STEP = {"cache": True}  # a call per env step: too short to gain from releasing the GIL, which costs
 
 # What a step does on a lane (the flag table of rlflow.types): its open row gets the action and the lane
 # goes on (CONTINUE), its episode ends (END), ends and the next starts at once (END_START), or a lane
@@ -38,7 +36,7 @@ CONTINUE, END, END_START, START = 0, 1, 2, 3
 class Rings(NamedTuple):
     """A store's ring cursors (:class:`~rlflow.replay.StepStore`): what the block writer reads and advances."""
 
-    count: np.ndarray  # [lanes] rows ever written per lane
+    written: np.ndarray  # [lanes] rows ever written per lane
     episode_id: np.ndarray  # [lanes, capacity]
     episode_step: np.ndarray  # [lanes, capacity]
     next_episode: np.ndarray  # [lanes]
@@ -116,6 +114,8 @@ class Packed(structref.StructRefProxy):
     ``Packed`` at once, where it would take a NamedTuple's arrays one by one on every call. Made by
     :func:`pack`; its struct is ``.value`` inside the kernels."""
 
+    value: Any  # the struct (an attribute numba's proxy defines)
+
 
 structref.define_proxy(Packed, _PackedType, ["value"])
 
@@ -153,7 +153,7 @@ class NStepItems(NamedTuple):
     out: ItemsOut
 
 
-@njit(**_OPTS)
+@compiled
 def plan_block(a: int, steps: int, packed_block: Packed, packed_store: Packed, codes: np.ndarray,
                new_rows: np.ndarray) -> int:
     """Each kind of the block's steps ``a .. a + steps - 1`` per lane (``codes[s - a, e]``) and the rows each
@@ -200,7 +200,7 @@ def _copy_row(col: np.ndarray, i: int, data: np.ndarray, e: int) -> None:
     copy_bytes(col, i * w, data, e * w, w)
 
 
-@njit(**_OPTS)
+@compiled
 def write_block(a: int, steps: int, packed_block: Packed, codes: np.ndarray, packed_store: Packed,
                 rows: np.ndarray) -> None:
     """Write the planned steps ``a .. a + steps - 1`` (:func:`plan_block`) of every block lane, lane after lane.
@@ -216,7 +216,7 @@ def write_block(a: int, steps: int, packed_block: Packed, codes: np.ndarray, pac
     capacity = rings.capacity
     for e in range(block.lanes.shape[0]):  # each lane's first lines requested at once: their misses overlap
         lane = block.lanes[e]
-        i = lane * capacity + wrap(rings.count[lane], capacity)
+        i = lane * capacity + wrap(rings.written[lane], capacity)
         for j in range(len(cols.obs)):
             prefetch_write(cols.obs[j], i * cols.obs[j].shape[1])
         prefetch_write(cols.first, i)
@@ -237,7 +237,7 @@ def write_block(a: int, steps: int, packed_block: Packed, codes: np.ndarray, pac
                 cols.truncated[i] = block.truncated[s, e]
             if c == END or c == END_START:
                 final = _mark_row(rings.episode_id, rings.episode_step, rings.next_episode, rings.next_step,
-                                  rings.count, lane, False, capacity)
+                                  rings.written, lane, False, capacity)
                 i = base + wrap(final, capacity)
                 for j in range(len(cols.obs)):
                     _copy_row(cols.obs[j], i, block.final[j][s], e)
@@ -253,7 +253,7 @@ def write_block(a: int, steps: int, packed_block: Packed, codes: np.ndarray, pac
             if c != END:
                 begins = c != CONTINUE
                 new = _mark_row(rings.episode_id, rings.episode_step, rings.next_episode, rings.next_step,
-                                rings.count, lane, begins, capacity)
+                                rings.written, lane, begins, capacity)
                 i = base + wrap(new, capacity)
                 for j in range(len(cols.obs)):
                     _copy_row(cols.obs[j], i, block.obs[j][s], e)
@@ -281,7 +281,7 @@ def _nstep_item(m: int, lane: int, start: int, k: int, discount: float, rule: NS
         out.returns[m, c] = acc
 
 
-@njit(**_OPTS)
+@compiled
 def nstep_items(a: int, steps: int, codes: np.ndarray, rows: np.ndarray, terminated: np.ndarray, lanes: np.ndarray,
                 final_was_open: bool, packed: Packed) -> int:
     """The n-step transition items that the written steps ``a .. a + steps - 1`` complete (``codes`` and
@@ -361,7 +361,7 @@ def _lane_fault(rows: np.ndarray, kind: int, size: int, low: float, high: float)
     return -1
 
 
-@njit(**_PER_STEP)
+@per_step
 def put_step(packed_block: Packed, s: int, first: np.ndarray, last: np.ndarray, terminated: np.ndarray,
              truncated: np.ndarray, check_obs: bool, at: np.ndarray) -> int:
     """Check step ``s`` of a block, its values already copied to row ``s`` of its columns, and put it: its
@@ -426,7 +426,7 @@ ANY_START, ANY_LAST = 1, 2
 CALL_TERMINATED, CALL_TRUNCATED, CALL_LAST, CALL_RESET, CALL_STARTS = 0, 1, 2, 3, 4
 
 
-@njit(**_PER_STEP)
+@per_step
 def classify_calls(state: np.ndarray, was: np.ndarray, same: np.ndarray, terminated: np.ndarray,
                    truncated: np.ndarray, reward: np.ndarray, out: np.ndarray) -> int:
     """Sort each env's call (``state``: what its last call left; ``same``: its ``obs`` is, bit for bit, its
@@ -461,7 +461,7 @@ def classify_calls(state: np.ndarray, was: np.ndarray, same: np.ndarray, termina
     return bits
 
 
-@njit(**_OPTS)
+@compiled
 def overwritten(count: np.ndarray, capacity: int, lanes: np.ndarray, new_rows: np.ndarray, ranges: np.ndarray) -> int:
     """The rows that writing ``new_rows[i]`` rows to each of ``lanes`` overwrites, as ``ranges[j] = (lane, lo,
     hi)`` (rows ``lo .. hi - 1``); returns how many lanes overwrite any."""

@@ -33,7 +33,7 @@ import struct
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -92,7 +92,7 @@ def save(path: str | os.PathLike[str], store: StepStore, tables: Sequence[TableB
             manifest["tables"].append(entry)
         arrays[_MANIFEST] = np.frombuffer(json.dumps(manifest).encode(), np.uint8)
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, lambda f: np.savez(f, **arrays))
+        atomic_write(path, lambda f: np.savez(f, **arrays))  # type: ignore[arg-type]  # (numpy's stubs)
     return path
 
 
@@ -147,7 +147,7 @@ def _read_arrays(path: Path, file_size: int) -> dict[str, np.ndarray]:
 def _read_array(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> np.ndarray:
     """The ``.npy`` member ``info``; its header is checked against the member's size before anything is
     allocated, and the zip reader checks the CRC as the last byte is read."""
-    with zf.open(info) as f:
+    with cast(zipfile.ZipExtFile, zf.open(info)) as f:  # (typed IO[bytes], which has no readinto)
         version = np.lib.format.read_magic(f)
         if version == (1, 0):
             shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
@@ -162,9 +162,10 @@ def _read_array(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> np.ndarray:
             raise ValueError(f"member {info.filename!r}: an array of {dtype}{shape} does not fit its "
                              f"{info.file_size} bytes")
         raw = np.empty(nbytes, np.uint8)
+        into = raw.data  # (a memoryview)
         done = 0
         while done < nbytes:
-            got = f.readinto(raw[done: done + _CHUNK])
+            got = f.readinto(into[done: done + _CHUNK])
             if not got:
                 raise EOFError(f"member {info.filename!r}: {nbytes - done} bytes of array data missing")
             done += got
@@ -209,10 +210,10 @@ def _prepare(manifest: dict[str, Any], arrays: dict[str, np.ndarray], store: Ste
         raise CheckpointError(f"checkpoint mismatch: {len(tables)} table(s) given, the file has "
                               f"{len(manifest['tables'])}")
     store_state = {k[len("store/"):]: v for k, v in arrays.items() if k.startswith("store/")}
-    for k, current in store.state_dict().items():
+    for k, now in store.state_dict().items():
         got = store_state.get(k)
-        if got is None or got.shape != current.shape or got.dtype != current.dtype:
-            raise CheckpointError(f"checkpoint store array {k!r}: expected {current.dtype}{current.shape}, "
+        if got is None or got.shape != now.shape or got.dtype != now.dtype:
+            raise CheckpointError(f"checkpoint store array {k!r}: expected {now.dtype}{now.shape}, "
                                   f"got {None if got is None else f'{got.dtype}{got.shape}'}")
     states = []
     for i, (t, entry) in enumerate(zip(tables, manifest["tables"], strict=True)):

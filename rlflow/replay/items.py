@@ -113,7 +113,8 @@ class Records:
         """The item fields of ``slots``, whose meta rows were copied to ``drawn`` when they were drawn."""
         if self.inline is None:
             return {n: c[slots] for n, c in self.columns.items()}
-        out, views = {}, {}
+        out: dict[str, np.ndarray] = {}
+        views: dict[Any, np.ndarray] = {}
         for name, (dtype, lo, hi, shape) in self._inline_at.items():
             v = views.get(dtype)
             if v is None:

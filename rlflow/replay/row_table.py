@@ -193,8 +193,8 @@ class RowTable(TableBase):
                 idle = 0 if j > before else idle + 1
                 self._retired_by_draws()
         else:
-            live = np.flatnonzero(items.meta[:, KEY] >= 0)
-            KR.draw_packed(rng.random(n), live, items.meta, limit, slots, out, probs, acc)
+            live_slots = np.flatnonzero(items.meta[:, KEY] >= 0)
+            KR.draw_packed(rng.random(n), live_slots, items.meta, limit, slots, out, probs, acc)
             self._retired_by_draws()
         items.times_total += n
         return slots, out, probs, np.ones(n, np.float32), out[:, TIMES]

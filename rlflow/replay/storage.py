@@ -64,7 +64,9 @@ class StepStore:
     """Columnar rings of step rows. See the module docstring for the addressing model.
 
     Args:
-        spec: the columns of one row (nested dict/tuple of :class:`~rlflow.specs.Field`).
+        spec: the columns of one row: a dict of named specs (e.g. :func:`~rlflow.specs.step_spec`'s
+            ``observation``, ``action``, ``reward``, ...), each a :class:`~rlflow.specs.Field` or dicts and tuples
+            of them.
         capacity: rows per lane.
         lanes: number of lanes (env streams).
         backend: ``"memory"`` or ``"disk"``.
@@ -73,7 +75,7 @@ class StepStore:
 
     def __init__(
         self,
-        spec: Spec,
+        spec: Mapping[str, Spec],
         capacity: int,
         lanes: int = 1,
         *,

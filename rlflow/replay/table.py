@@ -339,10 +339,12 @@ class TableBase(ABC):
         meta = np.zeros((lanes.size, META_WIDTH), np.int64)
         meta[:, LANE], meta[:, START], meta[:, LENGTH] = lanes, starts, lengths
         meta[:, VALID] = self._check_windows(lanes, starts, lengths, strict=False)
+        if self.view is None:
+            raise RuntimeError(f"table {self.name!r}: preview() needs the item kind an adder gives the table first")
         return self.view.gather(self.store, meta, fields)[0]
 
     def _check_fields(self, fields: Any, n: int) -> dict[str, np.ndarray]:
-        if not self.item_fields:
+        if not self.item_fields or self.item_spec is None:
             if fields is not None:
                 raise _specs.SpecError(f"table {self.name!r} has no item_spec, but fields were given")
             return {}
@@ -622,7 +624,7 @@ class Table(TableBase):
             return slots, meta, probs, weights, meta[:, TIMES]
         if limit is not None:
             self._check_reachable(n)
-        parts: list[tuple[np.ndarray, ...]] = []
+        parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
         got = 0
         while got < n:
             need = n - got

@@ -21,8 +21,10 @@ such adder only.
 
 from __future__ import annotations
 
+import functools
+import operator
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -131,16 +133,15 @@ def _transition_plan(store: Any) -> _TransitionPlan:
     plan = _PLANS.get(store)
     if plan is None:
         flat = store.flat_columns()
-        nest = {}
+        nest: dict[str, Callable[[dict[str, np.ndarray]], Any]] = {}
         for prefix in ("observation", "action", "extras"):
             part = store.spec.get(prefix) if isinstance(store.spec, dict) else None
             if part is None:
                 nest[prefix] = lambda cols: None
             elif isinstance(part, _specs.Field):
-                nest[prefix] = lambda cols, key=prefix: cols[key]
+                nest[prefix] = operator.itemgetter(prefix)
             else:
-                walk = _specs.unflatten_plan(part, prefix)
-                nest[prefix] = lambda cols, walk=walk: _specs.unflatten_by(walk, cols)
+                nest[prefix] = functools.partial(_specs.unflatten_by, _specs.unflatten_plan(part, prefix))
         plan = _TransitionPlan(
             observation=[n for n in flat if under(n, "observation")],
             rows=[n for n in flat if under(n, "action") or under(n, "extras")],
