@@ -51,6 +51,7 @@ from baselines import (
 )
 from baselines._nets import QNetwork, device_of
 from rlflow import adders, envs
+from rlflow.policies import EpsilonGreedy
 from rlflow.replay import Fifo, Prioritized, SampleToInsertRatio, StepStore, Table, Uniform
 
 # The final epsilon where an env needs its own (RL Baselines3 Zoo's Acrobot-v1 value: with 0.04 some greedy
@@ -174,55 +175,15 @@ def final_epsilon(args: Args) -> float:
     return FINAL_EPSILON.get(args.env_id, 0.04)
 
 
-class EpsilonGreedy(rlflow.Policy):
-    """Greedy in the Q-network's values with probability ``1 - epsilon``, epsilon falling linearly."""
-
-    def __init__(self, q: QNetwork, n_actions: int, args: Args) -> None:
-        self.q = q
-        self.n_actions = n_actions
-        self.decay_steps = max(1, int(args.exploration_fraction * args.total_steps))
-        self.final_eps = final_epsilon(args)
-        self.steps = 0
-        self.rng = np.random.default_rng(args.seed)
-
-    @property
-    def epsilon(self) -> float:
-        return 1.0 + min(1.0, self.steps / self.decay_steps) * (self.final_eps - 1.0)
-
-    def act(self, observation, state, *, evaluation=False):
-        n = len(observation)
-        u = self.rng.random(2 * n)  # one draw for both choices (Generator.integers costs several times more)
-        explore = np.zeros(n, bool) if evaluation else u[:n] < self.epsilon
-        actions = (u[n:] * self.n_actions).astype(np.int64)
-        if not explore.all():  # the network runs only when some lane acts greedily
-            with torch.inference_mode():  # the observations to the network's device, the actions back
-                greedy = self.q(torch.as_tensor(observation, device=device_of(self.q))).argmax(dim=1).cpu().numpy()
-            actions = np.where(explore, actions, greedy)
-        if not evaluation:
-            self.steps += n
-        return actions, None, state
-
-    def set_params(self, params):
-        self.q = params  # the learner's network itself: in one process, no copy and no lag
-
-    def state_dict(self):
-        return {"steps": self.steps, "rng": self.rng.bit_generator.state}
-
-    def load_state_dict(self, state):
-        self.steps = state["steps"]
-        self.rng.bit_generator.state = state["rng"]
-
-
-class ActorEpsilon(EpsilonGreedy):
-    """:class:`EpsilonGreedy` of one actor of several: epsilon falls from 1 over the first
-    ``exploration_fraction`` of the actor's share of the run (``total_steps / num_actors``) to the actor's own
-    final value (Ape-X's, :func:`apex_epsilon`). In an actor process the network it is given
+def exploration(q: QNetwork, n_actions: int, args: Args, actor: int | None = None) -> EpsilonGreedy:
+    """The epsilon-greedy policy: epsilon falls from 1 over the first ``exploration_fraction`` of the run to
+    :func:`final_epsilon`; for actor ``actor`` of several, over its share of the run (``total_steps /
+    num_actors``) to its own final value (:func:`actor_epsilon`). In an actor process the network it is given
     (``set_params``) is a copy of the learner's, on the CPU."""
-
-    def __init__(self, q: QNetwork, n_actions: int, args: Args, final: float) -> None:
-        super().__init__(q, n_actions, args)
-        self.decay_steps = max(1, int(args.exploration_fraction * args.total_steps / max(1, args.num_actors)))
-        self.final_eps = final
+    steps = args.total_steps if actor is None else args.total_steps / max(1, args.num_actors)
+    end = final_epsilon(args) if actor is None else actor_epsilon(args, actor)
+    return EpsilonGreedy(q, n_actions, decay_steps=max(1, int(args.exploration_fraction * steps)), end=end,
+                         seed=args.seed)
 
 
 def apex_epsilon(actor: int, num_actors: int) -> float:
@@ -260,14 +221,13 @@ def main(args: Args) -> rlflow.RunResult:
     # The algorithm: the learner trains the online network on the device; the policy acts with it (the loop
     # hands it over through get_params / set_params).
     learner = DQNLearner(QNetwork(obs_dim, n_actions, args.hidden, args.dueling).to(device), args)
-    policy = EpsilonGreedy(learner.q, n_actions, args)
+    policy = exploration(learner.q, n_actions, args)
     if not args.num_actors:
         return train("DQN", args, env, eval_env, policy, learner, adder, table)
 
     # Ape-X: actor processes with their own networks and epsilons; the evaluation policy acts greedily.
-    parts = ActorParts(args, args.num_envs, lambda a, i: ActorEpsilon(
-        QNetwork(obs_dim, n_actions, a.hidden, a.dueling), n_actions, a,
-        actor_epsilon(a, i)))
+    parts = ActorParts(args, args.num_envs, lambda a, i: exploration(
+        QNetwork(obs_dim, n_actions, a.hidden, a.dueling), n_actions, a, actor=i))
     return train("DQN", args, env, eval_env, policy, learner, adder, table, actors=(parts.env, parts.policy))
 
 

@@ -15,7 +15,7 @@ import griffe
 
 _ROLE = re.compile(r":(?:class|meth|func|attr|data|mod|exc|obj):`(~?)([^`]+)`")
 PUBLIC_MODULES = ("rlflow", "rlflow.envs", "rlflow.adders", "rlflow.replay", "rlflow.specs", "rlflow.types",
-                  "rlflow.returns", "rlflow.minibatches", "rlflow.loggers", "rlflow.distributed",
+                  "rlflow.returns", "rlflow.minibatches", "rlflow.loggers", "rlflow.policies", "rlflow.distributed",
                   "rlflow.compat.flexibuff")
 
 

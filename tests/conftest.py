@@ -16,11 +16,12 @@ settings.load_profile("rlflow")
 def ray_cluster():
     """A local Ray cluster's head node bound to 127.0.0.1 (``ray.cluster_utils.Cluster``, so a test can add and
     remove nodes), with a small object store and a temporary folder of its own; the session's Ray connects
-    to it. Its workers import this folder's helper modules. Shut down at the end of the session (never
-    ``ray stop``, which would end every Ray process of the machine)."""
+    to it. Its workers import this folder's helper modules and the examples' modules. Shut down at the end of
+    the session (never ``ray stop``, which would end every Ray process of the machine)."""
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
-    here = str(Path(__file__).resolve().parent)
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p)
+    here = Path(__file__).resolve().parent
+    examples = str(here.parent / "examples")  # (the extension examples' classes, as a user's own module)
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(here), examples, os.environ.get("PYTHONPATH")) if p)
     import ray
     from ray.cluster_utils import Cluster
 

@@ -126,7 +126,7 @@ def test_a_saved_learner_is_evaluated_without_training(tmp_path, capsys):
     # the saved network's own greedy returns over the same seeded episodes
     learner = dqn.DQNLearner(dqn.QNetwork(4, 2, (16,), False), args)
     learner.load_state_dict(load_state(saved)["learner"])
-    by_hand = evaluate(envs.make("CartPole-v1", num_envs=None), dqn.EpsilonGreedy(learner.q, 2, args), 4, seed=7)
+    by_hand = evaluate(envs.make("CartPole-v1", num_envs=None), dqn.exploration(learner.q, 2, args), 4, seed=7)
     assert result.final_evaluation == pytest.approx(np.mean(by_hand))
     assert f"mean return {np.mean(by_hand):.2f} +- " in capsys.readouterr().out
     with pytest.raises(ValueError, match=r"flags saved vs given: \{'hidden': \(\(16,\), \(8,\)\)\}"):
@@ -178,7 +178,7 @@ def test_dqn_learning_rate_falls_linearly_to_zero_over_the_run():
     ("CartPole-v1", None, 0.04), ("Acrobot-v1", None, 0.1), ("Acrobot-v1", 0.2, 0.2), ("CartPole-v1", 0.0, 0.0)])
 def test_dqn_epsilon_falls_to_the_envs_own_final_value_unless_given(env_id, given, expected):
     args = dqn.Args(env_id=env_id, exploration_final_eps=given, total_steps=1_000, exploration_fraction=0.5)
-    policy = dqn.EpsilonGreedy(dqn.QNetwork(4, 2, (4,), False), 2, args)
+    policy = dqn.exploration(dqn.QNetwork(4, 2, (4,), False), 2, args)
     assert dqn.final_epsilon(args) == expected
     policy.steps = 250  # half-way through the 500 steps of decay
     assert policy.epsilon == pytest.approx(1.0 + 0.5 * (expected - 1.0))
@@ -202,7 +202,7 @@ def test_a_run_saves_the_learner_of_its_best_evaluation(tmp_path, capsys):
     # its network plays the best evaluation's episodes (the run seeds evaluation k with seed + 10,000 + k)
     learner = dqn.DQNLearner(dqn.QNetwork(4, 2, (16,), False), args)
     learner.load_state_dict(saved["learner"])
-    replay = evaluate(envs.make("CartPole-v1", num_envs=None), dqn.EpsilonGreedy(learner.q, 2, args), 2,
+    replay = evaluate(envs.make("CartPole-v1", num_envs=None), dqn.exploration(learner.q, 2, args), 2,
                       seed=args.seed + 10_000 + index)
     assert np.mean(replay) == pytest.approx(returns[index])
     out = capsys.readouterr().out
@@ -557,7 +557,7 @@ def test_capture_video_records_the_first_episode_of_each_evaluation(tmp_path):
     learner.load_state_dict(load_state(tmp_path / "learner.pt")["learner"])
     env = envs.make("CartPole-v1", num_envs=None)
     ts, length = env.reset(seed=args.seed + 10_000 + 1), 0
-    policy = dqn.EpsilonGreedy(learner.q, 2, args)
+    policy = dqn.exploration(learner.q, 2, args)
     while not ts.last[0]:
         ts = env.step(policy.act(ts.observation, None, evaluation=True)[0])
         length += 1

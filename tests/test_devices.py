@@ -192,7 +192,7 @@ def test_a_cuda_learner_hands_policies_its_network_and_actor_processes_a_cpu_cop
     q = dqn.QNetwork(4, 2, (8,), False).to("cuda")
     one = dqn.DQNLearner(q, dqn.Args(num_actors=0, hidden=(8,)))
     assert one.get_params() is q
-    policy = dqn.EpsilonGreedy(torch.nn.Linear(1, 1), 2, dqn.Args())
+    policy = dqn.exploration(torch.nn.Linear(1, 1), 2, dqn.Args())
     policy.set_params(one.get_params())
     actions, _, _ = policy.act(np.zeros((3, 4), np.float32), None, evaluation=True)
     assert isinstance(actions, np.ndarray) and actions.shape == (3,)
@@ -201,7 +201,7 @@ def test_a_cuda_learner_hands_policies_its_network_and_actor_processes_a_cpu_cop
     assert shipped is not q and all(t.device.type == "cpu" for t in shipped.state_dict().values())
     assert all(torch.equal(a, b.cpu()) for a, b in zip(shipped.state_dict().values(), q.state_dict().values(),
                                                         strict=True))
-    actor_policy = dqn.ActorEpsilon(dqn.QNetwork(4, 2, (8,), False), 2, dqn.Args(), 0.1)
+    actor_policy = dqn.exploration(dqn.QNetwork(4, 2, (8,), False), 2, dqn.Args(num_actors=2), actor=0)
     actor_policy.set_params(shipped)
     assert actor_policy.act(np.zeros((3, 4), np.float32), None, evaluation=True)[0].shape == (3,)
     obs = torch.randn(5, 4)

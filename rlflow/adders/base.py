@@ -269,13 +269,13 @@ class Adder:
                     lanes: np.ndarray) -> None:
         """Turn the written steps ``a .. a + steps - 1`` (codes and rows of
         :func:`rlflow.kernels.steps.write_block`, from step ``a`` on; ``terminated`` the block's; block lanes
-        ``lanes``) into items: here each step as :class:`StepEvents` for :meth:`_emit`."""
+        ``lanes``) into items: here each step as :class:`StepEvents` for :meth:`on_step`."""
         for s in range(steps):
             code, final, episode, new = codes[s], rows[s, 0], rows[s, 1], rows[s, 2]
             ended = np.flatnonzero((code == KS.END) | (code == KS.END_START))
             continued = np.flatnonzero(code == KS.CONTINUE)
             started = np.flatnonzero((code == KS.START) | (code == KS.END_START))
-            self._emit(StepEvents(ended=lanes[ended], final_rows=final[ended], episode_starts=episode[ended],
+            self.on_step(StepEvents(ended=lanes[ended], final_rows=final[ended], episode_starts=episode[ended],
                                   terminated=terminated[a + s, ended], continued=lanes[continued],
                                   continued_rows=new[continued], continued_starts=episode[continued],
                                   started=lanes[started], started_rows=new[started]))
@@ -309,11 +309,11 @@ class Adder:
             self._open[lanes_arr] = -1
             empty = lanes_arr[:0]
             ended = lanes_arr[acted]
-            self._emit(StepEvents(ended=ended, final_rows=rows[acted], episode_starts=starts[acted],
+            self.on_step(StepEvents(ended=ended, final_rows=rows[acted], episode_starts=starts[acted],
                                   terminated=np.zeros(ended.size, bool), continued=empty, continued_rows=empty,
                                   continued_starts=empty, started=empty, started_rows=empty, final_was_open=True))
             if (~acted).any():
-                self._dropped(lanes_arr[~acted])
+                self.on_dropped(lanes_arr[~acted])
 
     def reset(self) -> None:
         """Abandon the episodes in progress: their open rows become final rows; no further items come from them."""
@@ -323,7 +323,7 @@ class Adder:
             if lanes.size:
                 self._end_open_rows(lanes, self._open[lanes])
                 self._open[lanes] = -1
-                self._abandon(lanes)
+                self.on_abandon(lanes)
 
     def _end_open_rows(self, lanes: np.ndarray, rows: np.ndarray) -> None:
         """Make the open ``rows`` of ``lanes`` final rows (:meth:`truncate`, :meth:`reset`): zero action,
@@ -355,19 +355,24 @@ class Adder:
         return arr
 
     # ------------------------------------------------------------------ subclass hooks
-    def _emit(self, events: StepEvents) -> None:
-        raise NotImplementedError
+    def on_step(self, events: StepEvents) -> None:
+        """Make the items of one written step: ``events`` says, per lane, which episodes ended (their first and
+        final rows, terminated or truncated), which go on (their new open row) and which started. A subclass
+        turns these rows into items with :meth:`insert_items`; rows stay stored while items may reach them
+        (the store holds ``min_capacity`` rows a lane, given to this class's constructor)."""
+        raise NotImplementedError(f"{type(self).__name__}.on_step: an adder turns each written step's rows into "
+                                  "items (see docs/extending.md)")
 
     def _precheck(self, block: StepBlock, timestep: TimeStep) -> None:
         """Raise, before the step is put, if its rows would break the subclass's limits."""
 
-    def _abandon(self, lanes: np.ndarray) -> None:
+    def on_abandon(self, lanes: np.ndarray) -> None:
         """Episodes of ``lanes`` were abandoned by :meth:`reset` (their pending items are dropped)."""
 
-    def _dropped(self, lanes: np.ndarray) -> None:
+    def on_dropped(self, lanes: np.ndarray) -> None:
         """:meth:`truncate` dropped the episodes of ``lanes``, which had no action yet (their one row is a final
-        row now): by default as :meth:`_abandon`."""
-        self._abandon(lanes)
+        row now): by default as :meth:`on_abandon`."""
+        self.on_abandon(lanes)
 
     # ------------------------------------------------------------------ helpers
     def top_observation(self, flat: dict[str, np.ndarray]) -> Any:
@@ -382,16 +387,27 @@ class Adder:
                 out[key] = _specs.unflatten(self.store.spec[key], flat, key)
         return out
 
-    def _insert(self, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
-                fields: dict[str, np.ndarray] | None) -> None:
-        """Insert the items into every table, with each table's priorities. Every priority function is
-        called, and its priorities checked, before any table takes an item: a bad one raises, naming its
-        table, and no table receives the items."""
+    def insert_items(self, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
+                     fields: dict[str, np.ndarray] | None, priorities: np.ndarray | None = None) -> None:
+        """The one way items enter the tables: item ``i`` is the window of ``lengths[i]`` stored rows of lane
+        ``lanes[i]`` from row ``starts[i]`` (int64 arrays), with its item ``fields`` (one array per field of the
+        item spec, leading with the items; None when it has none). Each table gives the items its priority
+        function's priorities, else ``priorities`` (float64, one per item; None: 1).
+
+        Every priority is computed and checked before any table takes an item: a bad one raises, naming its
+        table, and no table receives the items. A subclass calls this from :meth:`on_step`, or overrides it to
+        keep, drop or relabel the items another adder makes (calling ``super().insert_items``); the arrays it
+        is given may be views the next step overwrites (every table copies what it keeps).
+        """
         if not lanes.size:
             return
-        if self._ones.size < lanes.size:
-            self._ones = np.ones(2 * lanes.size, np.float64)
-        prios = [self._ones[:lanes.size]] * len(self.tables)  # priority 1 (read only)
+        if priorities is None:
+            if self._ones.size < lanes.size:
+                self._ones = np.ones(2 * lanes.size, np.float64)
+            given = self._ones[:lanes.size]  # priority 1 (read only)
+        else:
+            given = check_priorities(priorities, lanes.size)
+        prios = [given] * len(self.tables)
         if self.priority_fns:
             batch = self.tables[0].preview(lanes, starts, lengths, fields or {})  # shaped as a sample
             for i, table in enumerate(self.tables):
@@ -407,8 +423,11 @@ class Adder:
             table.insert_many(lanes, starts, lengths, p, fields or {})
 
     # ------------------------------------------------------------------ checkpoint state
-    def _lane_state(self) -> dict[str, np.ndarray]:
-        """The per-lane arrays (``[E]`` int64) that decide the rows and items still to come; subclasses add theirs."""
+    def lane_state(self) -> dict[str, np.ndarray]:
+        """The per-lane arrays (``[E]`` int64) that decide the rows and items still to come, which
+        :meth:`state_dict` saves and :meth:`load_state_dict` restores in place; a subclass adds its own (e.g. a
+        sequence's next start). State of another shape (a random generator) is added by overriding
+        :meth:`state_dict` and :meth:`load_state_dict`."""
         return {"open": self._open, "episode_start": self._episode_start}
 
     def state_dict(self) -> dict[str, Any]:
@@ -418,7 +437,7 @@ class Adder:
         items (the view's :meth:`~rlflow.replay.views.ItemView.config`). Restore with
         :meth:`load_state_dict` into an adder built with the same settings on the restored store."""
         staged = self._staged_state() if self._block.steps else None
-        return {**{k: v.copy() for k, v in self._lane_state().items()}, "staged": staged,
+        return {**{k: v.copy() for k, v in self.lane_state().items()}, "staged": staged,
                 "items": self.view.config()}
 
     def check_state(self, state: Mapping[str, Any]) -> None:
@@ -438,7 +457,7 @@ class Adder:
                 f"adder setting {key!r}: the checkpoint's items were written with {key}={theirs!r}, this "
                 f"{type(self).__name__} has {key}={value!r} (its items: {mine}); build the adder with the "
                 "checkpoint's settings, or start a new run")
-        for key in self._lane_state():
+        for key in self.lane_state():
             arr = np.asarray(state.get(key, ()))
             if arr.shape != (self.num_lanes,) or arr.dtype.kind not in "iu":
                 raise CheckpointError(f"adder state {key!r}: expected {self.num_lanes} integers (one per lane), "
@@ -455,7 +474,7 @@ class Adder:
         first by :meth:`check_state`: a refusal changes nothing); steps staged now are dropped in favour of
         the saved ones."""
         self.check_state(state)
-        for key, arr in self._lane_state().items():
+        for key, arr in self.lane_state().items():
             arr[...] = np.asarray(state[key], np.int64)
         self._load_staged(state.get("staged"))
 

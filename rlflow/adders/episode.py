@@ -52,6 +52,6 @@ class Episode(Adder):
                 f"the episode on lane {lane} would reach {int(rows_after[over][0])} rows, more than "
                 f"max_length={self.max_length}; raise max_length or end episodes sooner (e.g. a time limit)")
 
-    def _emit(self, events: StepEvents) -> None:
+    def on_step(self, events: StepEvents) -> None:
         if events.ended.size:
-            self._insert(events.ended, events.episode_starts, events.final_rows - events.episode_starts + 1, None)
+            self.insert_items(events.ended, events.episode_starts, events.final_rows - events.episode_starts + 1, None)

@@ -89,10 +89,10 @@ class Sequence(Adder):
                          priority_fns=priority_fns, min_capacity=self.length + 2)
         self._next_start = np.full(self.num_lanes, -1, np.int64)  # absolute row of the lane's next sequence
 
-    def _lane_state(self) -> dict[str, np.ndarray]:
-        return {**super()._lane_state(), "next_start": self._next_start}
+    def lane_state(self) -> dict[str, np.ndarray]:
+        return {**super().lane_state(), "next_start": self._next_start}
 
-    def _emit(self, events: StepEvents) -> None:
+    def on_step(self, events: StepEvents) -> None:
         L, P = self.length, self.period
         cont = self.end_behavior is EndBehavior.CONTINUE
         # Rows before this bound are complete: those before the open row, or every stored row if none is
@@ -117,7 +117,7 @@ class Sequence(Adder):
             fresh = self._next_start[events.started] < 0
             self._next_start[events.started[fresh]] = events.started_rows[fresh]
         if lanes_out:
-            self._insert(np.concatenate(lanes_out), np.concatenate(starts_out), np.concatenate(lengths_out), None)
+            self.insert_items(np.concatenate(lanes_out), np.concatenate(starts_out), np.concatenate(lengths_out), None)
 
     def _tails(self, events: StepEvents, lanes_out: list, starts_out: list, lengths_out: list) -> None:
         """The sequence covering each ended episode's rows after its last full sequence, if any."""
@@ -152,11 +152,11 @@ class Sequence(Adder):
         count = self.store.count[lanes_arr]
         return np.where(start >= 0, start + self.length + 1 - count, self.length + 1)
 
-    def _abandon(self, lanes: np.ndarray) -> None:
+    def on_abandon(self, lanes: np.ndarray) -> None:
         self._next_start[lanes] = -1
 
-    def _dropped(self, lanes: np.ndarray) -> None:
+    def on_dropped(self, lanes: np.ndarray) -> None:
         # CONTINUE: the lane's sequences run on across the dropped episode's one (final) row, as across any
         # episode end, so its rows before it still go into sequences and its count goes on.
         if self.end_behavior is not EndBehavior.CONTINUE:
-            self._abandon(lanes)
+            self.on_abandon(lanes)

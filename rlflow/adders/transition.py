@@ -158,7 +158,7 @@ class NStepTransition(Adder):
         block.lanes[0] = lane
         return block
 
-    def _emit(self, events: StepEvents) -> None:
+    def on_step(self, events: StepEvents) -> None:
         # truncate(): the events of one step as the item maker takes them.
         n = self.num_lanes
         codes = np.full((1, n), KS.START, np.int8)  # lanes that only start an episode complete no window
@@ -188,7 +188,7 @@ class NStepTransition(Adder):
         m = KS.nstep_items(a, steps, codes, rows, terminated, lanes, final_was_open, self._packed_items)
         if m:
             # Views of the outputs: every table copies what it keeps before the next write.
-            self._insert(out.lanes[:m], out.starts[:m], out.lengths[:m],
+            self.insert_items(out.lanes[:m], out.starts[:m], out.lengths[:m],
                          {"return": out.returns[:m].reshape(m, *self._reward_shape), "discount": out.discounts[:m]})
 
 

@@ -41,9 +41,32 @@ def _pow2(n: int) -> int:
 
 
 class Selector(ABC):
-    """Base class. Subclasses keep their structures over slots ``0 .. capacity - 1``."""
+    """Which item a table samples next (as its sampler) or evicts (as its remover); subclass it for your own.
+
+    A table binds its selector once (:meth:`bind`, which sets :attr:`capacity` and calls :meth:`allocate`)
+    and addresses items by their *slot* in ``0 .. capacity - 1``. A subclass implements:
+
+    - :meth:`allocate`: make its structures for ``capacity`` slots;
+    - :meth:`insert`, :meth:`update`, :meth:`delete`: items come, change priority and go (keeping
+      :attr:`size`, the number of items held);
+    - :meth:`sample`: ``n`` draws and the probability of each (random selectors draw with replacement; a
+      ``deterministic = True`` selector returns its first ``n`` items in its order, probability 1);
+    - :meth:`arrays` and :meth:`load_arrays`: the arrays a checkpoint keeps and restores (:attr:`rng`'s
+      state and :attr:`size` are kept by this class); :meth:`config` returns the settings a restored table
+      must share (default: the seed).
+
+    Everything else has a default built on :meth:`sample`: :meth:`choose_for_removal` (distinct items to
+    evict), :meth:`sample_with_weights` (importance weights 1), :meth:`sequential_weights` (what a table
+    with ``max_times_sampled`` asks; a random selector must implement it to be used there),
+    :meth:`draws_reachable` and :meth:`draw_rows`. The built-in selectors implement the same methods,
+    some of them with compiled kernels for speed.
+
+    Args:
+        seed: the seed of :attr:`rng`, the generator every random draw takes its numbers from.
+    """
 
     deterministic: bool = False
+    """True for a selector whose draws are its first items in a fixed order (FIFO, heaps)."""
 
     def __init__(self, seed: int | None = None) -> None:
         self.seed = seed
@@ -52,31 +75,35 @@ class Selector(ABC):
         self.size = 0
 
     def bind(self, capacity: int) -> None:
+        """Serve one table of ``capacity`` slots (a table calls this once, when it is built)."""
         if self.capacity:
             raise ValueError(f"{self!r} is already bound to a table; give each table its own selector")
         self.capacity = int(capacity)
-        self._allocate()
+        self.allocate()
 
     @abstractmethod
-    def _allocate(self) -> None: ...
+    def allocate(self) -> None:
+        """Make the structures for slots ``0 .. capacity - 1`` (:attr:`capacity` is set), holding no item."""
 
     @abstractmethod
     def insert(self, slots: np.ndarray, priorities: np.ndarray, seqs: np.ndarray) -> None:
-        """Add new items (slots not present) with their priorities and insertion sequence numbers."""
+        """Add new items: ``slots`` (int64, none of them held), their ``priorities`` (float64 >= 0) and
+        their insertion sequence numbers ``seqs`` (int64, increasing over the table's life)."""
 
     @abstractmethod
     def update(self, slots: np.ndarray, priorities: np.ndarray) -> None:
-        """Change the priorities of present items (in order; a repeated slot keeps its last value)."""
+        """Change the priorities of held items (in order; a repeated slot keeps its last value)."""
 
     @abstractmethod
     def delete(self, slots: np.ndarray) -> None:
-        """Remove present items."""
+        """Remove held items."""
 
     @abstractmethod
     def sample(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         """Random selectors: ``n`` draws with replacement. Deterministic: the first ``n`` items in order.
 
-        Returns ``(slots, probabilities)``; the table must hold at least one item.
+        Returns ``(slots, probabilities)`` (int64 and float64, ``[n]``): each draw's slot and the probability
+        it had; the table holds at least one item.
         """
 
     def choose_for_removal(self, n: int, live: Callable[[], np.ndarray]) -> np.ndarray:
@@ -102,7 +129,12 @@ class Selector(ABC):
         """``(probabilities, weights)`` of draws ``slots`` made one after another from the items held now,
         where a draw with ``retires`` set takes its item out of the draws after it (``max_times_sampled``):
         each draw's are those of a draw over the items still in. A deterministic selector's draws are
-        certain: probability 1, weight 1."""
+        certain: probability 1, weight 1; a random selector implements this to serve a table with
+        ``max_times_sampled`` (the table asks at its construction)."""
+        if not self.deterministic:
+            raise NotImplementedError(f"{type(self).__name__}.sequential_weights: a table with max_times_sampled "
+                                      "needs the probabilities of draws that retire items; implement it, or use "
+                                      "the table without max_times_sampled")
         return np.ones(slots.size), np.ones(slots.size, np.float32)
 
     def draws_reachable(self, times: np.ndarray, limit: int, n: int) -> int:
@@ -118,21 +150,30 @@ class Selector(ABC):
         return slots, K.draw_rows(meta, slots, times_col), probs, weights
 
     def config(self) -> dict[str, Any]:
+        """The settings a checkpoint records and a restored table's selector must share (JSON values)."""
         return {"seed": self.seed}
 
     def state_dict(self) -> dict[str, Any]:
-        return {"rng": self.rng.bit_generator.state, "size": self.size, **self._arrays()}
+        """:attr:`rng`'s state, :attr:`size` and :meth:`arrays` (what a table checkpoint keeps)."""
+        return {"rng": self.rng.bit_generator.state, "size": self.size, **self.arrays()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output (into a selector bound to a table of the same capacity)."""
         self.rng.bit_generator.state = state["rng"]
         self.size = int(state["size"])
-        self._load_arrays(state)
+        self.load_arrays(state)
 
     @abstractmethod
-    def _arrays(self) -> dict[str, np.ndarray]: ...
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The arrays that hold the items (named freely, other than ``rng`` and ``size``): what a checkpoint
+        saves. Arrays named ``items`` or ``order`` list the held slots (a restore checks them against the
+        table's items); ``items``, ``order`` and ``seqs`` have one entry per held item; the others keep
+        their shape from checkpoint to restore."""
 
     @abstractmethod
-    def _load_arrays(self, state: dict[str, Any]) -> None: ...
+    def load_arrays(self, state: dict[str, Any]) -> None:
+        """Rebuild the structures from :meth:`arrays`' output (under the same names in ``state``; the
+        selector is bound, and :attr:`size` is restored)."""
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.config().items())
@@ -148,7 +189,7 @@ class Uniform(Selector):
     the packed array.
     """
 
-    def _allocate(self) -> None:
+    def allocate(self) -> None:
         self._items = np.zeros(self.capacity, np.int64)
         self._where = np.full(self.capacity, -1, np.int64)
         self._live = np.zeros(self.capacity, np.bool_)
@@ -187,10 +228,10 @@ class Uniform(Selector):
             return K.packed_draw_rows(self.rng.random(n), self._items, self.size, meta, times_col)
         return super().draw_rows(n, meta, times_col)
 
-    def _arrays(self) -> dict[str, np.ndarray]:
+    def arrays(self) -> dict[str, np.ndarray]:
         return {"items": self._items[: self.size].copy()}
 
-    def _load_arrays(self, state: dict[str, Any]) -> None:
+    def load_arrays(self, state: dict[str, Any]) -> None:
         self._items[:] = 0
         self._where[:] = -1
         self._live[:] = False
@@ -221,7 +262,7 @@ class Prioritized(Selector):
         self.beta = float(beta)
         self.stratified = bool(stratified)
 
-    def _allocate(self) -> None:
+    def allocate(self) -> None:
         self.tree = SumTree(self.capacity)
 
     def insert(self, slots: np.ndarray, priorities: np.ndarray, seqs: np.ndarray) -> None:
@@ -287,10 +328,10 @@ class Prioritized(Selector):
     def config(self) -> dict[str, Any]:
         return {"alpha": self.alpha, "beta": self.beta, "stratified": self.stratified, "seed": self.seed}
 
-    def _arrays(self) -> dict[str, np.ndarray]:
+    def arrays(self) -> dict[str, np.ndarray]:
         return {"leaves": self.tree.leaves.copy()}
 
-    def _load_arrays(self, state: dict[str, Any]) -> None:
+    def load_arrays(self, state: dict[str, Any]) -> None:
         self.tree.set_leaves(state["leaves"])
 
 
@@ -299,7 +340,7 @@ class _Ordered(Selector):
 
     deterministic = True
 
-    def _allocate(self) -> None:
+    def allocate(self) -> None:
         self._tree_size = _pow2(self.capacity)
         self._win = np.full(2 * self._tree_size, -1, np.int64)
         self._k1 = np.zeros(self.capacity, np.float64)
@@ -324,10 +365,10 @@ class _Ordered(Selector):
         slots = K.tt_top(self._win, self._k1, self._k2, self._tree_size, n)
         return slots, np.ones(slots.size)
 
-    def _arrays(self) -> dict[str, np.ndarray]:
+    def arrays(self) -> dict[str, np.ndarray]:
         return {"leaves": self._win[self._tree_size:].copy(), "k1": self._k1.copy(), "k2": self._k2.copy()}
 
-    def _load_arrays(self, state: dict[str, Any]) -> None:
+    def load_arrays(self, state: dict[str, Any]) -> None:
         self._win[:] = -1
         self._win[self._tree_size:] = state["leaves"]
         self._k1[:] = state["k1"]
@@ -341,7 +382,7 @@ class _Insertion(Selector):
     deterministic = True
     newest = False
 
-    def _allocate(self) -> None:
+    def allocate(self) -> None:
         # At least twice the capacity, so compaction (when the ring fills with dead entries) is amortised
         # O(1); a power of two, so positions wrap with a mask. Written in full here (np.full, not np.zeros):
         # the pushes go round the ring only once per two capacities of inserts, so memory committed lazily
@@ -372,11 +413,11 @@ class _Insertion(Selector):
         slots = K.ring_first(self._ring_slot, self._ring_seq, self._ht, self._seq_of, n, self.newest)
         return slots, np.ones(slots.size)
 
-    def _arrays(self) -> dict[str, np.ndarray]:
+    def arrays(self) -> dict[str, np.ndarray]:
         order = K.ring_first(self._ring_slot, self._ring_seq, self._ht, self._seq_of, self.size, False)
         return {"order": order, "seqs": self._seq_of[order]}
 
-    def _load_arrays(self, state: dict[str, Any]) -> None:
+    def load_arrays(self, state: dict[str, Any]) -> None:
         self._seq_of[:] = -1
         self._ht[:] = 0
         self._push(np.asarray(state["order"], np.int64), np.asarray(state["seqs"], np.int64))

@@ -547,6 +547,11 @@ class Table(TableBase):
             raise ValueError("sampler and remover must be two selector objects")
         super().__init__(store, max_size=max_size, max_times_sampled=max_times_sampled, rate_limiter=rate_limiter,
                          item_spec=item_spec, cross_episodes=cross_episodes, name=name)
+        if (self.max_times_sampled is not None and not self.sampler.deterministic
+                and type(self.sampler).sequential_weights is Selector.sequential_weights):
+            raise ValueError(f"max_times_sampled={self.max_times_sampled}: the draws that retire items need the "
+                             f"probabilities of draws over the items left; implement "
+                             f"{type(self.sampler).__name__}.sequential_weights, or drop max_times_sampled")
         self.sampler.bind(self.max_size)
         self.remover.bind(self.max_size)
         self._items = self._new_items(self.item_fields)

@@ -1,0 +1,185 @@
+"""The extension examples (examples/custom_env.py, examples/reward_filter_adder.py), written against rlflow's
+public interfaces only, work with tables, checkpoints, rlflow.run, rlflow.evaluate and distributed.run."""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import rlflow
+from rlflow import adders, distributed
+from rlflow.replay import Fifo, MinSize, SampleToInsertRatio, StepStore, Table, Uniform, load, save
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))  # as Ray's workers import them
+from custom_env import CorridorEnv, Random
+from reward_filter_adder import RewardFilter
+
+
+# --------------------------------------------------------------------------- the environment
+def test_the_corridor_env_follows_the_timestep_flag_table():
+    env = CorridorEnv(num_envs=3, length=4, max_steps=5)
+    assert isinstance(env, rlflow.Environment)
+    ts = env.reset()
+    assert ts.first.all() and not ts.last.any() and (ts.observation == 0).all()
+    rng = np.random.default_rng(0)
+    position = np.zeros(3, int)
+    steps = np.zeros(3, int)
+    ends = {"terminated": 0, "truncated": 0}
+    for _ in range(300):
+        actions = rng.integers(0, 2, 3)
+        ts = env.step(actions)
+        position = np.maximum(0, position + np.where(actions == 1, 1, -1))
+        steps += 1
+        terminated = position == 3
+        truncated = ~terminated & (steps == 5)
+        np.testing.assert_array_equal(ts.terminated, terminated)
+        np.testing.assert_array_equal(ts.truncated, truncated)
+        np.testing.assert_array_equal(ts.last, terminated | truncated)
+        np.testing.assert_array_equal(ts.first, ts.last)  # an ended lane starts its next episode at once
+        np.testing.assert_array_equal(ts.reward, terminated.astype(np.float32))
+        if ts.last.any():
+            np.testing.assert_allclose(ts.final_observation[ts.last, 0], position[ts.last] / 3)
+        else:
+            assert ts.final_observation is None
+        position[ts.last], steps[ts.last] = 0, 0
+        np.testing.assert_allclose(ts.observation[:, 0], position / 3)
+        ends["terminated"] += int(terminated.sum())
+        ends["truncated"] += int(truncated.sum())
+    assert min(ends.values()) > 10  # both endings were seen
+
+
+def test_the_corridor_env_with_evaluate_and_a_wrong_action():
+    returns = rlflow.evaluate(CorridorEnv(num_envs=2), Random(seed=1), episodes=10, seed=0)
+    assert len(returns) == 10 and set(returns) <= {0.0, 1.0}
+
+    class Three(rlflow.Policy):
+        def act(self, observation, state, *, evaluation=False):
+            return np.full(len(observation), 3), None, state
+
+    with pytest.raises(rlflow.specs.SpecError, match="action"):
+        rlflow.evaluate(CorridorEnv(num_envs=2), Three(), episodes=1)
+
+
+def test_an_object_missing_a_member_is_refused_naming_what_rlflow_expected():
+    class NoStep:
+        num_envs, action_spec, single_action_space = 1, None, None
+
+        def reset(self, seed=None):
+            return None
+
+    with pytest.raises(TypeError, match="expected an rlflow env"):
+        rlflow.evaluate(NoStep(), Random(seed=0), episodes=1)
+
+
+# --------------------------------------------------------------------------- the adder
+def parts(adder_cls=RewardFilter, share=0.2, seed=0, lanes=2, capacity=4_000):
+    env = CorridorEnv(num_envs=lanes, length=5, max_steps=12)
+    store = StepStore(env.spec, capacity=capacity, lanes=lanes)
+    table = Table(store, sampler=Fifo(), remover=Fifo(), rate_limiter=MinSize(1), name="replay")
+    kwargs = {"share": share, "seed": seed} if adder_cls is RewardFilter else {}
+    return env, store, table, adder_cls(store, [table], n=2, discount=0.5, **kwargs)
+
+
+def feed(env, adder, steps, seed):
+    """``steps`` random actions on every lane (the same stream for the same seed)."""
+    rng = np.random.default_rng(seed)
+    ts = env.reset()
+    adder.add_first(ts)
+    for _ in range(steps):
+        actions = rng.integers(0, 2, env.num_envs)
+        ts = env.step(actions)
+        adder.add(actions, ts)
+
+
+def windows(table):
+    """Every held item as (lane, first row, length, return, discount), from the table's ``items()``."""
+    it = table.items()
+    return set(zip(it["lane"].tolist(), it["start"].tolist(), it["length"].tolist(),
+                   it["field/return"].tolist(), it["field/discount"].tolist(), strict=True))
+
+
+def test_it_keeps_every_rewarded_transition_and_a_share_of_the_others():
+    env, _, plain_table, plain = parts(adders.NStepTransition)
+    feed(env, plain, 3_000, seed=1)
+    env, _, table, adder = parts(share=0.2)
+    feed(env, adder, 3_000, seed=1)
+    every, kept = windows(plain_table), windows(table)
+    assert kept <= every
+    rewarded = {w for w in every if w[3] != 0}
+    assert rewarded and rewarded <= kept
+    others, kept_others = len(every - rewarded), len(kept - rewarded)
+    assert abs(kept_others - 0.2 * others) < 4 * np.sqrt(0.2 * 0.8 * others)  # binomial, 4 sigma
+
+
+def test_its_checkpoint_carries_its_random_generator(tmp_path):
+    env, store, table, adder = parts()
+    feed(env, adder, 500, seed=2)
+    adder.flush()
+    save(tmp_path / "replay.ckpt", store, [table])
+    state = adder.state_dict()
+    rng = np.random.default_rng(3)
+    steps = [(a, env.step(a)) for a in rng.integers(0, 2, (400, 2))]  # the stream after the checkpoint
+    for actions, ts in steps:
+        adder.add(actions, ts)
+    expected = windows(table)
+
+    _, store2, table2, adder2 = parts(seed=99)  # another seed: only the checkpoint makes them agree
+    load(tmp_path / "replay.ckpt", store2, [table2])
+    adder2.load_state_dict(state)
+    for actions, ts in steps:
+        adder2.add(actions, ts)
+    assert windows(table2) == expected
+    _, store3, table3, adder3 = parts(seed=99)
+    load(tmp_path / "replay.ckpt", store3, [table3])
+    adder3.load_state_dict({**state, "rng": np.random.default_rng(99).bit_generator.state})
+    for actions, ts in steps:
+        adder3.add(actions, ts)
+    assert windows(table3) != expected  # (the generator's state is what decides)
+
+
+def test_a_bad_generator_state_is_refused_before_anything_changes():
+    _, _, _, adder = parts()
+    state = adder.state_dict()
+    before = {k: np.copy(v) for k, v in adder.lane_state().items()}
+    with pytest.raises((TypeError, ValueError, KeyError)):
+        adder.load_state_dict({**state, "rng": {"bit_generator": "PCG64", "state": "garbage"}})
+    assert all(np.array_equal(before[k], v) for k, v in adder.lane_state().items())
+
+
+def test_with_rlflow_run_and_its_checkpoints(tmp_path):
+    env, _, table, adder = parts()
+    result = rlflow.run(env, Random(seed=0), None, adder, table, steps=2_000, progress=False,
+                        checkpoint_every=1_000, logdir=tmp_path)
+    assert result.env_steps == 2_000 and 0 < table.size < 2_000
+    env, _, table, adder = parts(seed=5)
+    resumed = rlflow.run(env, Random(seed=0), None, adder, table, steps=3_000, progress=False, checkpoint_every=1_000,
+                         logdir=tmp_path, resume=True)
+    assert resumed.env_steps == 3_000 and table.size > 0
+
+
+class RewardShare(rlflow.Learner):
+    """Counts the sampled transitions and the rewarded ones among them."""
+
+    def __init__(self):
+        self.items = self.rewarded = 0
+
+    def step(self, sample):
+        self.items += len(sample.keys)
+        self.rewarded += int((sample.data.reward != 0).sum())
+        return {}
+
+
+@pytest.mark.timeout(180)
+def test_with_distributed_run(ray_local):
+    env = CorridorEnv(num_envs=4, length=5, max_steps=12)
+    store = StepStore(env.spec, capacity=2_000, lanes=4)
+    table = Table(store, sampler=Uniform(seed=0), remover=Fifo(), name="replay",
+                  rate_limiter=SampleToInsertRatio(samples_per_insert=1.0, min_size_to_sample=32, error_buffer=400))
+    adder = RewardFilter(store, [table], share=0.1, seed=0, n=2, discount=0.5)
+    learner = RewardShare()
+    result = distributed.run(lambda i: CorridorEnv(num_envs=2, length=5, max_steps=12), lambda i: Random(seed=i),
+                             learner, adder, table, steps=3_000, batch_size=16, num_actors=2, progress=False)
+    assert result.env_steps >= 3_000 and learner.items > 500
+    # Unfiltered, about 1 in 12 of these transitions is rewarded; with 10% of the others kept, about half
+    assert learner.rewarded / learner.items > 0.3
