@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import rlflow
-from rlflow import adders, distributed
-from rlflow.replay import Fifo, MinSize, SampleToInsertRatio, StepStore, Table, Uniform, load, save
+from rlflow import adders, distributed, specs
+from rlflow.replay import Fifo, MinSize, SampleToInsertRatio, StepStore, Table, TransitionView, Uniform, load, save
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))  # as Ray's workers import them
 from custom_env import CorridorEnv, Random
@@ -183,3 +183,55 @@ def test_with_distributed_run(ray_local):
     assert result.env_steps >= 3_000 and learner.items > 500
     # Unfiltered, about 1 in 12 of these transitions is rewarded; with 10% of the others kept, about half
     assert learner.rewarded / learner.items > 0.3
+
+
+# --------------------------------------------------------------------------- a new item kind, from Adder itself
+class LastTransitions(adders.Adder):
+    """One item per ended episode: its last transition (the final action's row and the final row), shaped as
+    1-step transitions, with discount 0 when the episode terminated and ``discount`` when it was truncated."""
+
+    def __init__(self, store, tables, discount=0.9):
+        self.discount = discount
+        super().__init__(store, tables, view=TransitionView(1, discount), priority_fns=None, min_capacity=3,
+                         item_spec={"return": specs.Field((), np.float32), "discount": specs.Field((), np.float32)})
+
+    def on_step(self, events):
+        acted = events.final_rows > events.episode_starts  # (an episode of no action has no transition)
+        lanes, final = events.ended[acted], events.final_rows[acted]
+        if lanes.size:
+            reward = self.store.gather(lanes, final - 1)["reward"]
+            discount = np.where(events.terminated[acted], 0.0, self.discount).astype(np.float32)
+            self.insert_items(lanes, final - 1, np.full(lanes.size, 2), {"return": reward, "discount": discount},
+                              priorities=1.0 + reward)
+
+
+def test_a_new_item_kind_made_from_the_step_events():
+    env = CorridorEnv(num_envs=3, length=4, max_steps=6)
+    store = StepStore(env.spec, capacity=500, lanes=3)
+    table = Table(store, sampler=Fifo(), remover=Fifo(), rate_limiter=MinSize(1))
+    adder = LastTransitions(store, [table])
+    ts = env.reset()
+    adder.add_first(ts)
+    rng = np.random.default_rng(4)
+    ended = []
+    for _ in range(200):
+        actions = rng.integers(0, 2, 3)
+        previous, ts = ts, env.step(actions)
+        adder.add(actions, ts)
+        for lane in np.flatnonzero(ts.last):  # what its item must hold, from the stream itself
+            ended.append((previous.observation[lane, 0], ts.final_observation[lane, 0], ts.reward[lane],
+                          0.0 if ts.terminated[lane] else 0.9))
+    assert table.size == len(ended) > 20
+    assert table.items()["priority"].tolist() == [1.0 + e[2] for e in ended]
+    assert drain(table) == [tuple(np.float32(v) for v in e) for e in ended]
+
+
+def drain(table):
+    """Every item as (observation, next observation, reward, discount), oldest first (Fifo draws, each item
+    deleted once drawn)."""
+    out = []
+    while table.size:
+        s = table.sample(1)
+        out.append((s.data.observation[0, 0], s.data.next_observation[0, 0], s.data.reward[0], s.data.discount[0]))
+        table.delete(s.keys)
+    return out

@@ -7,11 +7,13 @@ from rlflow.replay.sample import Sample
 from rlflow.replay.selectors import Fifo, Lifo, MaxHeap, MinHeap, Prioritized, Selector, Uniform
 from rlflow.replay.storage import StepStore
 from rlflow.replay.table import RateLimitTimeout, Table, TableBase
-from rlflow.replay.views import Transition
+from rlflow.replay.views import EpisodeView, ItemView, SequenceView, Transition, TransitionView
 
 __all__ = [
     "CheckpointError",
+    "EpisodeView",
     "Fifo",
+    "ItemView",
     "Lifo",
     "MaxHeap",
     "MinHeap",
@@ -23,12 +25,14 @@ __all__ = [
     "RowTable",
     "Sample",
     "SampleToInsertRatio",
+    "SequenceView",
     "Selector",
     "Stack",
     "StepStore",
     "Table",
     "TableBase",
     "Transition",
+    "TransitionView",
     "Uniform",
     "load",
     "save",
