@@ -9,7 +9,18 @@ import pytest
 
 import rlflow
 from rlflow import adders, distributed, specs
-from rlflow.replay import Fifo, MinSize, SampleToInsertRatio, StepStore, Table, TransitionView, Uniform, load, save
+from rlflow.replay import (
+    Fifo,
+    MinSize,
+    RowTable,
+    SampleToInsertRatio,
+    StepStore,
+    Table,
+    TransitionView,
+    Uniform,
+    load,
+    save,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))  # as Ray's workers import them
 from custom_env import CorridorEnv, Random
@@ -110,6 +121,16 @@ def test_it_keeps_every_rewarded_transition_and_a_share_of_the_others():
     assert rewarded and rewarded <= kept
     others, kept_others = len(every - rewarded), len(kept - rewarded)
     assert abs(kept_others - 0.2 * others) < 4 * np.sqrt(0.2 * 0.8 * others)  # binomial, 4 sigma
+
+
+def test_on_a_row_table_it_keeps_the_same_items():
+    env, _, table, adder = parts()
+    feed(env, adder, 1_000, seed=5)
+    env = CorridorEnv(num_envs=2, length=5, max_steps=12)
+    store = StepStore(env.spec, capacity=4_000, lanes=2)
+    rows = RowTable(store, seed=0)
+    feed(env, RewardFilter(store, [rows], share=0.2, seed=0, n=2, discount=0.5), 1_000, seed=5)
+    assert windows(rows) == windows(table) and rows.size > 0
 
 
 def test_its_checkpoint_carries_its_random_generator(tmp_path):
