@@ -47,9 +47,10 @@ class Recency(Selector):
 
     def sequential_weights(self, slots: np.ndarray, retires: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Draw ``j``'s probability among the items the draws before it did not retire (max_times_sampled)."""
-        w = self.weights()[slots]
+        weights = self.weights()
+        w = weights[slots]
         gone = np.cumsum(w * retires) - w * retires  # the weight retired before each draw
-        return w / (self.weights().sum() - gone), np.ones(len(slots), np.float32)
+        return w / (weights.sum() - gone), np.ones(len(slots), np.float32)
 
     def config(self) -> dict:
         return {"rate": self.rate, "seed": self.seed}

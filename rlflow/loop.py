@@ -213,8 +213,7 @@ class _Loop:
     and logs, evaluates and checkpoints when their env steps come."""
 
     def __init__(self, env: Environment, policy: Policy, learner: Learner | None, adder: Adder, table: TableBase,
-                 steps: int,
-                 batch_size: int, config: RunConfig) -> None:
+                 steps: int, batch_size: int, config: RunConfig) -> None:
         if int(steps) < 1 or int(batch_size) < 1:
             raise ValueError(f"steps and batch_size must be >= 1, got {steps} and {batch_size}")
         check_parts(env, policy, learner, adder, table, config.eval_env)

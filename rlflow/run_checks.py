@@ -53,11 +53,16 @@ def check_env(env: Any, name: str, caller: str = "rlflow.run") -> None:
     from rlflow.envs.kinds import wrapper_for  # (imports gymnasium: only on this error's way)
 
     wrapper = wrapper_for(env)
-    hint = (f"wrap it: {wrapper}" if wrapper else
-            "use envs.GymEnvironment(gymnasium_env), envs.make(env_id, num_envs=...) or "
-            "envs.ParallelEnvironment([pettingzoo_env, ...])")
+    if wrapper:
+        got, hint = type(env).__name__, f"wrap it: {wrapper}"
+    else:  # an object of one's own: the members of the protocol it lacks
+        missing = [m for m in vars(Environment) if not m.startswith("_") and not hasattr(env, m)]
+        got = f"{type(env).__name__} (no {', '.join(missing)})"
+        hint = ("use envs.GymEnvironment(gymnasium_env), envs.make(env_id, num_envs=...) or "
+                "envs.ParallelEnvironment([pettingzoo_env, ...]), or give your own class the members of "
+                "rlflow.Environment")
     raise TypeError(f"{name}: {caller} expected an rlflow env (it steps every lane at once and knows its action "
-                    f"spec), got {type(env).__name__}; {hint}")
+                    f"spec), got {got}; {hint}")
 
 
 def check_parts(env: Any, policy: Any, learner: Any, adder: Any, table: Any, eval_env: Any) -> None:

@@ -68,7 +68,8 @@ def _run_with(**parts):
      r"envs.make\(env_id, num_envs=...\)"),
     ({"env": gym.make_vec("CartPole-v1", 1)}, r"got CartPoleVectorEnv; wrap it: envs.GymEnvironment\(vector_env\)"),
     ({"env": DyingAgents()}, r"got DyingAgents; wrap it: envs.ParallelEnvironment\(\[env, ...\]\)"),
-    ({"env": "CartPole-v1"}, r"got str; use envs.GymEnvironment\(gymnasium_env\), envs.make\(env_id"),
+    ({"env": "CartPole-v1"}, r"got str \(no num_envs, action_spec, single_action_space, reset, step\); use "
+                             r"envs.GymEnvironment\(gymnasium_env\), envs.make\(env_id"),
     ({"eval_env": gym.make("CartPole-v1")}, r"eval_env: rlflow.run expected an rlflow env .*envs.GymEnvironment"),
     ({"policy": lambda obs, state: (obs, None, state)},
      r"policy: rlflow.run expected an rlflow.Policy \(act\(observation, state, \*, evaluation\) -> \(actions, "

@@ -146,6 +146,12 @@ def test_disk_backend_needs_empty_directory(tmp_path):
         StepStore(SPEC, 4, backend="cloud")
 
 
+@pytest.mark.parametrize("spec", [Field((2,), np.float32), (Field((), np.int64),)])
+def test_a_spec_that_is_not_a_dict_is_refused_naming_what_to_give(spec):
+    with pytest.raises(SpecError, match=r"spec: expected a dict of named specs .*got (Field|tuple)"):
+        StepStore(spec, 4)
+
+
 # A write is (lane or None for all lanes, number of rows, first-flags).
 writes = st.lists(
     st.tuples(st.one_of(st.none(), st.integers(0, 2)), st.integers(1, 4), st.lists(st.booleans(), min_size=4,

@@ -99,7 +99,7 @@ class Adder:
 
     def __init__(self, store: StepStore, tables: Sequence[TableBase], *, view: ItemView, item_spec: Any,
                  priority_fns: Mapping[str, PriorityFn] | None, min_capacity: int, stage_steps: int = 1) -> None:
-        if not isinstance(store.spec, Mapping) or any(k not in store.spec for k in _ROW_KEYS):
+        if any(k not in store.spec for k in _ROW_KEYS):
             raise SpecError(f"an adder needs a store whose spec has the keys {list(_ROW_KEYS)} "
                             f"(build it with rlflow.types.step_spec), got {list(store.fields)}")
         extra = [k for k in store.spec if k not in (*_ROW_KEYS, "extras")]
@@ -276,9 +276,9 @@ class Adder:
             continued = np.flatnonzero(code == KS.CONTINUE)
             started = np.flatnonzero((code == KS.START) | (code == KS.END_START))
             self.on_step(StepEvents(ended=lanes[ended], final_rows=final[ended], episode_starts=episode[ended],
-                                  terminated=terminated[a + s, ended], continued=lanes[continued],
-                                  continued_rows=new[continued], continued_starts=episode[continued],
-                                  started=lanes[started], started_rows=new[started]))
+                                    terminated=terminated[a + s, ended], continued=lanes[continued],
+                                    continued_rows=new[continued], continued_starts=episode[continued],
+                                    started=lanes[started], started_rows=new[started]))
 
     # ------------------------------------------------------------------ ending episodes
     def truncate(self, lanes: Any = None) -> None:
@@ -310,8 +310,8 @@ class Adder:
             empty = lanes_arr[:0]
             ended = lanes_arr[acted]
             self.on_step(StepEvents(ended=ended, final_rows=rows[acted], episode_starts=starts[acted],
-                                  terminated=np.zeros(ended.size, bool), continued=empty, continued_rows=empty,
-                                  continued_starts=empty, started=empty, started_rows=empty, final_was_open=True))
+                                    terminated=np.zeros(ended.size, bool), continued=empty, continued_rows=empty,
+                                    continued_starts=empty, started=empty, started_rows=empty, final_was_open=True))
             if (~acted).any():
                 self.on_dropped(lanes_arr[~acted])
 

@@ -188,8 +188,8 @@ class NStepTransition(Adder):
         m = KS.nstep_items(a, steps, codes, rows, terminated, lanes, final_was_open, self._packed_items)
         if m:
             # Views of the outputs: every table copies what it keeps before the next write.
-            self.insert_items(out.lanes[:m], out.starts[:m], out.lengths[:m],
-                         {"return": out.returns[:m].reshape(m, *self._reward_shape), "discount": out.discounts[:m]})
+            fields = {"return": out.returns[:m].reshape(m, *self._reward_shape), "discount": out.discounts[:m]}
+            self.insert_items(out.lanes[:m], out.starts[:m], out.lengths[:m], fields)
 
 
 def _items_out(size: int, reward_size: int) -> KS.ItemsOut:

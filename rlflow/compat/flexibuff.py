@@ -294,18 +294,16 @@ class FlexibleBuffer:
         if extra:
             raise ValueError(f"save_transition: {extra} given, but this buffer was not built to store them")
         stored_masks = self._masks()
-        masks = None
+        # (a stored [n_agents, mem_size, cardinality] mask, this step's [n_agents, cardinality] value for it)
+        mask_writes: list[tuple[np.ndarray, np.ndarray]] = []
         if stored_masks is not None:
             if action_mask is None or action_mask_ is None:
                 raise ValueError("save_transition: this buffer stores action masks: expected action_mask and "
                                  "action_mask_ (one [n_agents, cardinality] array per discrete head)")
-            heads = self.discrete_action_cardinalities
-            if heads is None:
-                raise ValueError("save_transition: this buffer stores action masks but has no "
-                                 "discrete_action_cardinalities")
-            masks = [[self._checked(f"{which}[{i}]", m[i] if len(m) > i else None, (a, h), np.float32)
-                      for i, h in enumerate(heads)] for which, m in
-                     (("action_mask", action_mask), ("action_mask_", action_mask_))]
+            for which, given, stored in (("action_mask", action_mask, stored_masks[0]),
+                                         ("action_mask_", action_mask_, stored_masks[1])):
+                mask_writes += [(s, self._checked(f"{which}[{h}]", given[h] if len(given) > h else None,
+                                                  (s.shape[0], s.shape[2]), np.float32)) for h, s in enumerate(stored)]
         elif action_mask is not None or action_mask_ is not None:
             raise ValueError("save_transition: action masks given, but this buffer was built with action_mask=False")
         weight = float(memory_weight)
@@ -320,10 +318,8 @@ class FlexibleBuffer:
                 arr[:, i] = value
             else:
                 arr[i] = value
-        if stored_masks is not None and masks is not None:  # both or neither
-            for h in range(len(masks[0])):
-                stored_masks[0][h][:, i] = masks[0][h]
-                stored_masks[1][h][:, i] = masks[1][h]
+        for mask, value in mask_writes:
+            mask[:, i] = value
         if self.memory_weights is not None:
             weights, tree = self._weights()
             weights[i] = weight

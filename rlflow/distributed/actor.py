@@ -66,9 +66,8 @@ class ActorWorker:
     """
 
     def __init__(self, index: int, make_env: Callable[[int], Environment], make_policy: Callable[[int], Policy],
-                 server: Any,
-                 source: Any, spec: Any, lanes: Any, *, block_steps: int, sync_period: int, max_in_flight: int,
-                 seed: int | None, wait_timeout: float = 60.0, on_policy: bool = False) -> None:
+                 server: Any, source: Any, spec: Any, lanes: Any, *, block_steps: int, sync_period: int,
+                 max_in_flight: int, seed: int | None, wait_timeout: float = 60.0, on_policy: bool = False) -> None:
         self.index = index
         self.env = make_env(index)
         check_env(self.env, f"make_env({index})", "rlflow.distributed.run")

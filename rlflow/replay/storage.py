@@ -86,11 +86,14 @@ class StepStore:
             raise ValueError(f"capacity must be >= 2 rows per lane, got {capacity}")
         if int(lanes) < 1:
             raise ValueError(f"lanes must be >= 1, got {lanes}")
+        if not isinstance(spec, Mapping):
+            raise SpecError(f"spec: expected a dict of named specs (e.g. rlflow.types.step_spec(observation, action) "
+                            f"or {{'obs': Field(...)}}), got {type(spec).__name__}")
         self.spec = spec
         self.fields: dict[str, Field] = _specs.flatten_spec(spec)
         if not self.fields:
             raise SpecError("the spec has no fields")
-        self._flat_spec = isinstance(spec, dict) and all(isinstance(f, Field) for f in spec.values())
+        self._flat_spec = all(isinstance(f, Field) for f in spec.values())
         self._unflatten_plan = _specs.unflatten_plan(spec)
         self.capacity = int(capacity)
         self.num_lanes = int(lanes)
@@ -233,7 +236,7 @@ class StepStore:
         if self._flat_spec and type(data) is dict and data.keys() == self.fields.keys():
             flat = data  # a flat spec given a dict with exactly its keys: nothing to flatten
         elif partial:
-            if not isinstance(self.spec, Mapping) or not isinstance(data, Mapping) or not data:
+            if not isinstance(data, Mapping) or not data:
                 raise SpecError("a partial write takes a dict with some of the spec's top-level keys")
             unknown = [k for k in data if k not in self.spec]
             if unknown:

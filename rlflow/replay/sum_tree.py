@@ -1,11 +1,6 @@
-"""A batched sum tree with a min tree beside it, over ``capacity`` non-negative leaves.
-
-The tree's layout (``BRANCH``-ary levels in one flat array, shaped for the CPU cache) and its compiled routines are
-in :mod:`rlflow.kernels.sum_tree`; this class owns the arrays and checks what it is given. Every internal node is
-recomputed from its children in a fixed order, never by adding a delta: values do not drift however many updates
-are made, and the tree is a pure function of its leaves (a rebuild gives it bit for bit). A batch of updates is
-applied in order (a repeated leaf keeps its last value).
-"""
+"""A batched sum tree with a min tree beside it, over ``capacity`` non-negative leaves: the arrays, and calls
+of the compiled routines of :mod:`rlflow.kernels.sum_tree`, which describes the tree's layout and its
+guarantees (no drift, batches applied in order)."""
 
 from __future__ import annotations
 

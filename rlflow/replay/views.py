@@ -59,7 +59,7 @@ def under(name: str, prefix: str) -> bool:
 
 def nest_part(store: Any, flat: dict[str, np.ndarray], prefix: str) -> Any:
     """The columns under ``prefix`` in the spec's nesting of that part of the row (None if absent)."""
-    part = store.spec.get(prefix) if isinstance(store.spec, dict) else None
+    part = store.spec.get(prefix)
     return None if part is None else _specs.unflatten(part, flat, prefix)
 
 
@@ -135,7 +135,7 @@ def _transition_plan(store: Any) -> _TransitionPlan:
         flat = store.flat_columns()
         nest: dict[str, Callable[[dict[str, np.ndarray]], Any]] = {}
         for prefix in ("observation", "action", "extras"):
-            part = store.spec.get(prefix) if isinstance(store.spec, dict) else None
+            part = store.spec.get(prefix)
             if part is None:
                 nest[prefix] = lambda cols: None
             elif isinstance(part, _specs.Field):
