@@ -1,5 +1,5 @@
-"""DQN on CartPole-v1 in 33 lines of code (blank lines, comments and docstrings not counted; tests/test_examples.py
-counts them): the learner (15 of them) is the algorithm; rlflow gives the env, the replay, the epsilon-greedy
+"""DQN on CartPole-v1 in 32 lines of code (blank lines, comments and docstrings not counted; tests/test_examples.py
+counts them): the learner (14 of them) is the algorithm; rlflow gives the env, the replay, the epsilon-greedy
 policy and the loop. Its greedy evaluation at 50,000 env steps is 500 (the most a CartPole episode pays) on
 seeds 0, 1 and 2 (benchmarks/RESULTS.md, 2026-11-26); the full baseline, with options and logging, is
 baselines/dqn.py.
@@ -8,11 +8,10 @@ baselines/dqn.py.
     python examples/dqn_minimal.py --seed 1 --steps 1500  # another seed; a quick check that it runs
 """
 
-import copy
-
 import torch
 import tyro
 from torch import nn
+from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 import rlflow
 from rlflow import adders, envs, policies
@@ -22,10 +21,10 @@ from rlflow.replay import Fifo, SampleToInsertRatio, StepStore, Table, Uniform
 class DQN(rlflow.Learner):
     """Double DQN on 3-step transitions: the Huber loss of Q(s, a) against R + discount * Q_target(s', a*), a* the
     online network's choice (R sums 3 rewards; the sample's discount is 0.99^3, or 0 after termination); the
-    target network moves 2% of the way to the online one every step."""
+    target network is an exponential moving average of the online one (2% of the way to it every step)."""
 
     def __init__(self, q: nn.Module) -> None:
-        self.q, self.target = q, copy.deepcopy(q).requires_grad_(False)
+        self.q, self.target = q, AveragedModel(q, multi_avg_fn=get_ema_multi_avg_fn(0.98)).requires_grad_(False)
         self.optimizer = torch.optim.Adam(q.parameters(), lr=2.3e-3)
 
     def step(self, sample):
@@ -36,8 +35,7 @@ class DQN(rlflow.Learner):
         self.optimizer.zero_grad()
         loss.backward()
         self.optimizer.step()
-        for t, p in zip(self.target.parameters(), self.q.parameters(), strict=True):
-            t.lerp_(p.detach(), 0.02)
+        self.target.update_parameters(self.q)
         return {"loss": loss.item()}
 
 

@@ -7,40 +7,17 @@ returns ``|TD error|`` as the sampled items' new priorities (double DQN on CartP
 
 import argparse
 
-import numpy as np
 import torch
 from torch import nn
 
 import rlflow
-from rlflow import adders, envs
+from rlflow import adders, envs, policies
 from rlflow.replay import Fifo, Prioritized, SampleToInsertRatio, StepStore, Table
 
 
 def q_network() -> nn.Sequential:
     """CartPole's 4 observation values in, one Q-value per action (2) out."""
     return nn.Sequential(nn.Linear(4, 128), nn.ReLU(), nn.Linear(128, 2))
-
-
-class EpsilonGreedy(rlflow.Policy):
-    """A random action with probability epsilon, which falls from 1 to 0.05 over the first 20% of the
-    run's steps; the greedy action otherwise, and always in evaluation."""
-
-    def __init__(self, q: nn.Module, total_steps: int) -> None:
-        self.q = q
-        self.decay_steps = 0.2 * total_steps
-        self.steps = 0
-        self.rng = np.random.default_rng(0)
-
-    def act(self, observation, state, *, evaluation=False):
-        epsilon = 0.0
-        if not evaluation:
-            self.steps += len(observation)
-            epsilon = max(0.05, 1 - self.steps / self.decay_steps)
-        with torch.no_grad():
-            greedy = self.q(torch.as_tensor(observation)).argmax(1).numpy()
-        explore = self.rng.random(len(observation)) < epsilon
-        random = self.rng.integers(0, 2, len(observation))
-        return np.where(explore, random, greedy), None, state
 
 
 class PERLearner(rlflow.Learner):
@@ -91,7 +68,7 @@ def main() -> None:
     adder = adders.NStepTransition(store, [table], n=3, discount=0.99)
 
     learner = PERLearner()
-    policy = EpsilonGreedy(learner.q, steps)
+    policy = policies.EpsilonGreedy(learner.q, 2, decay_steps=int(0.2 * steps), seed=0)  # epsilon 1 -> 0.05
     eval_env = envs.make("CartPole-v1", num_envs=None)
     result = rlflow.run(env, policy, learner, adder, table, steps=steps, batch_size=64, eval_env=eval_env,
                         eval_every=steps // 3, seed=0)
