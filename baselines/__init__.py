@@ -17,6 +17,7 @@ import numpy as np
 from gymnasium.wrappers import RecordVideo
 
 import rlflow
+from baselines._presets import write_config
 from rlflow.replay.sample import to_torch
 
 if TYPE_CHECKING:
@@ -36,6 +37,9 @@ class RunArgs:
     wandb_project: str | None = None  # also log the run to Weights & Biases under this project (rlflow[wandb])
     wandb_mode: Literal["online", "offline", "disabled"] | None = None  # offline: wandb sync uploads the run later
     device: str = "auto"  # where the networks train: cpu, cuda, cuda:N, or auto (cuda when available, else cpu)
+    preset: str = "auto"  # auto: the env's preset (baselines/presets/NAME.yaml) if it has one; none: the defaults
+    list_presets: bool = False  # print the presets (env, flags, source) and exit
+    config: str = ""  # a run's <logdir>/config.json: its settings as the defaults (flags given here still win)
 
 
 def torch_device(args: Any) -> torch.device:
@@ -359,6 +363,7 @@ def train(name: str, args: Any, env: Any, eval_env: Any, policy: Any, learner: A
         env.close()
         return evaluate_saved(args, eval_env, policy, learner)
     logdir = Path(args.logdir)
+    write_config(args)  # every setting, as the preset and the command line made them: --config runs them again
     best = BestLearner(logdir / "learner_best.pt", args, learner, resume=args.resume)
     observers: list[Any] = [best]
     wandb_logger = wandb_logger_of(name, args)

@@ -10,12 +10,12 @@ prioritized table under a SampleToInsertRatio rate limiter (how many samples eac
 the loop. This file is the algorithm: the TD loss, the learner and the epsilon-greedy policy, on
 ``baselines/_nets.py``'s ``QNetwork`` (an MLP, with an optional dueling head).
 The defaults start from RL Baselines3 Zoo's CartPole-v1 DQN (learning rate 2.3e-3, batch 64, epsilon
-falling to 0.04 over the first 16% of the run; to 0.1 on Acrobot-v1, the one setting that depends on the
-env, in ``FINAL_EPSILON``) and add what keeps the greedy policy stable to the end:
+falling to 0.04 over the first 16% of the run) and add what keeps the greedy policy stable to the end:
 double Q, 3-step returns, a target moving 0.02 of the way to the online network after every learner
 step (CleanRL's and SB3's ``tau``), the learning rate falling linearly to 0, and the gradient norm
 clipped at 10; one learner step of 64 every 4 env steps on 128-128 networks (16 samples per inserted
-transition, spread evenly). baselines/README.md has their runs on CartPole-v1 and Acrobot-v1.
+transition, spread evenly). baselines/README.md has their runs on CartPole-v1 and Acrobot-v1. Other envs
+have presets (``baselines/presets/dqn.yaml``: ``--env-id NAME`` applies NAME's; ``--list-presets``).
 
 With ``--num-actors N`` the run is Ape-X's layout on ``rlflow.distributed`` (``pip install "rlflow[ray]"``):
 N actor processes, each with ``--num-envs`` envs and a Q-network of its own whose epsilon falls from 1 over
@@ -34,7 +34,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import torch.nn.functional as F
-import tyro
 from torch import nn
 
 import rlflow
@@ -50,13 +49,10 @@ from baselines import (
     train,
 )
 from baselines._nets import QNetwork, device_of
+from baselines._presets import parse
 from rlflow import adders, envs
 from rlflow.policies import EpsilonGreedy
 from rlflow.replay import Fifo, Prioritized, SampleToInsertRatio, StepStore, Table, Uniform
-
-# The final epsilon where an env needs its own (RL Baselines3 Zoo's Acrobot-v1 value: with 0.04 some greedy
-# Acrobot episodes stall at -500); every other env gets 0.04. --exploration-final-eps overrides both.
-FINAL_EPSILON: dict[str, float] = {"Acrobot-v1": 0.1}
 
 
 @dataclass
@@ -80,7 +76,7 @@ class Args(RunArgs, ActorArgs, VideoArgs):
     tau: float = 0.02  # each update moves the target this share of the way to the online network (1: a copy)
     anneal_lr: bool = True  # the learning rate falls linearly to 0 over the run's learner steps
     exploration_fraction: float = 0.16  # share of total_steps over which epsilon falls to its final value
-    exploration_final_eps: float | None = None  # None: the env's own in FINAL_EPSILON, else 0.04
+    exploration_final_eps: float = 0.04  # epsilon after exploration_fraction of the run (Acrobot's preset: 0.1)
     hidden: tuple[int, ...] = (128, 128)  # sizes of the Q-network's hidden layers
     max_grad_norm: float = 10.0  # the gradient's norm is clipped to this at every learner step
     eval_every: int = 10_000  # env steps between evaluations (0: only at the end)
@@ -168,20 +164,13 @@ class DQNLearner(rlflow.Learner):
         self.steps = state["steps"]
 
 
-def final_epsilon(args: Args) -> float:
-    """``--exploration-final-eps`` if given, else the env's own in :data:`FINAL_EPSILON`, else 0.04."""
-    if args.exploration_final_eps is not None:
-        return args.exploration_final_eps
-    return FINAL_EPSILON.get(args.env_id, 0.04)
-
-
 def exploration(q: QNetwork, n_actions: int, args: Args, actor: int | None = None) -> EpsilonGreedy:
     """The epsilon-greedy policy: epsilon falls from 1 over the first ``exploration_fraction`` of the run to
-    :func:`final_epsilon`; for actor ``actor`` of several, over its share of the run (``total_steps /
+    ``exploration_final_eps``; for actor ``actor`` of several, over its share of the run (``total_steps /
     num_actors``) to its own final value (:func:`actor_epsilon`). In an actor process the network it is given
     (``set_params``) is a copy of the learner's, on the CPU."""
     steps = args.total_steps if actor is None else args.total_steps / max(1, args.num_actors)
-    end = final_epsilon(args) if actor is None else actor_epsilon(args, actor)
+    end = args.exploration_final_eps if actor is None else actor_epsilon(args, actor)
     return EpsilonGreedy(q, n_actions, decay_steps=max(1, int(args.exploration_fraction * steps)), end=end,
                          seed=args.seed)
 
@@ -194,8 +183,8 @@ def apex_epsilon(actor: int, num_actors: int) -> float:
 
 def actor_epsilon(args: Args, actor: int) -> float:
     """Actor ``actor``'s final epsilon: Ape-X's (:func:`apex_epsilon`), no lower than the one-process run's
-    (:func:`final_epsilon`)."""
-    return max(apex_epsilon(actor, args.num_actors), final_epsilon(args))
+    (``exploration_final_eps``)."""
+    return max(apex_epsilon(actor, args.num_actors), args.exploration_final_eps)
 
 
 def main(args: Args) -> rlflow.RunResult:
@@ -231,5 +220,13 @@ def main(args: Args) -> rlflow.RunResult:
     return train("DQN", args, env, eval_env, policy, learner, adder, table, actors=(parts.env, parts.policy))
 
 
+def parse_args(argv: list[str] | None = None, prog: str | None = None) -> Args:
+    """DQN's settings from the command line ``argv`` (default: the process's), on top of the preset of the
+    env ``--env-id`` names (``baselines/presets/dqn.yaml``) or of a run's ``--config``."""
+    return parse(Args, "dqn", argv, prog=prog,
+                 hint="--learning-rate, --total-steps, --exploration-fraction, --exploration-final-eps, "
+                      "--samples-per-insert, --n-step, --tau or --target-update-period")
+
+
 if __name__ == "__main__":
-    main(tyro.cli(Args))
+    main(parse_args())

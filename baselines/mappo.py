@@ -38,13 +38,13 @@ from typing import Any
 
 import numpy as np
 import torch
-import tyro
 from torch import nn
 
 import rlflow
 from baselines import RunArgs, rollout_queue, to_device, torch_device, train
 from baselines._mpe import make_env, paper_scale, team_dims
 from baselines._nets import categorical, device_of, mlp, ppo_terms, time_major
+from baselines._presets import parse
 from rlflow import specs
 from rlflow.minibatches import chunk_resets, feedforward, recurrent_chunks, take
 from rlflow.returns import ValueNormalizer, gae
@@ -391,5 +391,12 @@ def main(args: Args) -> rlflow.RunResult:
     return result
 
 
+def parse_args(argv: list[str] | None = None, prog: str | None = None) -> Args:
+    """MAPPO's settings from the command line ``argv`` (default: the process's), on top of the preset of the
+    env ``--env-id`` names (``baselines/presets/mappo.yaml``) or of a run's ``--config``."""
+    return parse(Args, "mappo", argv, prog=prog,
+                 hint="--n-agents, --num-envs, --num-minibatches, --gamma, --learning-rate, --ent-coef, --total-steps")
+
+
 if __name__ == "__main__":
-    main(tyro.cli(Args))
+    main(parse_args())

@@ -28,7 +28,6 @@ from typing import Any
 import gymnasium
 import numpy as np
 import torch
-import tyro
 from gymnasium.wrappers import ClipAction
 from torch import nn
 
@@ -46,6 +45,7 @@ from baselines import (
     train,
 )
 from baselines._nets import categorical, device_of, mlp, ppo_terms, time_major
+from baselines._presets import parse
 from rlflow import envs, specs
 from rlflow.minibatches import chunk_resets, feedforward, recurrent_chunks, take
 from rlflow.returns import ValueNormalizer, gae
@@ -351,5 +351,13 @@ def main(args: Args) -> rlflow.RunResult:
                  on_policy=True)
 
 
+def parse_args(argv: list[str] | None = None, prog: str | None = None) -> Args:
+    """PPO's settings from the command line ``argv`` (default: the process's), on top of the preset of the
+    env ``--env-id`` names (``baselines/presets/ppo.yaml``) or of a run's ``--config``."""
+    return parse(Args, "ppo", argv, prog=prog,
+                 hint="--num-envs, --n-steps, --minibatch-size, --n-epochs, --gamma, --gae-lambda, --learning-rate, "
+                      "--ent-coef, --total-steps")
+
+
 if __name__ == "__main__":
-    main(tyro.cli(Args))
+    main(parse_args())

@@ -31,13 +31,13 @@ from typing import Any
 
 import numpy as np
 import torch
-import tyro
 from torch import nn
 
 import rlflow
 from baselines import RunArgs, to_device, torch_device, train
 from baselines._mpe import make_env, paper_scale, team_dims
 from baselines._nets import device_of, masked_max
+from baselines._presets import parse
 from rlflow import adders
 from rlflow.replay import Fifo, SampleToInsertRatio, StepStore, Table, Uniform
 from rlflow.returns import ValueNormalizer, lambda_returns
@@ -347,5 +347,12 @@ def main(args: Args) -> rlflow.RunResult:
     return result
 
 
+def parse_args(argv: list[str] | None = None, prog: str | None = None) -> Args:
+    """QMIX's settings from the command line ``argv`` (default: the process's), on top of the preset of the
+    env ``--env-id`` names (``baselines/presets/qmix.yaml``) or of a run's ``--config``."""
+    return parse(Args, "qmix", argv, prog=prog,
+                 hint="--n-agents, --batch-size, --samples-per-insert, --epsilon-steps, --learning-rate, --total-steps")
+
+
 if __name__ == "__main__":
-    main(tyro.cli(Args))
+    main(parse_args())

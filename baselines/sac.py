@@ -23,7 +23,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import torch.nn.functional as F
-import tyro
 from torch import nn
 
 import rlflow
@@ -40,6 +39,7 @@ from baselines import (
     train,
 )
 from baselines._nets import Critic, device_of, mlp
+from baselines._presets import parse
 
 LOG_STD_MIN = -20.0  # the actor's log standard deviations are clamped to [LOG_STD_MIN, LOG_STD_MAX]
 LOG_STD_MAX = 2.0
@@ -206,5 +206,13 @@ def main(args: Args) -> rlflow.RunResult:
     return train("SAC", args, env, eval_env, policy, learner, adder, table, actors=(parts.env, parts.policy))
 
 
+def parse_args(argv: list[str] | None = None, prog: str | None = None) -> Args:
+    """SAC's settings from the command line ``argv`` (default: the process's), on top of the preset of the
+    env ``--env-id`` names (``baselines/presets/sac.yaml``) or of a run's ``--config``."""
+    return parse(Args, "sac", argv, prog=prog,
+                 hint="--learning-rate, --gamma, --tau, --learning-starts, --samples-per-insert, --hidden, "
+                      "--total-steps")
+
+
 if __name__ == "__main__":
-    main(tyro.cli(Args))
+    main(parse_args())

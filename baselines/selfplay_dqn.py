@@ -28,12 +28,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import tyro
 from torch import nn
 
 import rlflow
 from baselines import RunArgs, saved_file, to_device, torch_device, wandb_logger_of
 from baselines._nets import QNetwork, device_of, masked_max
+from baselines._presets import parse, write_config
 from rlflow import adders
 from rlflow.envs import AECEnvironment
 from rlflow.loggers import make_logger, progress_bar
@@ -149,6 +149,7 @@ def main(args: Args) -> dict[str, float]:
     target.load_state_dict(q.state_dict())
     optimizer = torch.optim.Adam(q.parameters(), lr=args.learning_rate, fused=True)
     rng = np.random.default_rng(args.seed)
+    write_config(args)  # every setting, as the preset and the command line made them: --config runs them again
     logger = make_logger(args.logdir)
     wandb_logger = wandb_logger_of("self-play DQN", args)
     if wandb_logger is not None:
@@ -211,5 +212,12 @@ def main(args: Args) -> dict[str, float]:
     return final
 
 
+def parse_args(argv: list[str] | None = None, prog: str | None = None) -> Args:
+    """self-play DQN's settings from the command line ``argv`` (default: the process's), on top of the preset of the
+    game ``--game`` names (``baselines/presets/selfplay_dqn.yaml``) or of a run's ``--config``."""
+    return parse(Args, "selfplay_dqn", argv, prog=prog, env_field="game",
+                 hint="--total-turns, --learning-rate, --exploration-fraction, --epsilon-end, --samples-per-insert")
+
+
 if __name__ == "__main__":
-    main(tyro.cli(Args))
+    main(parse_args())

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import torch.nn.functional as F
-import tyro
 from torch import nn
 
 import rlflow
@@ -39,6 +38,7 @@ from baselines import (
     train,
 )
 from baselines._nets import Critic, device_of, mlp
+from baselines._presets import parse
 
 
 @dataclass
@@ -194,5 +194,13 @@ def main(args: Args) -> rlflow.RunResult:
     return train("TD3", args, env, eval_env, policy, learner, adder, table, actors=(parts.env, parts.policy))
 
 
+def parse_args(argv: list[str] | None = None, prog: str | None = None) -> Args:
+    """TD3's settings from the command line ``argv`` (default: the process's), on top of the preset of the
+    env ``--env-id`` names (``baselines/presets/td3.yaml``) or of a run's ``--config``."""
+    return parse(Args, "td3", argv, prog=prog,
+                 hint="--learning-rate, --gamma, --exploration-noise, --learning-starts, --samples-per-insert, "
+                      "--hidden, --total-steps")
+
+
 if __name__ == "__main__":
-    main(tyro.cli(Args))
+    main(parse_args())

@@ -32,6 +32,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from baselines import dqn, ppo, sac, td3
+from baselines._presets import load as load_presets
+from baselines._presets import typed
 
 BASELINES = {"dqn": dqn, "ppo": ppo, "sac": sac, "td3": td3}
 
@@ -44,8 +46,16 @@ class Config:
     env_id: str
     steps: int
     target: float | None  # the return the issue's targets set (None: none set; the run reports what it reaches)
-    rlflow: dict[str, Any] = field(default_factory=dict)
+    rlflow: dict[str, Any] = field(default_factory=dict)  # rlflow's flags (a preset's: see preset())
     sb3: dict[str, Any] = field(default_factory=dict)
+
+
+def preset(algo: str, env_id: str, target: float | None, sb3: dict[str, Any]) -> Config:
+    """The configuration of a baseline's preset (baselines/presets/ALGO.yaml): rlflow runs the preset's flags,
+    as ``python -m baselines.ALGO --env-id ENV`` does, for its total_steps; SB3 runs ``sb3``."""
+    flags = typed(BASELINES[algo].Args, load_presets(algo)[env_id]["flags"])
+    steps = flags.pop("total_steps", BASELINES[algo].Args().total_steps)
+    return Config(algo, env_id, steps, target, rlflow=flags, sb3=sb3)
 
 
 # DQN. SB3 trains in bursts (gradient_steps every train_freq env steps); rlflow spreads the same number of
@@ -60,9 +70,11 @@ DQN_CARTPOLE_SB3 = {"learning_rate": ("linear", 2.3e-3), "batch_size": 64, "buff
                     "learning_starts": 1_000, "gamma": 0.99, "n_steps": 3, "train_freq": 4, "gradient_steps": 1,
                     "target_update_interval": 4, "tau": 0.02, "exploration_fraction": 0.16,
                     "exploration_final_eps": 0.04, "policy_kwargs": {"net_arch": [128, 128]}}
-# Acrobot and LunarLander: RL Baselines3 Zoo's setting, one-step targets without double Q and target copies
-# every 250 learner steps, a constant learning rate (LunarLander needs box2d, which the bench extra installs
-# with gymnasium[box2d]).
+# Acrobot's preset: rlflow's defaults with the zoo's final epsilon (0.1); SB3 as on CartPole, with it.
+DQN_ACROBOT_SB3 = {**DQN_CARTPOLE_SB3, "exploration_final_eps": 0.1}
+# Zoo's Acrobot and LunarLander settings: one-step targets without double Q and target copies every 250
+# learner steps, a constant learning rate (LunarLander's preset; LunarLander needs box2d, which the bench
+# extra installs with gymnasium[box2d]).
 DQN_ZOO_RLFLOW = {"learning_rate": 6.3e-4, "batch_size": 128, "buffer_size": 50_000, "learning_starts": 128,
                   "samples_per_insert": 128.0, "target_update_period": 250, "tau": 1.0, "n_step": 1,
                   "double_q": False, "anneal_lr": False, "exploration_fraction": 0.12,
@@ -71,10 +83,28 @@ DQN_ZOO_SB3 = {"learning_rate": 6.3e-4, "batch_size": 128, "buffer_size": 50_000
                "target_update_interval": 250, "train_freq": 4, "gradient_steps": -1, "exploration_fraction": 0.12,
                "exploration_final_eps": 0.1, "policy_kwargs": {"net_arch": [256, 256]}}
 
+PPO_LUNARLANDER_SB3 = {"n_envs": 16, "n_steps": 1024, "batch_size": 64, "gae_lambda": 0.98, "gamma": 0.999,
+                       "n_epochs": 4, "ent_coef": 0.01}
+
 CONFIGS = {
     "dqn-cartpole": Config("dqn", "CartPole-v1", 50_000, 475.0, rlflow={}, sb3=DQN_CARTPOLE_SB3),
-    "dqn-acrobot": Config("dqn", "Acrobot-v1", 100_000, -100.0, rlflow=DQN_ZOO_RLFLOW, sb3=DQN_ZOO_SB3),
-    "dqn-lunarlander": Config("dqn", "LunarLander-v3", 100_000, 150.0, rlflow=DQN_ZOO_RLFLOW, sb3=DQN_ZOO_SB3),
+    "dqn-acrobot": preset("dqn", "Acrobot-v1", -100.0, sb3=DQN_ACROBOT_SB3),
+    "dqn-acrobot-zoo": Config("dqn", "Acrobot-v1", 100_000, -100.0, rlflow=DQN_ZOO_RLFLOW, sb3=DQN_ZOO_SB3),
+    "dqn-lunarlander": preset("dqn", "LunarLander-v3", 150.0, sb3=DQN_ZOO_SB3),
+    # Zoo's MountainCar: 8 gradient steps of 128 every 16 env steps, target copies every 600 env steps.
+    "dqn-mountaincar": preset("dqn", "MountainCar-v0", None, sb3={
+        "learning_rate": 4e-3, "batch_size": 128, "buffer_size": 10_000, "learning_starts": 1_000, "gamma": 0.98,
+        "target_update_interval": 600, "train_freq": 16, "gradient_steps": 8, "exploration_fraction": 0.2,
+        "exploration_final_eps": 0.07, "policy_kwargs": {"net_arch": [256, 256]}}),
+    # SAC and TD3 on LunarLanderContinuous: their presets; SB3 with the same settings (a constant learning rate,
+    # Gaussian exploration noise).
+    "sac-lunarlandercontinuous": preset("sac", "LunarLanderContinuous-v3", 200.0, sb3={
+        "learning_rate": 7.3e-4, "buffer_size": 1_000_000, "batch_size": 256, "gamma": 0.99, "tau": 0.01,
+        "train_freq": 1, "gradient_steps": 1, "learning_starts": 10_000, "policy_kwargs": {"net_arch": [400, 300]}}),
+    "td3-lunarlandercontinuous": preset("td3", "LunarLanderContinuous-v3", 200.0, sb3={
+        "learning_rate": 1e-3, "buffer_size": 300_000, "batch_size": 256, "gamma": 0.99, "train_freq": 1,
+        "gradient_steps": 1, "learning_starts": 10_000, "action_noise": ("normal", 0.1),
+        "policy_kwargs": {"net_arch": [400, 300]}}),
     # Zoo's TD3 on Pendulum: one gradient step of 256 per env step after 10,000 steps; Gaussian noise of
     # std 0.1 in action units (rlflow's exploration_noise is in units of the action half-width, 2 here).
     "td3-pendulum": Config(
@@ -92,12 +122,8 @@ CONFIGS = {
              "ent_coef": 0.0, "learning_rate": ("linear", 1e-3), "clip_range": ("linear", 0.2)}),
     # Zoo's PPO on LunarLander: 16 envs of 1,024 steps, minibatches of 64, 4 epochs, gamma .999, lambda .98,
     # entropy .01, constant learning rate 3e-4 and clip range .2 (SB3's defaults).
-    "ppo-lunarlander": Config(
-        "ppo", "LunarLander-v3", 1_000_000, 200.0,
-        rlflow={"num_envs": 16, "n_steps": 1024, "minibatch_size": 64, "gae_lambda": 0.98, "gamma": 0.999,
-                "n_epochs": 4, "ent_coef": 0.01, "learning_rate": 3e-4, "clip_range": 0.2, "anneal": False},
-        sb3={"n_envs": 16, "n_steps": 1024, "batch_size": 64, "gae_lambda": 0.98, "gamma": 0.999, "n_epochs": 4,
-             "ent_coef": 0.01}),
+    "ppo-lunarlander": preset("ppo", "LunarLander-v3", 200.0, sb3=PPO_LUNARLANDER_SB3),
+    "ppo-lunarlandercontinuous": preset("ppo", "LunarLanderContinuous-v3", None, sb3=PPO_LUNARLANDER_SB3),
     # PPO with Box actions (a Gaussian policy): zoo's Pendulum-v1 PPO (4 envs of 1,024 steps, gamma .9,
     # lambda .95, 10 epochs of minibatches of 64, learning rate 1e-3, clip .2, no entropy bonus) without its
     # state-dependent exploration (gSDE), which rlflow's PPO does not have; SB3 runs without it too.
@@ -119,9 +145,9 @@ CONFIGS = {
 def run_rlflow(cfg: Config, seed: int, out: Path) -> tuple[float, float, Any]:
     baseline = BASELINES[cfg.algo]
     # On the CPU, as SB3's runs below (device="cpu"), also where a GPU is.
-    args = replace(baseline.Args(), env_id=cfg.env_id, total_steps=cfg.steps, seed=seed, eval_every=cfg.steps // 5,
-                   logdir=str(out / f"{cfg.algo}-{cfg.env_id}-rlflow-{seed}"), progress=False, device="cpu",
-                   **cfg.rlflow)
+    args = replace(baseline.Args(), **{**cfg.rlflow, "env_id": cfg.env_id, "total_steps": cfg.steps, "seed": seed,
+                                       "eval_every": cfg.steps // 5, "progress": False, "device": "cpu",
+                                       "logdir": str(out / f"{cfg.algo}-{cfg.env_id}-rlflow-{seed}")})
     start = time.perf_counter()
     result = baseline.main(args)
     # Training time: SB3's is timed without evaluation, so rlflow's periodic evaluations are left out too.

@@ -26,7 +26,8 @@ usage: rlflow NAME [--flag value ...]   train baseline NAME (rlflow NAME --help 
 examples:
   rlflow dqn                           DQN on CartPole-v1, as python -m baselines.dqn
   rlflow dqn --evaluate runs/dqn       evaluate the learner that run saved
-  rlflow ppo --env-id LunarLander-v3 --total-steps 1000000
+  rlflow ppo --env-id LunarLander-v3    PPO with LunarLander's preset (zoo's settings, 1M steps)
+  rlflow ppo --list-presets            the envs PPO has presets for, their flags and sources
 """
 
 
@@ -71,9 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     if root not in sys.path:
         sys.path.insert(0, root)
     module = importlib.import_module(f"baselines.{name}")
-    import tyro
-
-    module.main(tyro.cli(module.Args, args=rest, prog=f"rlflow {name}"))
+    # The baseline's flags on top of the preset of the env they name (baselines/presets/NAME.yaml).
+    module.main(module.parse_args(rest, prog=f"rlflow {name}"))
     return 0
 
 

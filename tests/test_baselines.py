@@ -88,12 +88,13 @@ def test_dqn_with_actor_processes_runs_apex_style(ray_local, tmp_path):
     assert abs(result.learner_steps - (result.env_steps - 200) * 8 / 32) <= 32 * 3 * 8 * 2 / 32 + 64
     assert {float(r["actor"]) for r in read_csv(tmp_path / "train.csv")} == {0.0, 1.0}
     assert [dqn.apex_epsilon(i, 3) for i in range(3)] == pytest.approx([0.4, 0.4 ** 4.5, 0.4 ** 8])
-    # Each actor's final epsilon: Ape-X's, no lower than the one-process run's (the env's, or the flag).
+    # Each actor's final epsilon: Ape-X's, no lower than the one-process run's (the env's preset's, or the flag).
     for env_id, n, flag, want in [("CartPole-v1", 2, None, [0.4, 0.04]), ("Acrobot-v1", 2, None, [0.4, 0.1]),
                                   ("CartPole-v1", 4, None, [0.4, 0.4 ** (1 + 7 / 3), 0.04, 0.04]),
-                                  ("CartPole-v1", 3, 0.001, [0.4, 0.4 ** 4.5, 0.001]),
+                                  ("CartPole-v1", 3, "0.001", [0.4, 0.4 ** 4.5, 0.001]),
                                   ("CartPole-v1", 1, None, [0.4])]:
-        a = dqn.Args(env_id=env_id, num_actors=n, exploration_final_eps=flag)
+        given = ["--exploration-final-eps", flag] if flag is not None else []
+        a = dqn.parse_args(["--env-id", env_id, "--num-actors", str(n), *given])
         assert [dqn.actor_epsilon(a, i) for i in range(n)] == pytest.approx(want)
 
 
@@ -175,11 +176,12 @@ def test_dqn_learning_rate_falls_linearly_to_zero_over_the_run():
 
 
 @pytest.mark.parametrize(("env_id", "given", "expected"), [
-    ("CartPole-v1", None, 0.04), ("Acrobot-v1", None, 0.1), ("Acrobot-v1", 0.2, 0.2), ("CartPole-v1", 0.0, 0.0)])
-def test_dqn_epsilon_falls_to_the_envs_own_final_value_unless_given(env_id, given, expected):
-    args = dqn.Args(env_id=env_id, exploration_final_eps=given, total_steps=1_000, exploration_fraction=0.5)
+    ("CartPole-v1", None, 0.04), ("Acrobot-v1", None, 0.1), ("Acrobot-v1", "0.2", 0.2), ("CartPole-v1", "0", 0.0)])
+def test_dqn_epsilon_falls_to_the_envs_preset_final_value_unless_given(env_id, given, expected):
+    flags = ["--env-id", env_id, "--total-steps", "1000", "--exploration-fraction", "0.5"]
+    args = dqn.parse_args(flags + (["--exploration-final-eps", given] if given is not None else []))
     policy = dqn.exploration(dqn.QNetwork(4, 2, (4,), False), 2, args)
-    assert dqn.final_epsilon(args) == expected
+    assert args.exploration_final_eps == expected
     policy.steps = 250  # half-way through the 500 steps of decay
     assert policy.epsilon == pytest.approx(1.0 + 0.5 * (expected - 1.0))
     policy.steps = 900
