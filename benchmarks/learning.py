@@ -223,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         for seed in args.seeds:
             ret, secs, result = run_rlflow(cfg, seed, args.out)
             ours.append(ret)
-            best.append(max(r for _, r in result.evaluations))
+            best.append(max(mean for _, mean, _ in result.evaluations))
             curves.setdefault(name, []).append(result)
             line = f"{name} seed {seed}: rlflow {ret:.1f} in {secs:.0f} s"
             if not args.no_sb3:
@@ -257,7 +257,7 @@ def _plot(curves: dict[str, list[Any]], path: Path) -> None:
     fig, axes = plt.subplots(1, max(1, len(curves)), figsize=(6 * max(1, len(curves)), 4), squeeze=False)
     for ax, (name, results) in zip(axes[0], curves.items(), strict=False):
         for i, result in enumerate(results):
-            steps, returns = zip(*result.evaluations, strict=True)
+            steps, returns = [e[0] for e in result.evaluations], [e[1] for e in result.evaluations]
             ax.plot(steps, returns, "o-", alpha=0.7, label=f"seed {i}")
         ax.set_title(f"rlflow {name}: evaluation return")
         ax.set_xlabel("env steps")

@@ -151,3 +151,24 @@ def test_the_self_play_baseline_picks_its_preset_by_game(capsys):
     assert "--game NAME applies NAME's" in capsys.readouterr().out
     selfplay_dqn.parse_args(["--game", "connect_four_v3"])
     assert capsys.readouterr().out.startswith("no preset for connect_four_v3: the defaults (presets: tictactoe_v3;")
+
+
+def test_the_learning_benchmark_runs_a_preset_by_name(tmp_path, capsys):
+    """benchmarks/learning.py's rlflow side, end to end on a short run: the preset's flags reach the baseline and
+    the table and plot are written (SB3's side needs the bench extra)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    try:
+        learning = importlib.import_module("learning")
+    finally:
+        sys.path.pop(0)
+    assert learning.CONFIGS["dqn-acrobot"].rlflow == {"exploration_final_eps": 0.1}
+    assert learning.CONFIGS["dqn-lunarlander"].rlflow["hidden"] == (256, 256)
+    assert learning.main(["--configs", "dqn-acrobot", "--seeds", "0", "--steps", "500", "--no-sb3",
+                          "--out", str(tmp_path)]) == 0
+    table = (tmp_path / "learning.md").read_text()
+    assert "| DQN | Acrobot-v1 | 500 | -100 |" in table and (tmp_path / "learning.png").exists()
+    saved = json.loads((tmp_path / "dqn-Acrobot-v1-rlflow-0" / "config.json").read_text())
+    assert saved["exploration_final_eps"] == 0.1 and saved["total_steps"] == 500
