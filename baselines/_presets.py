@@ -34,6 +34,7 @@ def load(baseline: str, args_type: type | None = None) -> dict[str, dict[str, An
         return {}
     table = yaml.safe_load(path.read_text()) or {}
     fields = {f.name for f in dataclasses.fields(args_type)} if args_type is not None else None
+    defaults = args_type() if args_type is not None else None
     presets = {}
     for env_id, entry in table.items():
         entry = dict(entry or {})
@@ -44,8 +45,7 @@ def load(baseline: str, args_type: type | None = None) -> dict[str, dict[str, An
         if unknown:
             raise ValueError(f"{path}: the preset of {env_id} sets {unknown}, which are not flags of {baseline} "
                              f"(its flags: {sorted(fields or ())})")
-        if args_type is not None:
-            defaults = args_type()
+        if defaults is not None:
             for flag, value in entry.items():
                 if not _fits(value, getattr(defaults, flag)):
                     raise ValueError(f"{path}: the preset of {env_id} sets {flag} to {value!r}; expected a value "

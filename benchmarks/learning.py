@@ -72,13 +72,9 @@ DQN_CARTPOLE_SB3 = {"learning_rate": ("linear", 2.3e-3), "batch_size": 64, "buff
                     "exploration_final_eps": 0.04, "policy_kwargs": {"net_arch": [128, 128]}}
 # Acrobot's preset: rlflow's defaults with the zoo's final epsilon (0.1); SB3 as on CartPole, with it.
 DQN_ACROBOT_SB3 = {**DQN_CARTPOLE_SB3, "exploration_final_eps": 0.1}
-# Zoo's Acrobot and LunarLander settings: one-step targets without double Q and target copies every 250
-# learner steps, a constant learning rate (LunarLander's preset; LunarLander needs box2d, which the bench
-# extra installs with gymnasium[box2d]).
-DQN_ZOO_RLFLOW = {"learning_rate": 6.3e-4, "batch_size": 128, "buffer_size": 50_000, "learning_starts": 128,
-                  "samples_per_insert": 128.0, "target_update_period": 250, "tau": 1.0, "n_step": 1,
-                  "double_q": False, "anneal_lr": False, "exploration_fraction": 0.12,
-                  "exploration_final_eps": 0.1, "hidden": (256, 256)}
+# Zoo's Acrobot and LunarLander settings (LunarLander's preset): one-step targets without double Q and target
+# copies every 250 learner steps, a constant learning rate (LunarLander needs box2d, which the bench extra
+# installs with gymnasium[box2d]).
 DQN_ZOO_SB3 = {"learning_rate": 6.3e-4, "batch_size": 128, "buffer_size": 50_000, "learning_starts": 0, "gamma": 0.99,
                "target_update_interval": 250, "train_freq": 4, "gradient_steps": -1, "exploration_fraction": 0.12,
                "exploration_final_eps": 0.1, "policy_kwargs": {"net_arch": [256, 256]}}
@@ -89,7 +85,7 @@ PPO_LUNARLANDER_SB3 = {"n_envs": 16, "n_steps": 1024, "batch_size": 64, "gae_lam
 CONFIGS = {
     "dqn-cartpole": Config("dqn", "CartPole-v1", 50_000, 475.0, rlflow={}, sb3=DQN_CARTPOLE_SB3),
     "dqn-acrobot": preset("dqn", "Acrobot-v1", -100.0, sb3=DQN_ACROBOT_SB3),
-    "dqn-acrobot-zoo": Config("dqn", "Acrobot-v1", 100_000, -100.0, rlflow=DQN_ZOO_RLFLOW, sb3=DQN_ZOO_SB3),
+    "dqn-acrobot-zoo": replace(preset("dqn", "LunarLander-v3", -100.0, sb3=DQN_ZOO_SB3), env_id="Acrobot-v1"),
     "dqn-lunarlander": preset("dqn", "LunarLander-v3", 150.0, sb3=DQN_ZOO_SB3),
     # Zoo's MountainCar: 8 gradient steps of 128 every 16 env steps, target copies every 600 env steps.
     "dqn-mountaincar": preset("dqn", "MountainCar-v0", None, sb3={
