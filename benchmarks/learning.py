@@ -13,6 +13,8 @@ rlflow's learning curves.
     python benchmarks/learning.py                                  # every configuration, 3 seeds
     python benchmarks/learning.py --configs dqn-cartpole --seeds 0 1 2 --out runs/learning
     python benchmarks/learning.py --configs dqn-acrobot --seeds 0 0 --steps 10000   # a quick time ratio
+    python benchmarks/learning.py --configs sac-lunarlandercontinuous --seeds 0 --no-sb3 &   # both sides at
+    python benchmarks/learning.py --configs sac-lunarlandercontinuous --seeds 0 --sb3-only   # once, a core each
 
 Needs the ``bench`` extra (Stable-Baselines3). Not a test: a CartPole run takes minutes.
 """
@@ -203,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--configs", nargs="*", default=list(CONFIGS), choices=list(CONFIGS))
     parser.add_argument("--seeds", nargs="*", type=int, default=[0, 1, 2])
     parser.add_argument("--no-sb3", action="store_true", help="run rlflow only")
+    parser.add_argument("--sb3-only", action="store_true",
+                        help="run SB3 only (e.g. beside an --no-sb3 run of the same seeds on another core)")
     parser.add_argument("--out", type=Path, default=Path("runs/learning"))
     parser.add_argument("--steps", type=int, default=None,
                         help="env steps of every run instead of each configuration's own (a quick wall-clock "
@@ -217,16 +221,20 @@ def main(argv: list[str] | None = None) -> int:
         cfg = CONFIGS[name] if args.steps is None else replace(CONFIGS[name], steps=args.steps)
         ours, best, theirs, ratios = [], [], [], []
         for seed in args.seeds:
-            ret, secs, result = run_rlflow(cfg, seed, args.out)
-            ours.append(ret)
-            best.append(max(mean for _, mean, _ in result.evaluations))
-            curves.setdefault(name, []).append(result)
-            line = f"{name} seed {seed}: rlflow {ret:.1f} in {secs:.0f} s"
+            line = f"{name} seed {seed}:"
+            if not args.sb3_only:
+                ret, secs, result = run_rlflow(cfg, seed, args.out)
+                ours.append(ret)
+                best.append(max(mean for _, mean, _ in result.evaluations))
+                curves.setdefault(name, []).append(result)
+                line += f" rlflow {ret:.1f} in {secs:.0f} s"
             if not args.no_sb3:
                 sret, ssecs = run_sb3(cfg, seed)
                 theirs.append(sret)
-                ratios.append(secs / ssecs)
-                line += f"; SB3 {sret:.1f} in {ssecs:.0f} s (time ratio {secs / ssecs:.2f})"
+                line += f" SB3 {sret:.1f} in {ssecs:.0f} s"
+                if not args.sb3_only:
+                    ratios.append(secs / ssecs)
+                    line += f" (time ratio {secs / ssecs:.2f})"
             print(line, flush=True)
 
         def summary(values: list[float]) -> str:

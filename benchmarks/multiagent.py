@@ -11,6 +11,10 @@ discrete action and one reward per agent, episodes of 25 steps):
 - ``episodes``: 32 whole episodes from the same 1,000,000 steps: rlflow's ``Episode`` table (padded
   ``[32, 26, 3, ...]`` with a mask), ``rlflow.compat.flexibuff`` and flexibuff (``sample_episodes``, a
   list), the numpy limit.
+- ``groups``: simple_tag's heterogeneous team (3 adversaries with 16-float observations, 1 good agent
+  with 14, a 62-float state): a uniform sample of 256 synchronised transitions from 1,000,000 steps of a
+  grouped store (each group with its own width), the numpy limit of the same bytes, and the same team
+  padded to one width (what a one-axis store needs); prints the memory per row of both.
 - ``minibatches``: one epoch of 4 shuffled feed-forward minibatches over an on-policy rollout of 128
   steps x 16 envs x 3 agents (agents as independent samples): ``rlflow.minibatches`` against HARL's
   generator (a permutation of the flattened rollout, then a gather per minibatch) and the numpy limit.
@@ -149,6 +153,83 @@ def transitions_contenders(steps: int, pool: Pool, rng: np.random.Generator) -> 
     return out
 
 
+# simple_tag's team: 3 adversaries (16-float observations) and 1 good agent (14), one discrete action each, a
+# 62-float global state
+TAG = {"adversary": (3, 16), "agent": (1, 14)}
+TAG_AGENTS, TAG_STATE = 4, 62
+
+
+def groups_spec(padded: bool) -> dict[str, Any]:
+    """simple_tag's rows: each group with its own observation width, or (padded) every agent's padded to 16."""
+    a = TAG_AGENTS
+    per_agent = Field((a, 16), f32) if padded else {g: Field((n, d), f32) for g, (n, d) in TAG.items()}
+    obs: dict[str, Any] = {"obs": per_agent,
+                           "active": Field((a,), np.bool_), "terminated": Field((a,), np.bool_),
+                           "truncated": Field((a,), np.bool_), "state": Field((TAG_STATE,), f32)}
+    act = Field((a,), np.int64, low=0, high=4) if padded else {
+        g: Field((n,), np.int64, low=0, high=4) for g, (n, _) in TAG.items()}
+    return step_spec(obs, act, reward=Field((a,), f32))
+
+
+def fill_groups(steps: int, padded: bool) -> tuple[StepStore, Table]:
+    """``steps`` rows of simple_tag's team over ``LANES`` lanes, episodes of ``EP`` steps ending truncated,
+    written by a ``MultiAgentTransition`` adder (one ``add_steps`` call an episode)."""
+    from rlflow.specs import AgentGroup
+
+    rng = np.random.default_rng(0)
+    cap = steps // LANES
+    store = StepStore(groups_spec(padded), capacity=cap, lanes=LANES)
+    table = Table(store, sampler=Uniform(seed=0), remover=Fifo(), rate_limiter=MinSize(1))
+    groups = None if padded else {"adversary": AgentGroup("adversary", ("adversary_0", "adversary_1", "adversary_2"),
+                                                          (0, 1, 2)), "agent": AgentGroup("agent", ("agent_0",), (3,))}
+    adder = adders.MultiAgentTransition(store, [table], n=1, discount=0.99, groups=groups)
+    a = TAG_AGENTS
+
+    def rows(n: int) -> dict[str, Any]:
+        obs = (rng.normal(size=(n, a, 16)).astype(f32) if padded else
+               {g: rng.normal(size=(n, k, d)).astype(f32) for g, (k, d) in TAG.items()})
+        truncated = np.zeros((n, a), np.bool_)
+        truncated[-1] = n > 1
+        return {"obs": obs, "active": ~truncated, "terminated": np.zeros((n, a), np.bool_), "truncated": truncated,
+                "state": rng.normal(size=(n, TAG_STATE)).astype(f32)}
+
+    first = rows(1)
+    nxt = rows(EP)
+    actions = rng.integers(0, 5, (EP, a)) if padded else {g: rng.integers(0, 5, (EP, k)) for g, (k, _) in TAG.items()}
+    rewards = rng.normal(size=(EP, a)).astype(f32)
+    for lane in range(LANES):
+        for _ in range(cap // (EP + 1)):
+            adder.add_first(TimeStep(first, np.zeros((1, a), f32), np.zeros(1, bool), np.zeros(1, bool),
+                                     np.ones(1, bool), np.zeros(1, bool)), lanes=[lane])
+            adder.add_steps(lane, actions, rewards, nxt, truncated=True)
+    return store, table
+
+
+def groups_contenders(steps: int, pool: Pool, rng: np.random.Generator) -> list[tuple[str, Callable[[], Any]]]:
+    store, table = fill_groups(steps, padded=False)
+    out: list[tuple[str, Callable[[], Any]]] = [("rlflow", lambda: table.sample(256))]
+    n = table.size
+    cols = {g: np.ones((n + 1, k, d), f32) for g, (k, d) in TAG.items()}
+    state = np.ones((n + 1, TAG_STATE), f32)
+    act = {g: np.ones((n, k), np.int64) for g, (k, _) in TAG.items()}
+    rew = np.ones((n, TAG_AGENTS), f32)
+    flags = np.ones((n + 1, 3, TAG_AGENTS), np.bool_)
+    r = np.random.default_rng(1)
+
+    def limit() -> Any:
+        i = r.integers(0, n, 256)
+        return ([c[i] for c in cols.values()], [c[i + 1] for c in cols.values()], state[i], state[i + 1],
+                [c[i] for c in act.values()], rew[i], flags[i], flags[i + 1])
+
+    out.append(("numpy limit", limit))
+    padded_store, padded = fill_groups(steps, padded=True)
+    out.append(("rlflow, observations padded to 16", lambda: padded.sample(256)))
+    grouped_row = sum(f.nbytes for f in store.fields.values())
+    padded_row = sum(f.nbytes for f in padded_store.fields.values())
+    print(f"memory per row: grouped {grouped_row} B, padded {padded_row} B ({padded_row / grouped_row:.3f}x)")
+    return out
+
+
 def episodes_contenders(steps: int, pool: Pool, rng: np.random.Generator) -> list[tuple[str, Callable[[], Any]]]:
     out: list[tuple[str, Callable[[], Any]]] = []
     _, table = fill_rlflow(lambda s, t: adders.Episode(s, [t], max_length=EP + 1), steps, pool)
@@ -284,7 +365,8 @@ class HarlStyle:
         return (self.share_obs[i], self.reward[i], self.done[i], self.term[i], self.next_share_obs[i], *per_agent)
 
 
-CASES = {"transitions": transitions_contenders, "episodes": episodes_contenders, "minibatches": minibatch_contenders}
+CASES = {"transitions": transitions_contenders, "episodes": episodes_contenders, "minibatches": minibatch_contenders,
+         "groups": groups_contenders}
 
 
 def timed(fn: Callable[[], Any], target_s: float) -> float:

@@ -25,6 +25,7 @@ expected and what came; nothing is written by the caller when it raises.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
@@ -34,6 +35,7 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 __all__ = [
+    "AgentGroup",
     "Field",
     "Spec",
     "SpecError",
@@ -96,6 +98,30 @@ class Field:
     @property
     def nbytes(self) -> int:
         return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+
+@dataclass(frozen=True)
+class AgentGroup:
+    """Agents that share one observation space and one action space, stored with one agent axis.
+
+    A team whose agents all share their spaces is one group; a team of agents that differ (a speaker and
+    a listener, predators and prey) is several, each group's columns with their own shapes and dtypes
+    (see :class:`rlflow.envs.ParallelEnvironment`).
+
+    Attributes:
+        name: the group's key in the step row (``observation["obs"][name]``, ``action[name]``).
+        agents: its agents' names, in the team's order.
+        indices: their positions on the team's agent axis (``possible_agents``), which the per-agent
+            ``reward``, ``active``, ``terminated`` and ``truncated`` columns use for every agent.
+        observation_space: one agent's observation space (without its action mask), when known.
+        action_space: one agent's action space, when known.
+    """
+
+    name: str
+    agents: tuple[str, ...]
+    indices: tuple[int, ...]
+    observation_space: Any = dataclasses.field(default=None, compare=False)
+    action_space: Any = dataclasses.field(default=None, compare=False)
 
 
 Spec = Field | Mapping[str, "Spec"] | tuple["Spec", ...]

@@ -109,7 +109,7 @@ class RandomAgents(ParallelEnv):
         self.t = 0
         self.agents = list(self.possible_agents)
         self.history.append([])
-        return {a: self._obs(a) for a in self.agents}, {a: {} for a in self.agents}
+        return {a: self._obs(a) for a in self.agents}, self._infos(self.agents)
 
     def step(self, actions):
         acting = list(self.agents)
@@ -120,9 +120,15 @@ class RandomAgents(ParallelEnv):
         trunc = {a: (not term[a]) and bool(u[i] > 1 - self.p_trunc or self.t >= self.max_steps)
                  for i, a in enumerate(acting)}
         obs = {a: self._obs(a) for a in acting}
-        self.history[-1].append((acting, {a: int(actions[a]) for a in acting}, rewards, term, trunc, obs))
+        self.history[-1].append((acting, {a: self._logged(actions[a]) for a in acting}, rewards, term, trunc, obs))
         self.agents = [a for a in acting if not (term[a] or trunc[a])]
-        return obs, rewards, term, trunc, {a: {} for a in acting}
+        return obs, rewards, term, trunc, self._infos(acting)
+
+    def _logged(self, action):
+        return int(action)
+
+    def _infos(self, agents):
+        return {a: {} for a in agents}
 
 
 class TurnGame(AECEnv):
@@ -198,3 +204,71 @@ class TurnGame(AECEnv):
         nxt = self._next()
         self.agent_selection = nxt
         self._deads_step_first()
+
+
+class MixedAgents(RandomAgents):
+    """:class:`RandomAgents` with two kinds of agent, interleaved in ``possible_agents``: scouts (``scout_i``:
+    a float32 ``[agent, t, episode, lane_id]`` observation, ``Discrete(4)`` actions, an action mask in
+    ``info`` forbidding action ``t % 4``) and tanks (``tank_i``: a float64 observation of 6, the scout's
+    four then ``[10 * agent, -1]``, and ``Box(-1, 1, (2,))`` actions). ``history`` as in RandomAgents, with
+    the actions as given."""
+
+    metadata: ClassVar[dict] = {"name": "mixed_agents_v0"}
+
+    def __init__(self, kinds="stts", **kw):
+        super().__init__(num_agents=len(kinds), **kw)
+        counts = {"s": 0, "t": 0}
+        self.possible_agents = []
+        for k in kinds:
+            self.possible_agents.append(f"{'scout' if k == 's' else 'tank'}_{counts[k]}")
+            counts[k] += 1
+
+    @functools.cache  # noqa: B019
+    def observation_space(self, agent):
+        if agent.startswith("scout"):
+            return spaces.Box(-np.inf, np.inf, (4,), np.float32)
+        return spaces.Box(-np.inf, np.inf, (6,), np.float64)
+
+    @functools.cache  # noqa: B019
+    def action_space(self, agent):
+        if agent.startswith("scout"):
+            return spaces.Discrete(4)
+        return spaces.Box(-1.0, 1.0, (2,), np.float32)
+
+    def _obs(self, agent):
+        i = self.possible_agents.index(agent)
+        o = [i, self.t, self.episode, self.lane_id]
+        if agent.startswith("scout"):
+            return np.array(o, np.float32)
+        return np.array([*o, 10 * i, -1], np.float64)
+
+    def _infos(self, agents):
+        mask = np.ones(4, np.int8)
+        mask[self.t % 4] = 0
+        return {a: {"action_mask": mask.copy()} if a.startswith("scout") else {} for a in agents}
+
+    def _logged(self, action):
+        return action
+
+
+def n_step_targets(env, n, g, episode, t):
+    """Each agent's n-step target of the joint step ``t`` of ``episode`` of a :class:`RandomAgents` env, from its
+    log, by agent name: ``(active at t, return, discount, next observation or None, action or None)``. The
+    window stops at the agent's own terminated or truncated flag; the discount is 0 after a termination or
+    for an agent that did not act at ``t``."""
+    steps = env.history[episode]
+    k = min(n, len(steps) - t)
+    out = {}
+    for agent in env.possible_agents:
+        active = agent in steps[t][0]
+        j = k
+        for jj in range(1, k + 1):
+            _, _, _, term, trunc, _ = steps[t + jj - 1]
+            if term.get(agent) or trunc.get(agent):
+                j = jj
+                break
+        ret = sum(g ** m * steps[t + m][2].get(agent, 0.0) for m in range(j))
+        died = steps[t + j - 1][3].get(agent, False)
+        out[agent] = (active, ret, 0.0 if died or not active else g ** j, steps[t + j - 1][5].get(agent),
+                      steps[t][1].get(agent))
+    return out

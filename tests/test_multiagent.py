@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from ma_envs import DyingAgents, RandomAgents
+from ma_envs import DyingAgents, RandomAgents, n_step_targets
 
 from rlflow import adders
 from rlflow.envs import ParallelEnvironment
@@ -130,24 +130,10 @@ def test_bad_actions_and_spaces():
 # ---------------------------------------------------------------------------------------------- transitions
 def reference(env: RandomAgents, n: int, g: float, episode: int, t: int, num_agents: int):
     """Per-agent n-step targets of the joint step ``t`` of ``episode``, from the env's own log."""
-    steps = env.history[episode]
-    k = min(n, len(steps) - t)
-    rewards, discounts, next_obs = [], [], []
-    for i in range(num_agents):
-        a = f"a{i}"
-        active = a in steps[t][0]
-        j = k
-        for jj in range(1, k + 1):
-            _, _, _, term, trunc, _ = steps[t + jj - 1]
-            if term.get(a) or trunc.get(a):
-                j = jj
-                break
-        ret = sum(g ** m * steps[t + m][2].get(a, 0.0) for m in range(j))
-        died = steps[t + j - 1][3].get(a, False)
-        rewards.append(ret)
-        discounts.append(0.0 if died or not active else g ** j)
-        next_obs.append(steps[t + j - 1][5].get(a, np.zeros(4, np.float32)))
-    return np.array(rewards), np.array(discounts), np.array(next_obs)
+    targets = n_step_targets(env, n, g, episode, t)
+    rows = [targets[f"a{i}"] for i in range(num_agents)]
+    return (np.array([r[1] for r in rows]), np.array([r[2] for r in rows]),
+            np.array([np.zeros(4, np.float32) if r[3] is None else r[3] for r in rows]))
 
 
 @settings(max_examples=40, deadline=None)

@@ -7,7 +7,7 @@ row of its lane; an episode's final observation is a row of its own; items are w
 from rlflow.adders.base import Adder, StepEvents
 from rlflow.adders.block import StepBlock
 from rlflow.adders.episode import Episode
-from rlflow.adders.multiagent import MultiAgentTransition, flatten_agents, squeeze_agents
+from rlflow.adders.multiagent import MultiAgentTransition, flatten_agents, split_agents, split_groups, squeeze_agents
 from rlflow.adders.sequence import EndBehavior, Sequence
 from rlflow.adders.transition import NStepTransition
 
@@ -21,5 +21,7 @@ __all__ = [
     "StepBlock",
     "StepEvents",
     "flatten_agents",
+    "split_agents",
+    "split_groups",
     "squeeze_agents",
 ]

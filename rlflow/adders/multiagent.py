@@ -41,12 +41,14 @@ from rlflow.kernels.items import LANE, LENGTH, START
 from rlflow.replay.storage import StepStore
 from rlflow.replay.table import TableBase
 from rlflow.replay.views import ItemView, Transition, nest_part, under
-from rlflow.specs import SpecError
+from rlflow.specs import AgentGroup, SpecError
 
-__all__ = ["MultiAgentTransition", "MultiAgentTransitionView", "flatten_agents", "squeeze_agents"]
+__all__ = ["MultiAgentTransition", "MultiAgentTransitionView", "flatten_agents", "split_agents", "split_groups",
+           "squeeze_agents"]
 
 _AGENT_FLAGS = ("observation/active", "observation/terminated", "observation/truncated")
 TEAM_KEYS = ("state",)
+GROUPED_KEYS = ("obs", "action_mask")  # observation keys holding one entry per group in a grouped team
 
 
 @dataclass(frozen=True)
@@ -55,10 +57,21 @@ class MultiAgentTransitionView(ItemView):
 
     n: int
     discount: float
+    groups: tuple[tuple[str, tuple[int, ...]], ...] = ()  # a grouped team's groups: (name, agent indices)
     kind = "multiagent_transition"
 
     def config(self) -> dict[str, Any]:
-        return {"kind": self.kind, "n": self.n, "discount": self.discount}
+        config: dict[str, Any] = {"kind": self.kind, "n": self.n, "discount": self.discount}
+        if self.groups:
+            config["groups"] = {name: list(indices) for name, indices in self.groups}
+        return config
+
+    def _agents_of(self, name: str) -> np.ndarray | None:
+        """The team indices of the agents on column ``name``'s agent axis (None: every agent's)."""
+        for group, indices in self.groups:
+            if any(under(name, f"observation/{key}/{group}") for key in GROUPED_KEYS):
+                return np.asarray(indices)
+        return None
 
     def gather(self, store: Any, meta: np.ndarray, fields: dict[str, np.ndarray]) -> tuple[Transition, None]:
         cap = store.capacity
@@ -90,7 +103,6 @@ class MultiAgentTransitionView(ItemView):
         discount = np.where(died | ~active, np.float32(0.0), powers).astype(np.float32)
         if offset is not None:
             agent_rows = base[:, None] + (start[:, None] + offset) % cap  # [B, A]
-            agents = np.arange(active.shape[1])[None, :]
         obs: dict[str, np.ndarray] = {}
         nxt: dict[str, np.ndarray] = {}
         cur: dict[str, np.ndarray] = {}
@@ -100,7 +112,9 @@ class MultiAgentTransitionView(ItemView):
                 if offset is None or any(under(name, f"observation/{key}") for key in TEAM_KEYS):
                     nxt[name] = np.take(col, team_row, axis=0)
                 else:
-                    nxt[name] = col[agent_rows, agents]
+                    indices = self._agents_of(name)
+                    rows = agent_rows if indices is None else agent_rows[:, indices]  # [B, agents on this column]
+                    nxt[name] = col[rows, np.arange(rows.shape[1])[None, :]]
             elif under(name, "action") or under(name, "extras"):
                 cur[name] = np.take(col, first, axis=0)
         batch = Transition(observation=nest_part(store, obs, "observation"), action=nest_part(store, cur, "action"),
@@ -120,10 +134,13 @@ class MultiAgentTransition(NStepTransition):
         n: rewards summed per transition (``n >= 1``), stopping early at each agent's own end.
         discount: the per-step discount ``g``.
         priority_fns: per table name, ``fn(transitions) -> priorities`` of the new items (default 1).
+        groups: the env's agent groups (``env.groups``); needed when they are several (agents with
+            different spaces), optional otherwise.
     """
 
     def __init__(self, store: StepStore, tables: Sequence[TableBase], *, n: int = 1, discount: float = 0.99,
-                 priority_fns: Mapping[str, PriorityFn] | None = None) -> None:
+                 priority_fns: Mapping[str, PriorityFn] | None = None,
+                 groups: Mapping[str, AgentGroup] | None = None) -> None:
         missing = [name for name in (*_AGENT_FLAGS, "observation/obs") if not any(
             under(f, name) for f in store.fields)]
         if missing:
@@ -133,10 +150,35 @@ class MultiAgentTransition(NStepTransition):
         if store.fields["reward"].shape != num_agents:
             raise SpecError(f"a multi-agent store's reward: expected one per agent, shape {num_agents}, got "
                             f"{store.fields['reward'].shape}")
+        self._groups = _check_groups(store, groups)
         super().__init__(store, tables, n=n, discount=discount, priority_fns=priority_fns)
 
     def _item_view(self) -> MultiAgentTransitionView:
-        return MultiAgentTransitionView(self.n, self.discount)
+        return MultiAgentTransitionView(self.n, self.discount, self._groups)
+
+
+def _check_groups(store: StepStore, groups: Mapping[str, AgentGroup] | None) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """A grouped store's groups as (name, indices), checked against its columns; () for a one-group team."""
+    num_agents = store.fields["observation/active"].shape[0]
+    obs = {name: f for name, f in store.fields.items() if under(name, "observation/obs")}
+    if groups is None or len(groups) <= 1:
+        grouped = sorted(name for name, f in obs.items() if not f.shape or f.shape[0] != num_agents)
+        if grouped:
+            raise SpecError(f"the store's observation columns {grouped} have no axis of the team's {num_agents} "
+                            "agents: its agents form several groups; pass groups=env.groups")
+        return ()
+    out = []
+    for name, group in groups.items():
+        columns = [f for col, f in obs.items() if under(col, f"observation/obs/{name}")]
+        if not columns or any(not f.shape or f.shape[0] != len(group.indices) for f in columns):
+            raise SpecError(f"groups[{name!r}]: expected the store's observation/obs/{name} columns with an axis of "
+                            f"its {len(group.indices)} agents, got {[(c, f.shape) for c, f in obs.items()]}; pass "
+                            "the groups of the env that built the store's spec")
+        out.append((name, tuple(int(i) for i in group.indices)))
+    every = sorted(i for _, indices in out for i in indices)
+    if every != list(range(num_agents)):
+        raise SpecError(f"groups: expected the agent indices 0..{num_agents - 1} once each, got {every}")
+    return tuple(out)
 
 
 def flatten_agents(batch: Transition, *, team_keys: Sequence[str] = TEAM_KEYS) -> tuple[Transition, np.ndarray]:
@@ -193,6 +235,74 @@ def squeeze_agents(batch: Transition, *, team_keys: Sequence[str] = TEAM_KEYS) -
                       reward=first(batch.reward), discount=first(batch.discount),
                       next_observation=obs_part(batch.next_observation),
                       extras=None if batch.extras is None else _map(extra, batch.extras))
+
+
+def split_groups(batch: Transition, groups: Mapping[str, AgentGroup], *,
+                 team_keys: Sequence[str] = TEAM_KEYS) -> dict[str, Transition]:
+    """Each group's part of a synchronised batch, by group name, in the one-group layout: ``obs``,
+    ``action_mask``, ``action``, ``reward``, ``discount``, ``active``, ``terminated`` and ``truncated`` of its
+    agents ``[B, A_g, ...]``; the ``state`` (``team_keys``) as it is; extras keyed by group name take that
+    group's entry, extras leaves whose second axis has the team's size take its agents, others stay whole.
+    A team of one group gives the batch itself. :func:`flatten_agents` takes each part further."""
+    if len(groups) <= 1:
+        return {name: batch for name in groups}
+    num_agents = np.asarray(batch.observation["active"]).shape[1]
+    out = {}
+    for name, group in groups.items():
+        idx = np.asarray(group.indices)
+
+        def obs_part(o: Mapping[str, Any], name: str = name, idx: np.ndarray = idx) -> dict[str, Any]:
+            part: dict[str, Any] = {}
+            for key, value in o.items():
+                if key in GROUPED_KEYS:
+                    if name in value:
+                        part[key] = value[name]
+                elif key in team_keys:
+                    part[key] = value
+                else:
+                    part[key] = _map(lambda x, idx=idx: np.asarray(x)[:, idx], value)
+            return part
+
+        def extra(x: Any, idx: np.ndarray = idx) -> Any:
+            arr = np.asarray(x)
+            return arr[:, idx] if arr.ndim >= 2 and arr.shape[1] == num_agents else arr
+
+        extras = batch.extras
+        if isinstance(extras, Mapping) and set(extras) == set(groups):
+            extras = extras[name]
+        elif extras is not None:
+            extras = _map(extra, extras)
+        out[name] = Transition(observation=obs_part(batch.observation), action=batch.action[name],
+                               reward=np.asarray(batch.reward)[:, idx], discount=np.asarray(batch.discount)[:, idx],
+                               next_observation=obs_part(batch.next_observation), extras=extras)
+    return out
+
+
+def split_agents(batch: Transition, groups: Mapping[str, AgentGroup], *,
+                 team_keys: Sequence[str] = TEAM_KEYS) -> list[Transition]:
+    """One transition batch per agent, in the team's order (``possible_agents``), each leaf ``[B, ...]``:
+    HARL's per-agent layout, synchronised (item ``b`` is the same joint step for every agent). Each
+    agent's ``observation["active"]`` says whether it acted at ``t`` (HARL's ``valid_transitions``); its
+    ``discount`` is ``g^j`` to its own next observation, 0 after its termination or when it did not act."""
+    num_agents = sum(len(group.indices) for group in groups.values())
+    out: list[Transition | None] = [None] * num_agents
+    for name, part in split_groups(batch, groups, team_keys=team_keys).items():
+        for pos, index in enumerate(groups[name].indices):
+            def take(x: Any, pos: int = pos) -> Any:
+                return np.asarray(x)[:, pos]
+
+            def obs_part(o: Mapping[str, Any], take: Any = take) -> dict[str, Any]:
+                return {key: value if key in team_keys else _map(take, value) for key, value in o.items()}
+
+            def extra(x: Any, take: Any = take, size: int = len(groups[name].indices)) -> Any:
+                arr = np.asarray(x)
+                return take(arr) if arr.ndim >= 2 and arr.shape[1] == size else arr
+
+            out[index] = Transition(observation=obs_part(part.observation), action=_map(take, part.action),
+                                    reward=take(part.reward), discount=take(part.discount),
+                                    next_observation=obs_part(part.next_observation),
+                                    extras=None if part.extras is None else _map(extra, part.extras))
+    return [t for t in out if t is not None]
 
 
 def _map(fn: Any, tree: Any) -> Any:

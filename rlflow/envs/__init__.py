@@ -5,7 +5,9 @@ Importing this package imports gymnasium (PettingZoo is imported only by the Pet
 """
 
 from rlflow.envs.aec import AECEnvironment, Turn
+from rlflow.envs.groups import make_groups
 from rlflow.envs.gymnasium import GymEnvironment, make, to_autoreset_mode
 from rlflow.envs.pettingzoo import ParallelEnvironment
 
-__all__ = ["AECEnvironment", "GymEnvironment", "ParallelEnvironment", "Turn", "make", "to_autoreset_mode"]
+__all__ = ["AECEnvironment", "GymEnvironment", "ParallelEnvironment", "Turn", "make", "make_groups",
+           "to_autoreset_mode"]

@@ -40,27 +40,81 @@ lane's ``observation`` starts the next episode and ``final_observation`` holds t
 observation (with the agents' flags), as in :mod:`rlflow.types`.
 
 Actions come as ``[E, A, ...]`` arrays in the spec of one agent's action space with an agent axis;
-the actions of agents that are not active are ignored. Agents must share one observation space and
-one action space (the agent axis needs one shape); pad heterogeneous agents first (e.g. SuperSuit's
-``pad_observations_v0`` / ``pad_action_space_v0``).
+the actions of agents that are not active are ignored.
+
+Agents whose spaces differ (a speaker and a listener; predators and prey) form **groups**
+(:func:`rlflow.envs.make_groups`, :attr:`ParallelEnvironment.groups`): agents sharing their observation and
+action spaces, each group with an agent axis of its own. In a team of several groups, ``obs`` and
+``action_mask`` hold one entry per group, ``{name: [E, A_g, ...]}`` (``action_mask`` only for groups
+with masks), and actions come as ``{name: [E, A_g, ...]}``; ``active``, ``terminated``, ``truncated``
+and the rewards keep one entry per agent of the team, ``[E, A]`` in ``possible_agents`` order (group
+``g``'s agents at ``env.groups[g].indices``). Nothing is padded: a row costs the sum of the agents' own
+fields. A team of one group has the layout above.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from rlflow import env_state
 from rlflow import specs as _specs
+from rlflow.envs.groups import make_groups
 from rlflow.envs.kinds import make_envs
-from rlflow.specs import Field, Spec, SpecError
+from rlflow.specs import AgentGroup, Field, Spec, SpecError
 from rlflow.types import TimeStep, step_spec
 
 __all__ = ["ParallelEnvironment"]
 
 _MASK_KEYS = ("observation", "action_mask")
+
+
+@dataclass(frozen=True)
+class _GroupLayout:
+    """Where one group's per-agent values live in a step row: its column paths and one agent's specs."""
+
+    group: AgentGroup
+    obs_spec: Spec  # one agent's observation (without its action mask)
+    act_spec: Spec  # one agent's action
+    mask_in_obs: bool  # the agent observation space is Dict(observation, action_mask)
+    mask_shape: tuple[int, ...] | None  # one agent's action mask, or None without masks
+    obs_key: str  # "obs", or "obs/<group>" when the team has several groups
+    mask_key: str  # "action_mask" or "action_mask/<group>"
+    act_key: str  # "" or "<group>"
+
+
+def _layout(group: AgentGroup, action_mask: str | None, nested: bool) -> _GroupLayout:
+    from gymnasium import spaces
+
+    obs_space, act_space = group.observation_space, group.action_space
+    in_obs = isinstance(obs_space, spaces.Dict) and set(obs_space.spaces) == set(_MASK_KEYS)
+    where = f" (group {group.name!r})" if nested else ""
+    if action_mask == "observation" and not in_obs:
+        raise ValueError(f"action_mask='observation': expected an agent observation space Dict with keys "
+                         f"{list(_MASK_KEYS)}, got {obs_space}{where}")
+    mask_in_obs = in_obs and action_mask in ("auto", "observation")
+    mask_shape: tuple[int, ...] | None = None
+    if mask_in_obs:
+        mask_shape = tuple(obs_space["action_mask"].shape)
+    elif action_mask == "info":
+        if isinstance(act_space, spaces.Discrete):
+            mask_shape = (int(act_space.n),)
+        elif isinstance(act_space, spaces.MultiDiscrete) and act_space.nvec.ndim == 1:
+            mask_shape = (int(act_space.nvec.sum()),)
+        elif not nested:  # in a team of several groups, only the groups with discrete actions have masks
+            raise ValueError(f"action_mask='info': expected a Discrete or MultiDiscrete action space, got "
+                             f"{act_space}{where}")
+    suffix = f"/{group.name}" if nested else ""
+    group = replace(group, observation_space=obs_space["observation"] if mask_in_obs else obs_space)
+    return _GroupLayout(group, _specs.from_space(group.observation_space), _specs.from_space(act_space), mask_in_obs,
+                        mask_shape, "obs" + suffix, "action_mask" + suffix, group.name if nested else "")
+
+
+def _under(name: str, key: str) -> bool:
+    return not key or name == key or name.startswith(key + "/")
 
 
 class ParallelEnvironment:
@@ -76,10 +130,13 @@ class ParallelEnvironment:
             space, per choice of each head of a ``MultiDiscrete`` one), ``"auto"`` (``"observation"``
             when the space has that form, else none) or ``None``.
         state: store the env's global ``state()`` (``"auto"``: when the env has a ``state_space``).
+        groups: which agents share an agent axis, ``{name: [agent, ...]}`` (see :func:`rlflow.envs.make_groups`;
+            by default: one group when every agent has the same spaces, else one per name prefix).
     """
 
     def __init__(self, envs: Sequence[Any | Callable[[], Any]], *, seed: int | None = None,
-                 action_mask: str | None = "auto", state: bool | str = "auto") -> None:
+                 action_mask: str | None = "auto", state: bool | str = "auto",
+                 groups: Mapping[str, Sequence[str]] | None = None) -> None:
         self._envs = make_envs(envs, "parallel", "ParallelEnvironment")
         first = self._envs[0]
         agents = list(first.possible_agents)
@@ -88,63 +145,55 @@ class ParallelEnvironment:
                 raise ValueError(f"envs[{i}]: expected possible_agents {agents}, got {list(env.possible_agents)}")
         self.possible_agents = agents
         self.num_agents = len(agents)
-        obs_space = first.observation_space(agents[0])
-        act_space = first.action_space(agents[0])
-        for env in self._envs:
+        for e, env in enumerate(self._envs[1:], 1):
             for agent in agents:
-                if env.observation_space(agent) != obs_space:
-                    raise SpecError(f"agent {agent!r}: expected the observation space of {agents[0]!r} "
-                                    f"({obs_space}), got {env.observation_space(agent)}; the agent axis needs one "
-                                    "space (pad the observations first)")
-                if env.action_space(agent) != act_space:
-                    raise SpecError(f"agent {agent!r}: expected the action space of {agents[0]!r} "
-                                    f"({act_space}), got {env.action_space(agent)}; the agent axis needs one "
-                                    "space (pad the action spaces first)")
-        from gymnasium import spaces
-
-        in_obs = isinstance(obs_space, spaces.Dict) and set(obs_space.spaces) == set(_MASK_KEYS)
+                for kind in ("observation_space", "action_space"):
+                    if getattr(env, kind)(agent) != getattr(first, kind)(agent):
+                        raise SpecError(f"envs[{e}]: agent {agent!r}'s {kind.replace('_', ' ')} is "
+                                        f"{getattr(env, kind)(agent)}, envs[0]'s is {getattr(first, kind)(agent)}; "
+                                        "expected every env built the same way")
         if action_mask not in ("auto", "observation", "info", None):
             raise ValueError(f"action_mask: expected 'auto', 'observation', 'info' or None, got {action_mask!r}")
-        if action_mask == "observation" and not in_obs:
-            raise ValueError(f"action_mask='observation': expected an agent observation space Dict with keys "
-                             f"{list(_MASK_KEYS)}, got {obs_space}")
-        self._mask_in_obs = in_obs and action_mask in ("auto", "observation")
-        self.single_agent_observation_space = obs_space["observation"] if self._mask_in_obs else obs_space
-        self.single_agent_action_space = act_space
         self._mask_from_info = action_mask == "info"
-        self._mask_shape: tuple[int, ...] | None = None
-        if self._mask_in_obs:
-            self._mask_shape = tuple(obs_space["action_mask"].shape)
-        elif self._mask_from_info:
-            if isinstance(act_space, spaces.Discrete):
-                self._mask_shape = (int(act_space.n),)
-            elif isinstance(act_space, spaces.MultiDiscrete) and act_space.nvec.ndim == 1:
-                self._mask_shape = (int(act_space.nvec.sum()),)
-            else:
-                raise ValueError(f"action_mask='info': expected a Discrete or MultiDiscrete action space, got "
-                                 f"{act_space}")
+        self._groups = make_groups(agents, first.observation_space, first.action_space, groups)
+        nested = len(self._groups) > 1
+        self._layouts = [_layout(g, action_mask, nested) for g in self._groups]
+        if action_mask == "info" and all(layout.mask_shape is None for layout in self._layouts):
+            raise ValueError(f"action_mask='info': expected a Discrete or MultiDiscrete action space in some group, "
+                             f"got {[str(layout.group.action_space) for layout in self._layouts]}")
+        self._where = {agent: (layout, pos) for layout in self._layouts
+                       for pos, agent in enumerate(layout.group.agents)}
         self._use_state = (state == "auto" and getattr(first, "state_space", None) is not None) or state is True
         if state not in ("auto", True, False):
             raise ValueError(f"state: expected 'auto', True or False, got {state!r}")
         if self._use_state and getattr(first, "state_space", None) is None:
             raise ValueError("state=True: the env has no state_space")
-        self._agent_obs_spec = _specs.from_space(self.single_agent_observation_space)
-        self._agent_act_spec = _specs.from_space(act_space)
         self._seed = seed
         self._needs_reset = True
         a = self.num_agents
+
+        def by_group(spec_of: Callable[[_GroupLayout], Spec | None]) -> Spec | None:
+            parts = {lay.group.name: spec_of(lay) for lay in self._layouts}
+            present = {name: spec for name, spec in parts.items() if spec is not None}
+            if not present:
+                return None
+            return present if nested else next(iter(present.values()))
+
         obs: dict[str, Spec] = {
-            "obs": _specs.add_agent_axis(self._agent_obs_spec, a),
+            "obs": by_group(lambda lay: _specs.add_agent_axis(lay.obs_spec, len(lay.group.agents))),  # type: ignore[dict-item]
             "active": Field((a,), np.bool_),
             "terminated": Field((a,), np.bool_),
             "truncated": Field((a,), np.bool_),
         }
-        if self._mask_shape is not None:
-            obs["action_mask"] = Field((a, *self._mask_shape), np.bool_)
+        masks = by_group(lambda lay: None if lay.mask_shape is None else Field((len(lay.group.agents),
+                                                                                *lay.mask_shape), np.bool_))
+        if masks is not None:
+            obs["action_mask"] = masks
         if self._use_state:
             obs["state"] = _specs.from_space(self._envs[0].state_space)
         self._observation_spec = obs
-        self._action_spec = _specs.add_agent_axis(self._agent_act_spec, a)
+        self._action_spec: Spec = by_group(  # type: ignore[assignment]
+            lambda lay: _specs.add_agent_axis(lay.act_spec, len(lay.group.agents)))
         self._obs_flat = _specs.flatten_spec(obs)
         self._act_flat = _specs.flatten_spec(self._action_spec)
 
@@ -160,11 +209,29 @@ class ParallelEnvironment:
         return len(self._envs)
 
     @property
+    def groups(self) -> dict[str, AgentGroup]:
+        """The team's agent groups by name (one for a team whose agents share their spaces)."""
+        return {layout.group.name: layout.group for layout in self._layouts}
+
+    @property
+    def single_agent_observation_space(self) -> Any:
+        """Every agent's observation space (without its action mask), for a team of one group."""
+        return self._one_group("single_agent_observation_space").group.observation_space
+
+    @property
+    def single_agent_action_space(self) -> Any:
+        """Every agent's action space, for a team of one group."""
+        return self._one_group("single_agent_action_space").group.action_space
+
+    @property
     def single_action_space(self) -> Any:
-        """One lane's actions as a gymnasium space: the agent action space batched over the agent axis."""
+        """One lane's actions as a gymnasium space: each group's agent action space batched over its agent
+        axis (a ``Dict`` by group name when the team has several groups)."""
+        from gymnasium import spaces
         from gymnasium.vector.utils import batch_space
 
-        return batch_space(self.single_agent_action_space, self.num_agents)
+        parts = {lay.group.name: batch_space(lay.group.action_space, len(lay.group.agents)) for lay in self._layouts}
+        return spaces.Dict(parts) if len(parts) > 1 else next(iter(parts.values()))
 
     @property
     def observation_spec(self) -> dict[str, Spec]:
@@ -220,7 +287,7 @@ class ParallelEnvironment:
         infos: list[Any] = []
         for e, env in enumerate(self._envs):
             acting = list(env.agents)
-            act = {agent: self._agent_action(flat_actions, e, self.possible_agents.index(agent)) for agent in acting}
+            act = {agent: self._agent_action(flat_actions, e, agent) for agent in acting}
             o, r, term, trunc, info = env.step(act)
             for agent in acting:  # rewards of agents that did not act belong to no action of theirs
                 reward[e, self._index(agent)] = r.get(agent, 0.0)
@@ -247,6 +314,12 @@ class ParallelEnvironment:
                         None if final is None else self._nest(final), infos)
 
     # ------------------------------------------------------------------ helpers
+    def _one_group(self, what: str) -> _GroupLayout:
+        if len(self._layouts) > 1:
+            raise AttributeError(f"{what}: the agents of this team have different spaces (groups "
+                                 f"{list(self.groups)}); use env.groups[name].observation_space / .action_space")
+        return self._layouts[0]
+
     def _index(self, agent: Any) -> int:
         try:
             return self.possible_agents.index(agent)
@@ -261,9 +334,10 @@ class ParallelEnvironment:
         live = set(env.agents) if alive is None else set(alive)
         for agent, value in observations.items():
             i = self._index(agent)
-            if self._mask_in_obs:
+            layout, pos = self._where[agent]
+            if layout.mask_in_obs:
                 mask, value = value["action_mask"], value["observation"]
-            elif self._mask_from_info:
+            elif self._mask_from_info and layout.mask_shape is not None:
                 mask = (info.get(agent) or {}).get("action_mask") if isinstance(info, Mapping) else None
                 if mask is None and agent in live and not (flags and (flags[0].get(agent) or flags[1].get(agent))):
                     raise SpecError(f"action_mask='info': expected info[{agent!r}]['action_mask'] for the acting "
@@ -276,23 +350,23 @@ class ParallelEnvironment:
                 out["truncated"][e, i] = bool(flags[1].get(agent, False))
             is_active = agent in live and not done
             out["active"][e, i] = is_active
-            for name, v in _specs.flatten_data(self._agent_obs_spec, value, "obs").items():
-                out[name][e, i] = v
+            for name, v in _specs.flatten_data(layout.obs_spec, value, layout.obs_key).items():
+                out[name][e, pos] = v
             if mask is not None:
-                self._put_mask(out, e, i, mask, is_active)
+                self._put_mask(out, e, agent, mask, is_active)
         if self._use_state:
             for name, v in _specs.flatten_data(self._observation_spec["state"], env.state(), "state").items():
                 out[name][e] = v
 
-    def _put_mask(self, out: dict[str, np.ndarray], e: int, i: int, mask: Any, active: bool) -> None:
+    def _put_mask(self, out: dict[str, np.ndarray], e: int, agent: Any, mask: Any, active: bool) -> None:
+        layout, pos = self._where[agent]
         if isinstance(mask, tuple | list) and mask and np.ndim(mask[0]) == 1:  # one mask per head (gymnasium's form)
             mask = np.concatenate([np.asarray(m) for m in mask])
         mask = np.asarray(mask)
-        if mask.shape != self._mask_shape:
-            raise SpecError(f"action mask of agent {self.possible_agents[i]!r}: expected shape {self._mask_shape}, "
-                            f"got {mask.shape}")
+        if mask.shape != layout.mask_shape:
+            raise SpecError(f"action mask of agent {agent!r}: expected shape {layout.mask_shape}, got {mask.shape}")
         if active:
-            out["action_mask"][e, i] = mask.astype(np.bool_)
+            out[layout.mask_key][e, pos] = mask.astype(np.bool_)
 
     def _nest(self, flat: dict[str, np.ndarray]) -> dict[str, Any]:
         return _specs.unflatten(self._observation_spec, flat)
@@ -310,12 +384,11 @@ class ParallelEnvironment:
             out[name] = arr
         return out
 
-    def _agent_action(self, flat: dict[str, np.ndarray], e: int, i: int) -> Any:
-        leaves = {name: value[e, i] for name, value in flat.items()}
-        if set(leaves) == {""}:
-            value = leaves[""]
-            return value.item() if value.ndim == 0 else value
-        return _specs.unflatten(self._agent_act_spec, {k: (v.item() if v.ndim == 0 else v) for k, v in leaves.items()})
+    def _agent_action(self, flat: dict[str, np.ndarray], e: int, agent: Any) -> Any:
+        layout, pos = self._where[self.possible_agents[self._index(agent)]]
+        leaves = {name: value[e, pos] for name, value in flat.items() if _under(name, layout.act_key)}
+        return _specs.unflatten(layout.act_spec, {k: (v.item() if v.ndim == 0 else v) for k, v in leaves.items()},
+                                layout.act_key)
 
     # ------------------------------------------------------------------ lifetime
     # ------------------------------------------------------------------ checkpoint state
