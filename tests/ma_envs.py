@@ -272,3 +272,23 @@ def n_step_targets(env, n, g, episode, t):
         out[agent] = (active, ret, 0.0 if died or not active else g ** j, steps[t + j - 1][5].get(agent),
                       steps[t][1].get(agent))
     return out
+
+
+class LeaderGame(TurnGame):
+    """:class:`TurnGame` whose agent ``a0`` differs: it sees ``[moves, game]`` (float64, no action mask) and
+    moves with ``MultiDiscrete([4, 4])`` (its move counts as the sum of the two)."""
+
+    metadata: ClassVar[dict] = {"name": "leader_game_v0"}
+
+    def observation_space(self, agent):
+        if agent == "a0":
+            return spaces.Box(-np.inf, np.inf, (2,), np.float64)
+        return super().observation_space(agent)
+
+    def action_space(self, agent):
+        return spaces.MultiDiscrete([4, 4]) if agent == "a0" else super().action_space(agent)
+
+    def observe(self, agent):
+        if agent == "a0":
+            return np.array([self.moves, self.games], np.float64)
+        return super().observe(agent)

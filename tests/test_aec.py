@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from ma_envs import TurnGame
+from ma_envs import LeaderGame, TurnGame
 
 from rlflow import adders
 from rlflow.envs import AECEnvironment
@@ -167,3 +167,50 @@ def test_actions_are_copied_when_taken_and_seeds_follow_each_env_and_reset_twice
     with pytest.raises(TypeError, match="NStepTransition"):
         AECEnvironment([TurnGame()], adders.Episode(store, [Table(store, sampler=Uniform(seed=0), remover=Fifo(),
                                                                   rate_limiter=MinSize(1))], max_length=20))
+
+
+def test_agents_with_different_spaces_write_to_their_groups_stores():
+    raw = [LeaderGame(length=7, quitter=1, quit_at=2), LeaderGame(length=5, quitter=2, quit_at=1)]
+    probe = AECEnvironment(raw)
+    assert {name: g.agents for name, g in probe.groups.items()} == {"group_0": ("a0",), "group_1": ("a1", "a2")}
+    with pytest.raises(AttributeError, match=r"group_spec\(name\)"):
+        _ = probe.spec
+    tables, group_adders = {}, {}
+    for name, g in probe.groups.items():
+        store = StepStore(probe.group_spec(name), capacity=512, lanes=len(raw) * len(g.agents))
+        tables[name] = Table(store, sampler=Uniform(seed=0), remover=Fifo(), rate_limiter=MinSize(1))
+        group_adders[name] = adders.NStepTransition(store, [tables[name]], n=1, discount=G)
+    assert tables["group_0"].store.fields["observation"].dtype == np.float64
+    with pytest.raises(TypeError, match="a dict of one adder per group"):
+        AECEnvironment(raw, group_adders["group_1"])
+    env = AECEnvironment(raw, group_adders, seed=0)
+    rng = np.random.default_rng(0)
+    turn = env.reset()
+    with pytest.raises(SpecError, match="a dict of"):
+        env.step(np.zeros(2, np.int64))
+    for _ in range(60):
+        leads = turn.groups == "group_0"
+        assert (turn.agents[leads] == 0).all() and (turn.agents[~leads] > 0).all()
+        np.testing.assert_array_equal(turn.lanes, np.where(leads, np.arange(2), np.arange(2) * 2 + turn.agents - 1))
+        masks = turn.observation["group_1"]["action_mask"]
+        assert not masks[leads].any()  # the rows of envs where the other group acts are zeros
+        actions = {"group_0": rng.integers(0, 4, (2, 2)),
+                   "group_1": np.array([rng.choice(np.flatnonzero(m)) if m.any() else 0 for m in masks])}
+        turn = env.step(actions)
+    seen = set()
+    for name, table in tables.items():
+        meta, batch = items(table)
+        size = len(env.groups[name].agents)
+        for b in range(len(meta)):
+            e, pos = divmod(int(meta[b, LANE]), size)
+            agent = env.groups[name].agents[pos]
+            obs = batch.observation if name == "group_0" else batch.observation["observation"]
+            move, game = int(obs[b][-2]), int(obs[b][-1])
+            assert name == "group_0" or int(obs[b][0]) == pos + 1
+            log = [entry for entry in raw[e].log if entry[0] == game]
+            assert [actor for _, m, actor, _, _ in log if m == move] == [agent]
+            assert batch.reward[b] == pytest.approx(reference(log, agent, move))
+            seen.add((e, game, move))
+    for e, r in enumerate(raw):  # every move of every finished game became one transition, in its group's table
+        for game in range(r.games):
+            assert {m for (ee, g, m) in seen if ee == e and g == game} == {m for g, m, *_ in r.log if g == game}

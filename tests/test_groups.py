@@ -243,3 +243,27 @@ def test_a_dying_agent_of_a_group_keeps_its_final_observation_and_later_rows_are
     np.testing.assert_array_equal(first[0].next_observation["obs"][0], [0, 2])
     assert first[0].discount[0] == 0.0 and first[2].discount[0] == 0.125
     np.testing.assert_allclose(first[0].reward[0], (0 + 0 + 1) + 0.5 * (0 + 1 + 1))
+
+
+def test_run_collects_from_a_grouped_team():
+    import rlflow
+
+    class Random(rlflow.Policy):
+        def act(self, observation, state, *, evaluation=False):
+            e = observation["active"].shape[0]
+            return {"scout": np.ones((e, 2), np.int64), "tank": np.zeros((e, 2, 2), np.float32)}, None, state
+
+    raw = [MixedAgents(seed=4, p_term=0.1, max_steps=6), MixedAgents(seed=5, p_term=0.1, max_steps=6)]
+    env, _store, table, adder = make(raw, 2, 0.9, 256)
+    result = rlflow.run(env, Random(), None, adder, table, steps=40, progress=False)
+    assert result.env_steps == 40
+    for e in raw:  # every action reached its agent, each kind in its own space
+        for episode in e.history:
+            for acting, actions, *_ in episode:
+                for agent in acting:
+                    expected = 1 if agent.startswith("scout") else np.zeros(2, np.float32)
+                    np.testing.assert_array_equal(actions[agent], expected)
+    with pytest.raises(SpecError, match=r"actions/tank: expected shape \(2, 2, 2\)"):
+        env.step({"scout": np.ones((2, 2), np.int64), "tank": np.zeros((2, 2), np.float32)})
+    with pytest.raises(SpecError, match=r"expected a dict with keys \['scout', 'tank'\]"):
+        env.step(np.ones((2, 4), np.int64))
