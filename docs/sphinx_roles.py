@@ -16,7 +16,7 @@ import griffe
 _ROLE = re.compile(r":(?:class|meth|func|attr|data|mod|exc|obj):`(~?)([^`]+)`")
 PUBLIC_MODULES = ("rlflow", "rlflow.envs", "rlflow.adders", "rlflow.replay", "rlflow.specs", "rlflow.types",
                   "rlflow.returns", "rlflow.minibatches", "rlflow.loggers", "rlflow.policies", "rlflow.distributed",
-                  "rlflow.compat.flexibuff")
+                  "rlflow.compat.flexibuff", "rlflow.compat.harl")
 
 
 def public_names() -> dict[str, str]:

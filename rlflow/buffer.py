@@ -33,6 +33,7 @@ import numpy as np
 
 from rlflow import specs as _specs
 from rlflow.adders.block import StepBlock
+from rlflow.adders.multiagent import MultiAgentTransition
 from rlflow.adders.transition import NStepTransition
 from rlflow.kernels import steps as KS
 from rlflow.replay.rate_limiters import MinSize
@@ -41,7 +42,7 @@ from rlflow.replay.sample import Sample
 from rlflow.replay.selectors import Fifo, Prioritized
 from rlflow.replay.storage import StepStore
 from rlflow.replay.table import RateLimitTimeout, Table, TableBase
-from rlflow.specs import Spec, SpecError
+from rlflow.specs import AgentGroup, Field, Spec, SpecError
 from rlflow.types import TimeStep, step_spec
 
 __all__ = ["ReplayBuffer"]
@@ -67,6 +68,10 @@ class ReplayBuffer:
         beta: prioritized replay's importance-weight exponent.
         num_envs: transitions per :meth:`add` call.
         extras: an rlflow spec of per-step extras stored with each transition (e.g. log-probs).
+        reward: the Field of one step's reward (default: a float32 scalar).
+        groups: a team's agent groups: the observations are multi-agent rows
+            (:class:`rlflow.envs.ParallelEnvironment`'s layout, a reward per agent) and samples are
+            :class:`~rlflow.adders.MultiAgentTransition`'s, per agent.
         seed: seeds the sampler.
         disk: a directory (created; must be empty) to keep the rows in as numpy memmaps (the store's
             ``"disk"`` backend); None keeps them in memory.
@@ -74,12 +79,14 @@ class ReplayBuffer:
 
     def __init__(self, observation: Any, action: Any, capacity: int, *, n_step: int = 1, discount: float = 0.99,
                  prioritized: bool = False, alpha: float = 0.6, beta: float = 0.4, num_envs: int = 1,
-                 extras: Spec | None = None, seed: int | None = None, disk: str | Path | None = None) -> None:
+                 extras: Spec | None = None, reward: Field | None = None,
+                 groups: Mapping[str, AgentGroup] | None = None,
+                 seed: int | None = None, disk: str | Path | None = None) -> None:
         if int(num_envs) < 1 or int(capacity) // int(num_envs) < n_step + 2:
             raise ValueError(f"capacity {capacity} over num_envs {num_envs} leaves fewer than n_step + 2 = "
                              f"{n_step + 2} rows per env")
         self.num_envs = int(num_envs)
-        spec = step_spec(_as_spec(observation), _as_spec(action), extras)
+        spec = step_spec(_as_spec(observation), _as_spec(action), extras, reward=reward)
         self.store = StepStore(spec, capacity=int(capacity) // self.num_envs, lanes=self.num_envs,
                                backend="memory" if disk is None else "disk", directory=disk)
         self.table: TableBase = (
@@ -87,7 +94,9 @@ class ReplayBuffer:
                   rate_limiter=MinSize(1), name="replay") if prioritized
             else RowTable(self.store, seed=seed, rate_limiter=MinSize(1), name="replay"))
         # One env's transitions are staged: a larger block spreads each write's fixed cost over more adds.
-        self.adder = NStepTransition(self.store, [self.table], n=n_step, discount=discount, stage_steps=256)
+        self.adder = (NStepTransition(self.store, [self.table], n=n_step, discount=discount, stage_steps=256)
+                      if groups is None else MultiAgentTransition(self.store, [self.table], n=n_step, discount=discount,
+                                                                   groups=groups, stage_steps=256))
         self._checks = StepBlock(spec, np.arange(self.num_envs), 1)  # checks parts of steps (extend, starts)
         self._obs_fields = {n: f for n, f in self.store.fields.items() if n.split("/")[0] == "observation"}
         self._obs_spec = spec["observation"]

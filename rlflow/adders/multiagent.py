@@ -8,8 +8,8 @@ each episode's rows stored once); what differs is how a sample is shaped. For th
 
 - ``j_a`` is the first ``j`` in ``1 .. k`` whose row carries agent ``a``'s ``terminated`` or ``truncated``
   flag (its own end), else ``k``;
-- ``reward[:, a] = r_t + g r_{t+1} + ... + g^(j_a - 1) r_{t+j_a-1}`` (an ended agent's later rewards are
-  zero, so this is the joint return over the window);
+- ``reward[:, a] = r_t + g r_{t+1} + ... + g^(j_a - 1) r_{t+j_a-1}`` (rewards after the agent's own end
+  do not count; in an env's rows an ended agent's later rewards are zero anyway);
 - ``discount[:, a] = 0`` if the agent terminated at ``j_a`` or was not active at ``t``, else ``g^j_a``;
 - ``next_observation`` holds, per agent, row ``t + j_a``'s per-agent columns (the agent's true final
   observation when it ended inside the window), and row ``t + k``'s ``state``.
@@ -101,8 +101,16 @@ class MultiAgentTransitionView(ItemView):
             if (offset == k[:, None]).all():
                 offset = None  # no agent ended early: every agent's next observation is the window's last row
         discount = np.where(died | ~active, np.float32(0.0), powers).astype(np.float32)
+        reward = fields["return"]  # each agent's rewards over the whole window
         if offset is not None:
             agent_rows = base[:, None] + (start[:, None] + offset) % cap  # [B, A]
+            # Rewards after an agent's own end do not count: take them off (zero where the ended agent is
+            # inactive, as in rlflow.envs.ParallelEnvironment's rows; not in general, e.g. HARL's FP data).
+            m = np.arange(self.n)  # the window's steps t + m
+            after = (m[None, :, None] >= offset[:, None, :]) & (m[None, :, None] < k[:, None, None])  # [B, n, A]
+            steps = np.take(flat["reward"], base[:, None] + (start[:, None] + m) % cap, axis=0)  # [B, n, A]
+            tail = (np.where(after, steps, 0) * (self.discount ** m)[None, :, None]).sum(axis=1)
+            reward = (reward - tail).astype(np.float32)
         obs: dict[str, np.ndarray] = {}
         nxt: dict[str, np.ndarray] = {}
         cur: dict[str, np.ndarray] = {}
@@ -118,7 +126,7 @@ class MultiAgentTransitionView(ItemView):
             elif under(name, "action") or under(name, "extras"):
                 cur[name] = np.take(col, first, axis=0)
         batch = Transition(observation=nest_part(store, obs, "observation"), action=nest_part(store, cur, "action"),
-                           reward=fields["return"], discount=discount,
+                           reward=reward, discount=discount,
                            next_observation=nest_part(store, nxt, "observation"),
                            extras=nest_part(store, cur, "extras"))
         return batch, None
@@ -136,11 +144,12 @@ class MultiAgentTransition(NStepTransition):
         priority_fns: per table name, ``fn(transitions) -> priorities`` of the new items (default 1).
         groups: the env's agent groups (``env.groups``); needed when they are several (agents with
             different spaces), optional otherwise.
+        stage_steps: as :class:`~rlflow.adders.NStepTransition`'s.
     """
 
     def __init__(self, store: StepStore, tables: Sequence[TableBase], *, n: int = 1, discount: float = 0.99,
                  priority_fns: Mapping[str, PriorityFn] | None = None,
-                 groups: Mapping[str, AgentGroup] | None = None) -> None:
+                 groups: Mapping[str, AgentGroup] | None = None, stage_steps: int = 64) -> None:
         missing = [name for name in (*_AGENT_FLAGS, "observation/obs") if not any(
             under(f, name) for f in store.fields)]
         if missing:
@@ -151,7 +160,7 @@ class MultiAgentTransition(NStepTransition):
             raise SpecError(f"a multi-agent store's reward: expected one per agent, shape {num_agents}, got "
                             f"{store.fields['reward'].shape}")
         self._groups = _check_groups(store, groups)
-        super().__init__(store, tables, n=n, discount=discount, priority_fns=priority_fns)
+        super().__init__(store, tables, n=n, discount=discount, priority_fns=priority_fns, stage_steps=stage_steps)
 
     def _item_view(self) -> MultiAgentTransitionView:
         return MultiAgentTransitionView(self.n, self.discount, self._groups)
