@@ -48,29 +48,13 @@ from typing import Any
 import numpy as np
 
 from rlflow.buffer import ReplayBuffer
+from rlflow.compat.harl.shapes import act_dim, obs_shape
 from rlflow.replay.table import RateLimitTimeout
 from rlflow.specs import AgentGroup, Field
 
 __all__ = ["OffPolicyBufferEP", "OffPolicyBufferFP"]
 
 _f32 = np.float32
-
-
-def _obs_shape(space: Any) -> tuple[int, ...]:
-    """HARL's ``get_shape_from_obs_space``: a Box's shape (a list space's first entry)."""
-    if isinstance(space, list | tuple):
-        return (int(space[0]),) if not isinstance(space[0], list | tuple) else tuple(space[0])
-    return tuple(int(d) for d in space.shape)
-
-
-def _act_dim(space: Any) -> int:
-    """HARL's ``get_shape_from_act_space``: 1 for Discrete, the shape's first entry otherwise."""
-    name = type(space).__name__
-    if name == "Discrete":
-        return 1
-    if name in ("Box", "MultiDiscrete", "MultiBinary"):
-        return int(space.shape[0])
-    raise ValueError(f"act_spaces: expected Discrete, Box, MultiDiscrete or MultiBinary spaces, got {space}")
 
 
 def _per_agent(parts: list[Any]) -> Any:
@@ -100,9 +84,9 @@ class _OffPolicyBuffer:
             raise ValueError(f"obs_spaces and act_spaces: expected one per agent ({a}), got {len(obs_spaces)} and "
                              f"{len(act_spaces)}")
         self.act_spaces = list(act_spaces)
-        self.share_obs_shape = _obs_shape(share_obs_space)
-        self.obs_shapes = [_obs_shape(s) for s in obs_spaces]
-        self.act_dims = [_act_dim(s) for s in act_spaces]
+        self.share_obs_shape = obs_shape(share_obs_space)
+        self.obs_shapes = [obs_shape(s) for s in obs_spaces]
+        self.act_dims = [act_dim(s) for s in act_spaces]
         self.discrete = [type(s).__name__ == "Discrete" for s in act_spaces]
         self._names = [f"agent_{i}" for i in range(a)]
         state = Field((a, *self.share_obs_shape) if self.per_agent_state else self.share_obs_shape, _f32)
