@@ -120,6 +120,25 @@ class FlexiBatch:
                 setattr(self, f.name, torch.from_numpy(np.ascontiguousarray(value)).float().to(device))
 
 
+def _split_steps(batch: FlexiBatch, lengths: list[int], per_agent: set[str]) -> list[FlexiBatch]:
+    """``batch``'s steps cut into consecutive parts of ``lengths`` steps, each a FlexiBatch of views (numpy or
+    torch); per-agent arrays and action masks have their steps on axis 1, the others on axis 0."""
+    ends = np.cumsum(lengths).tolist()
+    cuts = [slice(a, b) for a, b in zip([0, *ends[:-1]], ends, strict=True)]
+    parts: dict[str, list[Any]] = {}
+    for f in fields(batch):
+        value = getattr(batch, f.name)
+        if value is None:
+            continue
+        if f.name in ("action_mask", "action_mask_"):
+            parts[f.name] = [[m[:, c] for m in value] for c in cuts]
+        elif f.name in per_agent:
+            parts[f.name] = [value[:, c] for c in cuts]
+        else:
+            parts[f.name] = [value[c] for c in cuts]
+    return [FlexiBatch(**{name: cut[i] for name, cut in parts.items()}) for i in range(len(lengths))]
+
+
 def _device(device: Any) -> Any:
     if device is not None:
         return device
@@ -421,13 +440,13 @@ class FlexibleBuffer:
         out: dict[str, Any] = {}
         for name, (_, _, per_agent) in self._layout.items():
             arr = getattr(self, name)
-            out[name] = arr[:, idx] if per_agent else arr[idx]
-        batch = FlexiBatch(**out, terminated=self.terminated[idx], truncated=self.truncated[idx],
-                           memory_weights=None if self.memory_weights is None else self.memory_weights[idx])
+            out[name] = arr.take(idx, axis=1 if per_agent else 0)  # take: 5x a fancy index on axis 1
+        batch = FlexiBatch(**out, terminated=self.terminated.take(idx), truncated=self.truncated.take(idx),
+                           memory_weights=None if self.memory_weights is None else self.memory_weights.take(idx))
         masks = self._masks()
         if masks is not None:
-            batch.action_mask = [m[:, idx] for m in masks[0]]
-            batch.action_mask_ = [m[:, idx] for m in masks[1]]
+            batch.action_mask = [m.take(idx, axis=1) for m in masks[0]]
+            batch.action_mask_ = [m.take(idx, axis=1) for m in masks[1]]
         if as_torch:
             batch.to_torch(device)
         return batch
@@ -443,16 +462,23 @@ class FlexibleBuffer:
         # Every episode holds a step, so at most max_batch_size are taken: draw only those, distinct, in
         # O(draws) (not a permutation of every stored episode, which cost more than the copies).
         draws = max(min(limit, int(max_batch_size)), 0)
-        out: list[FlexiBatch] = []
+        starts, lengths = [], []
         total = 0
         for j in self.rng.choice(len(episodes), size=draws, replace=False) if draws else ():
             if total >= max_batch_size:
                 break
             start, length = episodes[int(j)]
             length = min(length, int(max_batch_size) - total)
-            out.append(self._batch((start + np.arange(length)) % self.mem_size, as_torch, device))
+            starts.append(start)
+            lengths.append(length)
             total += length
-        return out
+        if not lengths:
+            return []
+        # One gather of every array for all the episodes, then each episode's batch is a view of its part.
+        sizes = np.asarray(lengths)
+        offsets = np.repeat(np.asarray(starts) - np.concatenate([[0], np.cumsum(sizes)[:-1]]), sizes)
+        whole = self._batch((offsets + np.arange(total)) % self.mem_size, as_torch, device)
+        return _split_steps(whole, lengths, {name for name, (_, _, per_agent) in self._layout.items() if per_agent})
 
     def reset(self) -> None:
         """Forget every stored step (the arrays keep their contents until overwritten, as in flexibuff)."""
