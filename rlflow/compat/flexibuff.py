@@ -120,6 +120,9 @@ class FlexiBatch:
                 setattr(self, f.name, torch.from_numpy(np.ascontiguousarray(value)).float().to(device))
 
 
+_EMPTY_BATCH = vars(FlexiBatch())  # every field None
+
+
 def _split_steps(batch: FlexiBatch, lengths: list[int], per_agent: set[str]) -> list[FlexiBatch]:
     """``batch``'s steps cut into consecutive parts of ``lengths`` steps, each a FlexiBatch of views (numpy or
     torch); per-agent arrays and action masks have their steps on axis 1, the others on axis 0."""
@@ -136,7 +139,13 @@ def _split_steps(batch: FlexiBatch, lengths: list[int], per_agent: set[str]) -> 
             parts[f.name] = [value[:, c] for c in cuts]
         else:
             parts[f.name] = [value[c] for c in cuts]
-    return [FlexiBatch(**{name: cut[i] for name, cut in parts.items()}) for i in range(len(lengths))]
+    out = []
+    for i in range(len(lengths)):  # FlexiBatch's fields set directly: its __init__ costs more than the views
+        b = object.__new__(FlexiBatch)
+        b.__dict__.update(_EMPTY_BATCH)
+        b.__dict__.update({name: cut[i] for name, cut in parts.items()})
+        out.append(b)
+    return out
 
 
 def _device(device: Any) -> Any:
@@ -231,6 +240,7 @@ class FlexibleBuffer:
         if c["log_prob_continuous"] > 0:
             layout["continuous_log_probs"] = ((c["log_prob_continuous"],), np.float32, True)
         self._layout = layout
+        self._per_agent = {name for name, (_, _, per_agent) in layout.items() if per_agent}
         for name in _ARRAYS:
             setattr(self, name, None)
         for name, (shape, dtype, per_agent) in layout.items():
@@ -462,23 +472,19 @@ class FlexibleBuffer:
         # Every episode holds a step, so at most max_batch_size are taken: draw only those, distinct, in
         # O(draws) (not a permutation of every stored episode, which cost more than the copies).
         draws = max(min(limit, int(max_batch_size)), 0)
-        starts, lengths = [], []
-        total = 0
-        for j in self.rng.choice(len(episodes), size=draws, replace=False) if draws else ():
-            if total >= max_batch_size:
-                break
-            start, length = episodes[int(j)]
-            length = min(length, int(max_batch_size) - total)
-            starts.append(start)
-            lengths.append(length)
-            total += length
-        if not lengths:
+        if not draws:
             return []
+        picked = np.array([episodes[j] for j in self.rng.choice(len(episodes), size=draws, replace=False).tolist()],
+                          np.int64).reshape(-1, 2)
+        starts, sizes = picked[:, 0], picked[:, 1]
+        before = np.cumsum(sizes) - sizes  # steps taken before each episode
+        kept = int(np.count_nonzero(before < max_batch_size))  # episodes until max_batch_size steps, the last cut
+        starts, before = starts[:kept], before[:kept]
+        sizes = np.minimum(sizes[:kept], int(max_batch_size) - before)
         # One gather of every array for all the episodes, then each episode's batch is a view of its part.
-        sizes = np.asarray(lengths)
-        offsets = np.repeat(np.asarray(starts) - np.concatenate([[0], np.cumsum(sizes)[:-1]]), sizes)
-        whole = self._batch((offsets + np.arange(total)) % self.mem_size, as_torch, device)
-        return _split_steps(whole, lengths, {name for name, (_, _, per_agent) in self._layout.items() if per_agent})
+        steps = np.repeat(starts - before, sizes) + np.arange(int(sizes.sum()))
+        whole = self._batch(steps % self.mem_size, as_torch, device)
+        return _split_steps(whole, sizes.tolist(), self._per_agent)
 
     def reset(self) -> None:
         """Forget every stored step (the arrays keep their contents until overwritten, as in flexibuff)."""
