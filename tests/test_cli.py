@@ -11,14 +11,14 @@ from rlflow.loggers import read_csv
 def test_lists_the_baselines(capsys):
     assert cli.main(["list"]) == 0
     out = capsys.readouterr().out
-    assert "dqn, mappo, ppo, qmix, sac, selfplay_dqn, td3" in out
+    assert "dqn, hatd3, mappo, ppo, qmix, sac, selfplay_dqn, td3" in out
 
 
 def test_help_is_plain_text_with_the_usage_and_the_baselines(capsys):
     assert cli.main(["--help"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("rlflow: run one of rlflow's baselines by name.\n")
-    assert "usage: rlflow NAME [--flag value ...]" in out and "baselines: dqn, mappo, ppo" in out
+    assert "usage: rlflow NAME [--flag value ...]" in out and "baselines: dqn, hatd3, mappo, ppo" in out
     assert "``" not in out and ":class:" not in out  # no docstring markup
 
 

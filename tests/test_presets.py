@@ -10,7 +10,7 @@ import pytest
 from baselines import _presets, dqn, ppo, sac, selfplay_dqn, td3
 from rlflow import cli
 
-BASELINES = ["dqn", "ppo", "sac", "td3", "mappo", "qmix", "selfplay_dqn"]
+BASELINES = ["dqn", "ppo", "sac", "td3", "mappo", "qmix", "selfplay_dqn", "hatd3"]
 
 
 @pytest.mark.parametrize("name", BASELINES)
