@@ -128,22 +128,21 @@ def _split_steps(batch: FlexiBatch, lengths: list[int], per_agent: set[str]) -> 
     torch); per-agent arrays and action masks have their steps on axis 1, the others on axis 0."""
     ends = np.cumsum(lengths).tolist()
     cuts = [slice(a, b) for a, b in zip([0, *ends[:-1]], ends, strict=True)]
-    parts: dict[str, list[Any]] = {}
-    for f in fields(batch):
-        value = getattr(batch, f.name)
+    names, columns = [], []
+    for name, value in vars(batch).items():
         if value is None:
             continue
-        if f.name in ("action_mask", "action_mask_"):
-            parts[f.name] = [[m[:, c] for m in value] for c in cuts]
-        elif f.name in per_agent:
-            parts[f.name] = [value[:, c] for c in cuts]
+        names.append(name)
+        if name in ("action_mask", "action_mask_"):
+            columns.append([[m[:, c] for m in value] for c in cuts])
+        elif name in per_agent:
+            columns.append([value[:, c] for c in cuts])
         else:
-            parts[f.name] = [value[c] for c in cuts]
+            columns.append([value[c] for c in cuts])
     out = []
-    for i in range(len(lengths)):  # FlexiBatch's fields set directly: its __init__ costs more than the views
+    for row in zip(*columns, strict=True):  # FlexiBatch's fields set directly: its __init__ costs more than the views
         b = object.__new__(FlexiBatch)
-        b.__dict__.update(_EMPTY_BATCH)
-        b.__dict__.update({name: cut[i] for name, cut in parts.items()})
+        b.__dict__ = {**_EMPTY_BATCH, **dict(zip(names, row, strict=True))}
         out.append(b)
     return out
 
