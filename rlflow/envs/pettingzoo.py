@@ -385,7 +385,8 @@ class ParallelEnvironment:
         return out
 
     def _agent_action(self, flat: dict[str, np.ndarray], e: int, agent: Any) -> Any:
-        layout, pos = self._where[self.possible_agents[self._index(agent)]]
+        self._index(agent)  # an agent the env made up raises, naming possible_agents
+        layout, pos = self._where[agent]
         leaves = {name: value[e, pos] for name, value in flat.items() if _under(name, layout.act_key)}
         return _specs.unflatten(layout.act_spec, {k: (v.item() if v.ndim == 0 else v) for k, v in leaves.items()},
                                 layout.act_key)

@@ -163,8 +163,7 @@ class _OffPolicyBuffer:
 
         term = np.asarray(batch.next_observation["terminated"])  # [B, A]: each agent's at its window's end
         done = term | np.asarray(batch.next_observation["truncated"])
-        discount = np.asarray(batch.discount)
-        gamma = np.where(discount > 0, discount, 0.0).astype(np.float64)
+        gamma = np.asarray(batch.discount, np.float64)  # g^k, 0 after a termination
         reward = np.asarray(batch.reward, np.float64)
         valid = np.asarray(batch.extras["valid"]).T[:, :, None]
         if self.per_agent_state:  # FP: (n_agents * batch_size, ...), agent-major
