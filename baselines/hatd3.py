@@ -13,9 +13,10 @@ critic updates, the actors are updated one after another in a random order, each
 ascending ``Q`` with the actions of the agents updated before it taken from their new actors (HARL's
 sequential update, whose monotonic improvement the heterogeneous-agent theory rests on); then the
 targets move ``tau`` of the way. Hyperparameters are HARL's tuned ones for simple_speaker_listener
-(continuous): batches of 1,000 transitions, one update per 1,000 stored (HARL's ``train_interval`` 50 over 20
-threads), 10,000 random steps first, exploration noise 0.1 and smoothing noise 0.2 (clipped at 0.5) of
-the action range's half-width, actor learning rate 5e-4, critic 1e-3, networks of 128 and 128.
+(continuous): batches of 1,000 transitions, one update per step of the 20 envs, i.e. per 20 transitions
+stored (HARL trains ``update_per_train * train_interval`` = 50 times every 50 steps), 10,000 random steps
+first, exploration noise 0.1 and smoothing noise 0.2 (clipped at 0.5) of the action range's half-width,
+actor learning rate 5e-4, critic 1e-3, networks of 128 and 128.
 
 Episode returns in the logs are team returns (the sum over agents; both agents get the same reward here).
 """
@@ -49,7 +50,7 @@ class Args(RunArgs):
     num_envs: int = 20  # parallel MPE envs (HARL's n_rollout_threads)
     buffer_size: int = 1_000_000  # replay capacity in joint steps, over all envs
     batch_size: int = 1_000  # joint transitions per learner step
-    samples_per_insert: float = 1.0  # transitions sampled per stored one: one update per batch_size steps
+    samples_per_insert: float = 50.0  # transitions sampled per stored one: batch_size / num_envs, one update per step
     learning_starts: int = 10_000  # joint steps of uniformly random actions, and no learning, first
     actor_lr: float = 5e-4  # Adam's learning rate of each actor
     critic_lr: float = 1e-3  # Adam's learning rate of the twin critics
@@ -261,7 +262,8 @@ def main(args: Args) -> rlflow.RunResult:
     state_dim = int(np.prod(env.observation_spec["state"].shape))
     result = train("HATD3", args, env, eval_env, TeamPolicy(team, args), HATD3Learner(team, state_dim, args),
                    adder, table)
-    print(f"per-agent return: {result.final_evaluation / env.num_agents:.2f}")
+    if result.final_evaluation is not None:  # None when the run was stopped before its first evaluation
+        print(f"per-agent return: {result.final_evaluation / env.num_agents:.2f}")
     return result
 
 

@@ -385,9 +385,10 @@ def main(args: Args) -> rlflow.RunResult:
     result = train("MAPPO" if args.critic == "centralised" else "IPPO", args, env, eval_env, TeamPolicy(net),
                    MAPPOLearner(net, args), adder, table)
     team_return = result.final_evaluation
-    print(f"per-agent return: {team_return / env.num_agents:.2f}")
-    if "spread" in args.env_id:
-        print(f"on the MAPPO paper's scale: {paper_scale(team_return, env.num_agents, args.max_cycles):.1f}")
+    if team_return is not None:  # None when the run was stopped before its first evaluation
+        print(f"per-agent return: {team_return / env.num_agents:.2f}")
+        if "spread" in args.env_id:
+            print(f"on the MAPPO paper's scale: {paper_scale(team_return, env.num_agents, args.max_cycles):.1f}")
     return result
 
 

@@ -16,8 +16,10 @@ discrete action and one reward per agent, episodes of 25 steps):
   grouped store (each group with its own width), the numpy limit of the same bytes, and the same team
   padded to one width (what a one-axis store needs); prints the memory per row of both.
 - ``minibatches``: one epoch of 4 shuffled feed-forward minibatches over an on-policy rollout of 128
-  steps x 16 envs x 3 agents (agents as independent samples): ``rlflow.minibatches`` against HARL's
-  generator (a permutation of the flattened rollout, then a gather per minibatch) and the numpy limit.
+  steps x 16 envs x 3 agents (agents as independent samples): ``rlflow.minibatches`` (indices, then ``take``)
+  against HARL's generator (``torch.randperm`` of the flattened rollout, then numpy fancy indexing per array
+  and minibatch, as ``feed_forward_generator_actor`` does) and the numpy limit (the same gathers with
+  ``np.take`` from an order drawn beforehand: the bytes moved, no shuffle).
 
 Every library's buffer is filled once (rlflow through its adders; the others by writing their arrays
 directly, which their sampling cannot tell apart from ``save_transition``), then the libraries are timed
@@ -258,6 +260,7 @@ def episodes_contenders(steps: int, pool: Pool, rng: np.random.Generator) -> lis
 
 
 def minibatch_contenders(steps: int, pool: Pool, rng: np.random.Generator) -> list[tuple[str, Callable[[], Any]]]:
+    import torch  # HARL's generators draw their order with torch.randperm
     T, E, k = 128, 16, 4
     rollout = {"obs": rng.normal(size=(T, E, A, OBS)).astype(f32),
                "state": rng.normal(size=(T, E, A, STATE)).astype(f32),
@@ -271,14 +274,15 @@ def minibatch_contenders(steps: int, pool: Pool, rng: np.random.Generator) -> li
     def rlflow_epoch() -> Any:
         return [minibatches.take(lanes, idx) for idx in minibatches.feedforward(T, E * A, k, rng=g)]
 
-    def harl_epoch() -> Any:  # HARL: a permutation of the flattened rollout, split into minibatches, gathered
-        rand = g.permutation(T * E * A)
+    def harl_epoch() -> Any:  # HARL: torch.randperm of the flattened rollout, cut into minibatches, gathered
+        rand = torch.randperm(T * E * A).numpy()
         size = T * E * A // k
         return [{key: v[rand[i * size:(i + 1) * size]] for key, v in flat.items()} for i in range(k)]
 
+    order = g.permutation(T * E * A)
+
     def limit() -> Any:
-        rand = g.permutation(T * E * A)
-        return [{key: v.take(rand[i::k], axis=0) for key, v in flat.items()} for i in range(k)]
+        return [{key: v.take(order[i::k], axis=0) for key, v in flat.items()} for i in range(k)]
 
     return [("rlflow", rlflow_epoch), ("numpy limit", limit), ("HARL-style numpy", harl_epoch)]
 

@@ -27,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from rlflow.kernels import minibatches as kernels
+
 __all__ = ["Chunks", "chunk_resets", "feedforward", "naive_recurrent", "recurrent_chunks", "take"]
 
 
@@ -41,6 +43,29 @@ def _numpy(x: Any) -> np.ndarray:
     if torch is not None and isinstance(x, torch.Tensor):
         return x.detach().cpu().numpy()
     return np.asarray(x)
+
+
+def _permutation(values: int | np.ndarray, rng: np.random.Generator | int | None) -> np.ndarray:
+    """``values`` (an int64 array, or ``arange(n)`` for an int) in a random order drawn from ``rng``: the
+    generator's uniforms drive a compiled Fisher-Yates shuffle (:func:`rlflow.kernels.minibatches.shuffle`)."""
+    out = np.arange(values, dtype=np.int64) if isinstance(values, int) else np.array(values, np.int64)
+    kernels.shuffle(out, np.random.default_rng(rng).random(out.size))
+    return out
+
+
+def _split(order: np.ndarray, k: int) -> list[np.ndarray]:
+    """``order`` cut into ``k`` consecutive views whose sizes differ by at most one (the longer first), as
+    ``np.array_split`` cuts it, without its per-piece overhead."""
+    size, longer = divmod(order.size, k)
+    ends = np.arange(1, k + 1) * size + np.minimum(np.arange(1, k + 1), longer)
+    return [order[a:b] for a, b in zip((0, *ends[:-1].tolist()), ends.tolist(), strict=True)]
+
+
+def _time_and_lane(flat: np.ndarray, E: int) -> tuple[np.ndarray, np.ndarray]:
+    """Flat positions ``t * E + e`` as ``(t, e)`` (an integer division, several times faster than
+    ``np.divmod``)."""
+    t = flat // E
+    return t, flat - t * E
 
 
 def feedforward(
@@ -78,16 +103,16 @@ def feedforward(
         if m.shape != (T, E):
             raise ValueError(f"mask: expected shape ({T}, {E}), got {m.shape}")
         valid = np.flatnonzero(m.astype(bool))
-    order = np.random.default_rng(rng).permutation(valid)
+    order = _permutation(valid, rng)
     if num_minibatches is not None:
         k = _positive("num_minibatches", num_minibatches)
         if k > order.size:
             raise ValueError(f"num_minibatches: expected at most the {order.size} valid steps, got {k}")
-        batches = np.array_split(order, k)
+        batches = _split(order, k)
     else:
         size = _positive("minibatch_size", minibatch_size)
         batches = [order[i:i + size] for i in range(0, order.size, size)]
-    return iter([np.divmod(b, E) for b in batches])
+    return iter([_time_and_lane(b, E) for b in batches])
 
 
 def naive_recurrent(T: int, E: int, num_minibatches: int, *, rng: np.random.Generator | int | None = None
@@ -103,10 +128,10 @@ def naive_recurrent(T: int, E: int, num_minibatches: int, *, rng: np.random.Gene
     k = _positive("num_minibatches", num_minibatches)
     if k > E:
         raise ValueError(f"num_minibatches: expected at most the {E} lanes, got {k}")
-    order = np.random.default_rng(rng).permutation(E)
+    order = _permutation(E, rng)
     steps = np.arange(T)[:, None]
     return iter([(np.broadcast_to(steps, (T, b.size)).copy(), np.broadcast_to(b, (T, b.size)).copy())
-                 for b in np.array_split(order, k)])
+                 for b in _split(order, k)])
 
 
 @dataclass(frozen=True)
@@ -152,9 +177,9 @@ def recurrent_chunks(
     if k > E * per_lane:
         raise ValueError(f"num_minibatches: expected at most the {E * per_lane} chunks "
                          f"({E} lanes x ceil({T} / {L})), got {k}")
-    order = np.random.default_rng(rng).permutation(E * per_lane)
+    order = _permutation(E * per_lane, rng)
     out = []
-    for b in np.array_split(order, k):
+    for b in _split(order, k):
         t0, e0 = (b % per_lane) * L, b // per_lane
         t = t0[:, None] + np.arange(L)
         e = np.broadcast_to(e0[:, None], t.shape).copy()
@@ -174,6 +199,20 @@ def chunk_resets(first: Any, chunks: Chunks) -> Any:
     if isinstance(got, np.ndarray):
         return got & chunks.mask
     return got & sys.modules["torch"].as_tensor(chunks.mask, device=got.device)
+
+
+def _flat_rows(index: tuple[np.ndarray, ...], lead: tuple[int, ...]) -> np.ndarray | None:
+    """The flat row positions of ``index`` into leading axes ``lead`` (``np.ravel_multi_index``'s result, in
+    one compiled pass), or None where numpy's own indexing must decide: indices that are not integer arrays
+    of one shape, or any outside ``[0, lead[i])`` (negative ones count from the end there, out-of-range ones
+    raise its IndexError)."""
+    if any(i.dtype.kind not in "iu" or i.shape != index[0].shape for i in index):
+        return None
+    flat = np.empty(index[0].shape, np.int64)
+    rows = tuple(np.ascontiguousarray(i, np.int64).reshape(-1) for i in index)
+    if kernels.flat_rows(rows, lead, flat.reshape(-1)) != kernels.IN_RANGE:
+        return None
+    return flat
 
 
 def take(tree: Any, index: Any) -> Any:
@@ -205,12 +244,9 @@ def take(tree: Any, index: Any) -> Any:
             if 1 < k <= node.ndim and node.flags.c_contiguous:  # one gather of whole rows: the fast path
                 lead = node.shape[:k]
                 if lead not in flat_index:
-                    try:
-                        flat_index[lead] = np.ravel_multi_index(np_index, lead)
-                    except (TypeError, ValueError):  # negative or boolean indices: numpy's own indexing
-                        flat_index[lead] = None
+                    flat_index[lead] = _flat_rows(np_index, lead)
                 if flat_index[lead] is not None:
-                    return np.take(node.reshape(-1, *node.shape[k:]), flat_index[lead], axis=0)
+                    return node.reshape(-1, *node.shape[k:]).take(flat_index[lead], axis=0)
             return node[np_index]
         if torch is not None and isinstance(node, torch.Tensor):
             if node.device not in on_device:

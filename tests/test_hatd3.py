@@ -15,7 +15,8 @@ from baselines import hatd3
 
 
 def small(tmp_path, **kw):
-    return hatd3.Args(total_steps=1_200, num_envs=4, learning_starts=400, batch_size=64, eval_every=600,
+    return hatd3.Args(total_steps=1_200, num_envs=4, learning_starts=400, batch_size=64, samples_per_insert=1.0,
+                      eval_every=600,
                       eval_episodes=2, progress=False, logdir=str(tmp_path / "run"), **kw)
 
 
