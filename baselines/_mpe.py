@@ -1,5 +1,5 @@
-"""The MPE (``mpe2``) environments of the multi-agent baselines (MAPPO, QMIX): making them, one agent's
-sizes, and the MAPPO paper's scale of a ``simple_spread`` return.
+"""The MPE (``mpe2``) environments of the multi-agent baselines (MAPPO, QMIX, HATD3): finding a scenario,
+making them, one agent's sizes, and the MAPPO paper's scale of a ``simple_spread`` return.
 
 Not a baseline (``rlflow list`` skips files whose name starts with ``_``).
 """
@@ -7,6 +7,7 @@ Not a baseline (``rlflow list`` skips files whose name starts with ``_``).
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from typing import Any
 
 import numpy as np
@@ -14,12 +15,24 @@ import numpy as np
 from rlflow.envs import ParallelEnvironment
 
 
+def scenario(env_id: str) -> Any:
+    """The mpe2 module of scenario ``env_id`` (e.g. ``simple_spread_v3``); ValueError naming the scenarios
+    mpe2 has for a name it does not."""
+    import mpe2
+
+    names = sorted(m.name for m in pkgutil.iter_modules(mpe2.__path__)
+                   if not m.name.startswith("_") and m.name != "all_modules")
+    if env_id not in names:
+        raise ValueError(f"--env-id {env_id}: not an mpe2 scenario; expected one of {', '.join(names)}")
+    return importlib.import_module(f"mpe2.{env_id}")
+
+
 def make_env(args: Any, num_envs: int, seed: int | None) -> ParallelEnvironment:
     """``num_envs`` parallel envs of the mpe2 scenario ``args.env_id`` as the lanes of one environment,
     each ``args.max_cycles`` steps long (``simple_spread``: with ``args.n_agents`` agents)."""
-    scenario = importlib.import_module(f"mpe2.{args.env_id}")
+    module = scenario(args.env_id)
     kwargs = {"N": args.n_agents} if "spread" in args.env_id else {}
-    return ParallelEnvironment([scenario.parallel_env(max_cycles=args.max_cycles, **kwargs)
+    return ParallelEnvironment([module.parallel_env(max_cycles=args.max_cycles, **kwargs)
                                 for _ in range(num_envs)], seed=seed)
 
 

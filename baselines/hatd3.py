@@ -24,7 +24,6 @@ Episode returns in the logs are team returns (the sum over agents; both agents g
 from __future__ import annotations
 
 import copy
-import importlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +34,7 @@ from torch import nn
 
 import rlflow
 from baselines import RunArgs, to_device, torch_device, train
+from baselines._mpe import scenario
 from baselines._nets import Critic, device_of, mlp
 from baselines._presets import parse
 from rlflow import adders
@@ -68,8 +68,8 @@ class Args(RunArgs):
 
 def make_env(args: Args, num_envs: int, seed: int | None) -> ParallelEnvironment:
     """``num_envs`` mpe2 ``args.env_id`` envs with continuous actions, ``args.max_cycles`` steps long."""
-    scenario = importlib.import_module(f"mpe2.{args.env_id}")
-    return ParallelEnvironment([scenario.parallel_env(max_cycles=args.max_cycles, continuous_actions=True)
+    module = scenario(args.env_id)
+    return ParallelEnvironment([module.parallel_env(max_cycles=args.max_cycles, continuous_actions=True)
                                 for _ in range(num_envs)], seed=seed)
 
 

@@ -6,6 +6,9 @@ Configurations (each baseline's defaults unless noted):
   target: per-agent episode return >= -12 (uniform random scores about -28.4, doing nothing -25.4).
 - ``ippo-spread``: the same with local critics (IPPO).
 - ``qmix-spread`` and ``vdn-spread``: QMIX and VDN at equal steps; target: QMIX matches or beats VDN.
+- ``hatd3-speaker-listener``: HATD3 on MPE simple_speaker_listener (continuous actions; the speaker and the
+  listener have their own spaces), HARL's tuned settings; the table gives the team return (both agents get
+  the same reward) and the per-agent return. ``benchmarks/hatd3_peer.py`` runs AgileRL's MATD3 beside it.
 - ``selfplay-tictactoe``: self-play DQN, evaluated against a uniformly random legal player with seats
   alternating; target: wins >= 90% and losses < 5%.
 
@@ -38,6 +41,7 @@ CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
     "ippo-spread": ("mappo", {"critic": "local"}),
     "qmix-spread": ("qmix", {"mixer": "qmix"}),
     "vdn-spread": ("qmix", {"mixer": "vdn"}),
+    "hatd3-speaker-listener": ("hatd3", {}),
     "selfplay-tictactoe": ("selfplay_dqn", {}),
 }
 
@@ -58,6 +62,8 @@ def run(name: str, seed: int, steps: int | None, out: Path, eval_episodes: int |
     if module_name == "selfplay_dqn":
         return {**result, "seconds": seconds}
     team = float(result.final_evaluation)
+    if module_name == "hatd3":
+        return {"team": team, "per_agent": team / 2, "seconds": seconds}  # the speaker and the listener
     from baselines.mappo import paper_scale
 
     return {"per_agent": team / args.n_agents, "paper": paper_scale(team, args.n_agents, args.max_cycles),
@@ -86,6 +92,9 @@ def main(argv: list[str] | None = None) -> int:
         if "win" in results[0]:
             text = (f"win {summary([r['win'] * 100 for r in results], '{:.1f}%')}, "
                     f"loss {summary([r['loss'] * 100 for r in results], '{:.1f}%')}")
+        elif "team" in results[0]:
+            text = (f"team return {summary([r['team'] for r in results])}, per-agent "
+                    f"{summary([r['per_agent'] for r in results])}")
         else:
             text = (f"per-agent return {summary([r['per_agent'] for r in results])}; on the MAPPO paper's "
                     f"scale {summary([r['paper'] for r in results], '{:.1f}')}")
