@@ -69,6 +69,8 @@ class Args(RunArgs, ActorArgs, VideoArgs):
     max_grad_norm: float = 0.5  # the gradient's norm is clipped to this at every minibatch step
     hidden: tuple[int, ...] = (64, 64)  # sizes of the hidden layers of the policy MLP and of the value MLP
     value_norm: bool = False  # train the critic on normalised returns (rlflow.returns.ValueNormalizer)
+    normalize_obs: bool = False  # the networks see observations standardised by running statistics (SB3's VecNormalize)
+    normalize_reward: bool = False  # the learner scales rewards by a running std of discounted returns (VecNormalize)
     lstm: int = 0  # > 0: an LSTM of this size in front of the policy head and one in front of the value head
     chunk_length: int = 8  # steps per recurrent training chunk (with --lstm)
     eval_every: int = 20_000  # env steps between evaluations (0: only at the end)
@@ -90,18 +92,41 @@ class DiagGaussian(torch.distributions.Normal):
         return super().entropy().sum(-1)
 
 
+class ObsNorm(nn.Module):
+    """``clip((obs - mean) / std, -10, 10)`` with ``mean`` and ``std`` as buffers (they travel with the network's
+    state and its parameters to actor processes); the identity until :meth:`set` gives statistics."""
+
+    def __init__(self, obs_dim: int) -> None:
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(obs_dim))
+        self.register_buffer("std", torch.ones(obs_dim))
+
+    def set(self, stats: ValueNormalizer) -> None:
+        """Take the running statistics of ``stats`` (its mean and floored variance)."""
+        self.mean.copy_(torch.as_tensor(stats.mean))
+        self.std.copy_(torch.as_tensor(np.sqrt(stats.var)))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return ((obs - self.mean) / self.std).clamp(-CLIP, CLIP)
+
+
+CLIP = 10.0  # normalised observations and scaled rewards are clipped to +- this (SB3's VecNormalize default)
+
+
 class ActorCritic(nn.Module):
     """Separate policy and value MLPs, as SB3's default for PPO; with ``lstm > 0`` an LSTM cell in front of
     each (SB3's RecurrentPPO layout: one LSTM for the actor, one for the critic).
 
     Discrete actions: the policy head gives ``n_actions`` logits. ``continuous``: it gives the mean of an
     ``n_actions``-dimensional Gaussian whose log standard deviations are parameters of their own,
-    independent of the state and starting at 0 (SB3's default).
+    independent of the state and starting at 0 (SB3's default). ``normalize_obs``: both see the observation
+    through an :class:`ObsNorm` first.
     """
 
     def __init__(self, obs_dim: int, n_actions: int, hidden: tuple[int, ...], lstm: int = 0,
-                 continuous: bool = False) -> None:
+                 continuous: bool = False, normalize_obs: bool = False) -> None:
         super().__init__()
+        self.obs_norm = ObsNorm(obs_dim) if normalize_obs else None
         self.lstm = lstm
         if lstm:
             self.pi_lstm = nn.LSTMCell(obs_dim, lstm)
@@ -117,9 +142,15 @@ class ActorCritic(nn.Module):
             return categorical(head)
         return DiagGaussian(head, self.log_std.exp().expand_as(head), validate_args=False)
 
+    def features(self, obs: torch.Tensor) -> torch.Tensor:
+        """Observations ``[N, ...]`` as the flat float inputs ``[N, obs_dim]`` of the networks (normalised with
+        ``normalize_obs``)."""
+        x = obs.flatten(1).float()
+        return x if self.obs_norm is None else self.obs_norm(x)
+
     def forward(self, obs: torch.Tensor) -> tuple[Any, torch.Tensor]:
-        obs = obs.flatten(1).float()
-        return self.distribution(self.pi(obs)), self.v(obs).squeeze(-1)
+        x = self.features(obs)
+        return self.distribution(self.pi(x)), self.v(x).squeeze(-1)
 
     def step(self, obs: torch.Tensor, state: tuple[torch.Tensor, ...]) -> tuple[Any, torch.Tensor, tuple]:
         """One recurrent step: ``state = (h_pi, c_pi, h_v, c_v)``, each ``[N, lstm]``."""
@@ -127,7 +158,7 @@ class ActorCritic(nn.Module):
         return self.distribution(head), value, state
 
     def _step(self, obs: torch.Tensor, state: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, torch.Tensor, tuple]:
-        x = obs.flatten(1).float()
+        x = self.features(obs)
         h_pi, c_pi = self.pi_lstm(x, (state[0], state[1]))
         h_v, c_v = self.v_lstm(x, (state[2], state[3]))
         return self.pi(h_pi), self.v(h_v).squeeze(-1), (h_pi, c_pi, h_v, c_v)
@@ -165,6 +196,24 @@ def rollout_targets(values: torch.Tensor, rows: dict, mask: Any, gamma: float,
     return {"valid": valid.T, "advantages": adv, "returns": ret}
 
 
+def scale_rewards(reward: np.ndarray, acted: np.ndarray, ended: np.ndarray, carry: np.ndarray,
+                  stats: ValueNormalizer, gamma: float) -> np.ndarray:
+    """SB3's VecNormalize reward scaling, on ``E`` rollouts of ``T`` steps (``reward [E, T + 1]`` as stored,
+    ``acted`` and ``ended`` ``[E, T]``): each lane's running discounted return ``carry[e] = gamma * carry[e] +
+    r`` over its action steps in time order, set to 0 after a step that ends an episode (terminated or
+    truncated); ``stats`` takes every return of the rollouts, then every reward is divided by the returns'
+    standard deviation and clipped to +-10. ``carry [E]`` holds the lanes' returns from one call to the next
+    (updated in place). Returns the scaled ``[E, T + 1]`` rewards in ``reward``'s dtype."""
+    returns = np.zeros(acted.shape)
+    for t in range(acted.shape[1]):
+        a = acted[:, t]
+        carry[a] = carry[a] * gamma + reward[a, t]
+        returns[a, t] = carry[a]
+        carry[a & ended[:, t]] = 0.0
+    stats.update(returns[acted])
+    return np.clip(reward / np.sqrt(stats.var), -CLIP, CLIP).astype(reward.dtype)
+
+
 def ppo_loss(net: ActorCritic, obs: torch.Tensor, actions: torch.Tensor, old_log_prob: torch.Tensor,
              advantages: torch.Tensor, returns: torch.Tensor, clip: float, ent_coef: float,
              vf_coef: float) -> tuple[torch.Tensor, dict[str, float]]:
@@ -186,6 +235,12 @@ class PPOLearner(rlflow.Learner):
         self.total_updates = max(1, args.total_steps // (args.batch_size * args.n_steps))
         self.rng = np.random.default_rng(args.seed)
         self.norm = ValueNormalizer() if args.value_norm else None
+        # --normalize-obs: the statistics of every observation acted on (exact, SB3's epsilon as the floor)
+        self.obs_stats = ValueNormalizer(net.obs_norm.mean.shape[0], beta=None, min_var=1e-8) \
+            if net.obs_norm is not None else None
+        # --normalize-reward: the statistics of the lanes' running discounted returns, and those returns
+        self.return_stats = ValueNormalizer((), beta=None, min_var=1e-8) if args.normalize_reward else None
+        self.return_carry = np.zeros(args.batch_size)
 
     def step(self, sample):
         rows = sample.data
@@ -193,10 +248,17 @@ class PPOLearner(rlflow.Learner):
         # from an actor that started on older parameters) is dropped, and counted. One update old is what a
         # rollout's first action is: it completes the rollout before, whose update comes after it.
         acted = ~rows["last"][:, :-1] & sample.mask[:, :-1]
+        if self.return_stats is not None:  # every rollout's rewards go into its lane's return, stale or not
+            carry = self.return_carry[sample.lanes]
+            ended = (rows["terminated"][:, :-1] | rows["truncated"][:, :-1]) & acted
+            rows = {**rows, "reward": scale_rewards(rows["reward"], acted, ended, carry, self.return_stats,
+                                                    self.args.gamma)}
+            self.return_carry[sample.lanes] = carry
         stale = ((rows["extras"]["version"][:, :-1] < self.updates - 1) & acted).any(axis=1)
         if stale.all():
             return {"stale_rollouts": float(stale.sum()), "steps": 0.0}
         mask = sample.mask & ~stale[:, None]
+        raw_obs = rows["observation"][:, :-1][acted & ~stale[:, None]]  # the observations acted on, for the stats
         rows, mask = to_device((rows, mask), self.device)  # the rollouts as tensors on the learner's device
         obs = rows["observation"]
         e, t1 = mask.shape
@@ -250,6 +312,9 @@ class PPOLearner(rlflow.Learner):
                                          advantages[ti, ei], returns[ti, ei], clip, self.args.ent_coef,
                                          self.args.vf_coef)
                 self._apply(loss)
+        if self.obs_stats is not None:  # after the epochs: they saw the statistics the rollouts were acted with
+            self.obs_stats.update(raw_obs.reshape(len(raw_obs), -1))
+            self.net.obs_norm.set(self.obs_stats)
         self.updates += 1
         return {**metrics, "steps": float(targets["valid"].sum()), "stale_rollouts": float(stale.sum())}
 
@@ -266,15 +331,28 @@ class PPOLearner(rlflow.Learner):
 
     def state_dict(self):
         return {"net": self.net.state_dict(), "optimizer": self.optimizer.state_dict(), "updates": self.updates,
-                "rng": self.rng.bit_generator.state, "norm": self.norm.state_dict() if self.norm is not None else None}
+                "rng": self.rng.bit_generator.state, "norm": self.norm.state_dict() if self.norm is not None else None,
+                "obs_stats": None if self.obs_stats is None else self.obs_stats.state_dict(),
+                "return_stats": None if self.return_stats is None else self.return_stats.state_dict(),
+                "return_carry": self.return_carry.copy()}
 
     def load_state_dict(self, state):
+        for name, flag in (("obs_stats", "--normalize-obs"), ("return_stats", "--normalize-reward")):
+            if (getattr(self, name) is None) != (state.get(name) is None):
+                raise ValueError(f"{flag}: the saved learner was trained {'with' if state.get(name) else 'without'} "
+                                 f"it; run with the saved run's flags")
         self.net.load_state_dict(state["net"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.updates = state["updates"]
         self.rng.bit_generator.state = state["rng"]
         if self.norm is not None:
             self.norm.load_state_dict(state["norm"])
+        for name in ("obs_stats", "return_stats"):
+            if getattr(self, name) is not None:
+                getattr(self, name).load_state_dict(state[name])
+        if self.obs_stats is not None:
+            self.net.obs_norm.set(self.obs_stats)
+        self.return_carry[:] = state["return_carry"]
 
 
 class SamplingPolicy(rlflow.Policy):
@@ -337,7 +415,7 @@ def main(args: Args) -> rlflow.RunResult:
         extras["lstm"] = specs.Field((4, args.lstm), np.float32)
     _, table, adder = rollout_queue(env.step_spec(extras), args.num_envs, args.n_steps, args.num_actors)
 
-    net = ActorCritic(obs_dim, n_actions, args.hidden, args.lstm, continuous).to(device)
+    net = ActorCritic(obs_dim, n_actions, args.hidden, args.lstm, continuous, args.normalize_obs).to(device)
     policy, learner = SamplingPolicy(net), PPOLearner(net, args)
     if not args.num_actors:
         return train("PPO", args, env, eval_env, policy, learner, adder, table)
@@ -345,7 +423,7 @@ def main(args: Args) -> rlflow.RunResult:
     # Synchronous rollouts: actor processes with their own envs (one row per lane per step: NEXT_STEP resets)
     # and networks on the CPU, each update waiting for a rollout of every lane acted by the parameters it updates.
     parts = ActorParts(args, args.num_envs, lambda a, i: SamplingPolicy(
-        ActorCritic(obs_dim, n_actions, a.hidden, a.lstm, continuous)), autoreset_mode="next_step",
+        ActorCritic(obs_dim, n_actions, a.hidden, a.lstm, continuous, a.normalize_obs)), autoreset_mode="next_step",
         **({"wrappers": [ClipAction]} if continuous else {}))
     return train("PPO", args, env, eval_env, policy, learner, adder, table, actors=(parts.env, parts.policy),
                  on_policy=True)

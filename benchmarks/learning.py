@@ -122,6 +122,12 @@ CONFIGS = {
     # entropy .01, constant learning rate 3e-4 and clip range .2 (SB3's defaults).
     "ppo-lunarlander": preset("ppo", "LunarLander-v3", 200.0, sb3=PPO_LUNARLANDER_SB3),
     "ppo-lunarlandercontinuous": preset("ppo", "LunarLanderContinuous-v3", None, sb3=PPO_LUNARLANDER_SB3),
+    # Zoo's PPO on BipedalWalker: 32 envs of 2,048 steps, minibatches of 64, 10 epochs, gamma .999, lambda .95,
+    # learning rate 3e-4, clip .18; SB3 normalises observations and rewards with VecNormalize, rlflow with
+    # --normalize-obs and --normalize-reward (its preset).
+    "ppo-bipedalwalker": preset("ppo", "BipedalWalker-v3", 250.0, sb3={
+        "n_envs": 32, "n_steps": 2048, "batch_size": 64, "gae_lambda": 0.95, "gamma": 0.999, "n_epochs": 10,
+        "ent_coef": 0.0, "learning_rate": 3e-4, "clip_range": 0.18, "normalize": True}),
     # PPO with Box actions (a Gaussian policy): zoo's Pendulum-v1 PPO (4 envs of 1,024 steps, gamma .9,
     # lambda .95, 10 epochs of minibatches of 64, learning rate 1e-3, clip .2, no entropy bonus) without its
     # state-dependent exploration (gSDE), which rlflow's PPO does not have; SB3 runs without it too.
@@ -165,10 +171,17 @@ def run_sb3(cfg: Config, seed: int) -> tuple[float, float]:
         if isinstance(value, tuple) and value[0] == "linear":
             kwargs[key] = lambda progress, v=value[1]: progress * v
     env: Any = cfg.env_id
+    eval_env: Any = gym.make(cfg.env_id)
+    normalize = kwargs.pop("normalize", False)
     if "n_envs" in kwargs:
         from stable_baselines3.common.env_util import make_vec_env
 
         env = make_vec_env(cfg.env_id, n_envs=kwargs.pop("n_envs"), seed=seed)
+    if normalize:  # the zoo's normalize: true: VecNormalize's observations and rewards while training
+        from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+
+        env = VecNormalize(env, gamma=kwargs["gamma"])
+        eval_env = VecNormalize(DummyVecEnv([lambda: gym.make(cfg.env_id)]), training=False, norm_reward=False)
     if "action_noise" in kwargs:  # ("normal", sigma in action units), as the zoo builds it
         shape = gym.make(cfg.env_id).action_space.shape
         kwargs["action_noise"] = NormalActionNoise(np.zeros(shape), kwargs.pop("action_noise")[1] * np.ones(shape))
@@ -177,7 +190,9 @@ def run_sb3(cfg: Config, seed: int) -> tuple[float, float]:
                                                          **kwargs)
     model.learn(total_timesteps=cfg.steps)
     seconds = time.perf_counter() - start
-    mean, _ = evaluate_policy(model, gym.make(cfg.env_id), n_eval_episodes=10, deterministic=True)
+    if normalize:  # evaluate with the training statistics, frozen, and the env's own rewards
+        eval_env.obs_rms = env.obs_rms
+    mean, _ = evaluate_policy(model, eval_env, n_eval_episodes=10, deterministic=True)
     return float(mean), seconds
 
 
