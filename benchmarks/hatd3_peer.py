@@ -15,7 +15,9 @@ same number of updates per stored transition as rlflow's 20 envs with one update
 
 Every ``--eval-every`` env steps it evaluates the actors without noise for ``--eval-episodes`` episodes and
 prints the mean team return (the sum over both agents), the quantity rlflow's run logs; the evaluations go to
-``--out`` as CSV (step, mean return, seconds so far).
+``--out`` as CSV (step, mean return, seconds so far). After the last step it evaluates the final actors over
+``--final-eval-episodes`` (100) episodes, as ``python -m baselines.hatd3 --evaluate RUN/learner.pt
+--eval-episodes 100`` does for rlflow's.
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ def main() -> None:
     parser.add_argument("--total-steps", type=int, default=1_000_000)
     parser.add_argument("--eval-every", type=int, default=100_000)
     parser.add_argument("--eval-episodes", type=int, default=10)
+    parser.add_argument("--final-eval-episodes", type=int, default=100,
+                        help="episodes of the evaluation after the last step")
     parser.add_argument("--out", default="hatd3_peer.csv")
     args = parser.parse_args()
     torch.manual_seed(args.seed)
@@ -91,6 +95,10 @@ def main() -> None:
                   f"({rows[-1][2]:.0f} s)", flush=True)
             with open(args.out, "w", newline="") as f:
                 csv.writer(f).writerows([("step", "return", "seconds"), *rows])
+    agent.set_training_mode(False)
+    final = float(agent.test(eval_env, loop=args.final_eval_episodes, sum_scores=True))
+    print(f"final evaluation: mean return {final:.2f} over {args.final_eval_episodes} episodes "
+          f"({time.perf_counter() - start:.0f} s in all)", flush=True)
 
 
 if __name__ == "__main__":
