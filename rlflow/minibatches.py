@@ -230,24 +230,25 @@ def take(tree: Any, index: Any) -> Any:
     torch = sys.modules.get("torch")
     on_device: dict[Any, tuple[Any, ...]] = {}
     np_index = tuple(_numpy(i) for i in index)
-    flat_index: dict[tuple[int, ...], Any] = {}  # per leading shape: the rows' flat positions
+    k = len(np_index)
+    flat_index: dict[tuple[int, ...], Any] = {}  # per leading shape: the rows' flat positions (None: numpy's)
 
     def gather(node: Any) -> Any:
+        if isinstance(node, np.ndarray):  # the leaves first: most of the calls
+            if 1 < k <= node.ndim:  # whole rows, one np.take of their flat positions where in range
+                lead = node.shape[:k]
+                flat = flat_index.get(lead, False)
+                if flat is False:
+                    flat = flat_index[lead] = _flat_rows(np_index, lead)
+                if flat is not None and node.flags.c_contiguous:
+                    return node.reshape((-1, *node.shape[k:])).take(flat, axis=0)
+            return node[np_index]
         if isinstance(node, dict):
-            return {k: gather(v) for k, v in node.items()}
+            return {key: gather(v) for key, v in node.items()}
         if isinstance(node, tuple) and hasattr(node, "_fields"):
             return type(node)(*(gather(v) for v in node))
         if isinstance(node, tuple | list):
             return type(node)(gather(v) for v in node)
-        if isinstance(node, np.ndarray):
-            k = len(np_index)
-            if 1 < k <= node.ndim and node.flags.c_contiguous:  # one gather of whole rows: the fast path
-                lead = node.shape[:k]
-                if lead not in flat_index:
-                    flat_index[lead] = _flat_rows(np_index, lead)
-                if flat_index[lead] is not None:
-                    return node.reshape(-1, *node.shape[k:]).take(flat_index[lead], axis=0)
-            return node[np_index]
         if torch is not None and isinstance(node, torch.Tensor):
             if node.device not in on_device:
                 on_device[node.device] = tuple(torch.as_tensor(i, device=node.device) for i in index)
