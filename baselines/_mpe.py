@@ -36,6 +36,16 @@ def make_env(args: Any, num_envs: int, seed: int | None) -> ParallelEnvironment:
                                 for _ in range(num_envs)], seed=seed)
 
 
+def report(team_return: float | None, num_agents: int, env_id: str, max_cycles: int) -> None:
+    """Print a run's final team return per agent (and, on ``simple_spread``, on the MAPPO paper's scale);
+    nothing when the run was stopped before its first evaluation (``team_return`` None)."""
+    if team_return is None:
+        return
+    print(f"per-agent return: {team_return / num_agents:.2f}")
+    if "spread" in env_id:
+        print(f"on the MAPPO paper's scale: {paper_scale(team_return, num_agents, max_cycles):.1f}")
+
+
 def team_dims(env: ParallelEnvironment) -> tuple[int, int, int]:
     """``(obs_dim, state_dim, n_actions)`` of one agent: its flat observation, the global state (every
     agent's observation together when the env has no state), its discrete actions."""

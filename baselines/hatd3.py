@@ -34,7 +34,7 @@ from torch import nn
 
 import rlflow
 from baselines import RunArgs, to_device, torch_device, train
-from baselines._mpe import scenario
+from baselines._mpe import report, scenario
 from baselines._nets import Critic, device_of, mlp
 from baselines._presets import parse
 from rlflow import adders
@@ -262,8 +262,7 @@ def main(args: Args) -> rlflow.RunResult:
     state_dim = int(np.prod(env.observation_spec["state"].shape))
     result = train("HATD3", args, env, eval_env, TeamPolicy(team, args), HATD3Learner(team, state_dim, args),
                    adder, table)
-    if result.final_evaluation is not None:  # None when the run was stopped before its first evaluation
-        print(f"per-agent return: {result.final_evaluation / env.num_agents:.2f}")
+    report(result.final_evaluation, env.num_agents, args.env_id, args.max_cycles)
     return result
 
 

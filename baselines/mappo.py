@@ -42,7 +42,7 @@ from torch import nn
 
 import rlflow
 from baselines import RunArgs, rollout_queue, to_device, torch_device, train
-from baselines._mpe import make_env, paper_scale, team_dims
+from baselines._mpe import make_env, report, team_dims
 from baselines._nets import categorical, device_of, mlp, ppo_terms, time_major
 from baselines._presets import parse
 from rlflow import specs
@@ -384,11 +384,7 @@ def main(args: Args) -> rlflow.RunResult:
     net = MAPPONet(obs_dim, state_dim, n_actions, env.num_agents, args).to(device)
     result = train("MAPPO" if args.critic == "centralised" else "IPPO", args, env, eval_env, TeamPolicy(net),
                    MAPPOLearner(net, args), adder, table)
-    team_return = result.final_evaluation
-    if team_return is not None:  # None when the run was stopped before its first evaluation
-        print(f"per-agent return: {team_return / env.num_agents:.2f}")
-        if "spread" in args.env_id:
-            print(f"on the MAPPO paper's scale: {paper_scale(team_return, env.num_agents, args.max_cycles):.1f}")
+    report(result.final_evaluation, env.num_agents, args.env_id, args.max_cycles)
     return result
 
 

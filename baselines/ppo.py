@@ -92,6 +92,9 @@ class DiagGaussian(torch.distributions.Normal):
         return super().entropy().sum(-1)
 
 
+CLIP = 10.0  # normalised observations and scaled rewards are clipped to +- this (SB3's VecNormalize default)
+
+
 class ObsNorm(nn.Module):
     """``clip((obs - mean) / std, -10, 10)`` with ``mean`` and ``std`` as buffers (they travel with the network's
     state and its parameters to actor processes); the identity until :meth:`set` gives statistics."""
@@ -108,9 +111,6 @@ class ObsNorm(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return ((obs - self.mean) / self.std).clamp(-CLIP, CLIP)
-
-
-CLIP = 10.0  # normalised observations and scaled rewards are clipped to +- this (SB3's VecNormalize default)
 
 
 class ActorCritic(nn.Module):
@@ -347,11 +347,9 @@ class PPOLearner(rlflow.Learner):
         self.rng.bit_generator.state = state["rng"]
         if self.norm is not None:
             self.norm.load_state_dict(state["norm"])
-        for name in ("obs_stats", "return_stats"):
+        for name in ("obs_stats", "return_stats"):  # the network's ObsNorm buffers came with state["net"]
             if getattr(self, name) is not None:
                 getattr(self, name).load_state_dict(state[name])
-        if self.obs_stats is not None:
-            self.net.obs_norm.set(self.obs_stats)
         self.return_carry[:] = state["return_carry"]
 
 

@@ -35,7 +35,7 @@ from torch import nn
 
 import rlflow
 from baselines import RunArgs, to_device, torch_device, train
-from baselines._mpe import make_env, paper_scale, team_dims
+from baselines._mpe import make_env, report, team_dims
 from baselines._nets import device_of, masked_max
 from baselines._presets import parse
 from rlflow import adders
@@ -340,11 +340,7 @@ def main(args: Args) -> rlflow.RunResult:
         mixer = VDNMixer()
     result = train(args.mixer.upper(), args, env, eval_env, EpsilonGreedy(agent, args),
                    QMIXLearner(agent, mixer, args), adder, table)
-    team_return = result.final_evaluation
-    if team_return is not None:  # None when the run was stopped before its first evaluation
-        print(f"per-agent return: {team_return / env.num_agents:.2f}")
-        if "spread" in args.env_id:
-            print(f"on the MAPPO paper's scale: {paper_scale(team_return, env.num_agents, args.max_cycles):.1f}")
+    report(result.final_evaluation, env.num_agents, args.env_id, args.max_cycles)
     return result
 
 

@@ -14,7 +14,7 @@ Configurations (each baseline's defaults unless noted):
 
 For MPE the table gives the final evaluation (10 greedy episodes, or ``--eval-episodes``) per agent, and
 the same evaluation on the scale the MAPPO paper and EPyMARL report (their team return, summed over
-agents, with collisions counted per agent including itself: ``baselines.mappo.paper_scale``; uniform
+agents, with collisions counted per agent including itself: ``baselines._mpe.paper_scale``; uniform
 random play scores about -238 there on mpe2, -233 in the papers); median and range over seeds.
 
     python benchmarks/learning_marl.py --configs selfplay-tictactoe --seeds 1 2 3
@@ -62,9 +62,9 @@ def run(name: str, seed: int, steps: int | None, out: Path, eval_episodes: int |
     if module_name == "selfplay_dqn":
         return {**result, "seconds": seconds}
     team = float(result.final_evaluation)
-    if module_name == "hatd3":
-        return {"team": team, "per_agent": team / 2, "seconds": seconds}  # the speaker and the listener
-    from baselines.mappo import paper_scale
+    if module_name == "hatd3":  # the agents of the preset's scenario: its env says how many
+        return {"team": team, "per_agent": team / module.make_env(args, 1, None).num_agents, "seconds": seconds}
+    from baselines._mpe import paper_scale
 
     return {"per_agent": team / args.n_agents, "paper": paper_scale(team, args.n_agents, args.max_cycles),
             "seconds": seconds}

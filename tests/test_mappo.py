@@ -125,6 +125,8 @@ def _original_mpe_team_reward(world) -> tuple[float, int]:
 def test_paper_scale_matches_the_original_mpe_reward():
     from mpe2 import simple_spread_v3
 
+    from baselines._mpe import paper_scale
+
     env = simple_spread_v3.parallel_env(N=3, max_cycles=25)
     rng = np.random.default_rng(0)
     episodes, collisions = [], 0
@@ -140,7 +142,7 @@ def test_paper_scale_matches_the_original_mpe_reward():
         episodes.append((mpe2_team, paper_team))
     assert collisions > 0  # the collision term is exercised
     for mpe2_team, paper_team in episodes:
-        assert mappo.paper_scale(mpe2_team, 3, 25) == pytest.approx(paper_team, rel=1e-9, abs=1e-9)
+        assert paper_scale(mpe2_team, 3, 25) == pytest.approx(paper_team, rel=1e-9, abs=1e-9)
     # uniform random play: the papers put it at about -233; mpe2 gives -238.2 over these 100 episodes
     assert -245 < np.mean([p for _, p in episodes]) < -228
 

@@ -85,7 +85,7 @@ def rollout_sample(rng, e=2, t=4, obs_dim=3, lanes=None, scale=5.0, version=0):
                            lanes=np.arange(e) if lanes is None else np.asarray(lanes))
 
 
-def test_observation_statistics_follow_every_observation_acted_on():
+def test_observation_statistics_follow_every_observation_acted_on(monkeypatch):
     """After each update the networks normalise with the exact mean and std of every observation acted on so
     far (not the final-observation rows, nor the bootstrap row, which the next rollout acts on); during an
     update they still use the statistics the rollout was acted with (the identity before the first)."""
@@ -103,20 +103,17 @@ def test_observation_statistics_follow_every_observation_acted_on():
         used.append((net_.obs_norm.mean.clone(), net_.obs_norm.std.clone()))
         return original(net_, obs, *rest)
 
-    ppo.ppo_loss = spy
-    try:
-        for update in range(3):
-            sample = rollout_sample(rng, version=learner.updates)  # acted with the latest parameters
-            acted = ~sample.data["last"][:, :-1]
-            seen.append(sample.data["observation"][:, :-1][acted])
-            learner.step(sample)
-            everything = np.concatenate(seen).astype(np.float64)
-            np.testing.assert_allclose(net.obs_norm.mean.numpy(), everything.mean(0), rtol=1e-5)
-            np.testing.assert_allclose(net.obs_norm.std.numpy(), everything.std(0), rtol=1e-5)
-            if update == 0:
-                assert all(torch.equal(m, torch.zeros(3)) and torch.equal(s, torch.ones(3)) for m, s in used)
-    finally:
-        ppo.ppo_loss = original
+    monkeypatch.setattr(ppo, "ppo_loss", spy)
+    for update in range(3):
+        sample = rollout_sample(rng, version=learner.updates)  # acted with the latest parameters
+        acted = ~sample.data["last"][:, :-1]
+        seen.append(sample.data["observation"][:, :-1][acted])
+        learner.step(sample)
+        everything = np.concatenate(seen).astype(np.float64)
+        np.testing.assert_allclose(net.obs_norm.mean.numpy(), everything.mean(0), rtol=1e-5)
+        np.testing.assert_allclose(net.obs_norm.std.numpy(), everything.std(0), rtol=1e-5)
+        if update == 0:
+            assert all(torch.equal(m, torch.zeros(3)) and torch.equal(s, torch.ones(3)) for m, s in used)
     assert len(seen[0]) == 7  # 2 lanes x 4 steps, less lane 0's final-observation row
     x = torch.tensor([[1e6, -1e6, 3.0]])
     z = net.features(x)
@@ -124,7 +121,7 @@ def test_observation_statistics_follow_every_observation_acted_on():
     assert torch.allclose(z[0, 2], (x[0, 2] - net.obs_norm.mean[2]) / net.obs_norm.std[2])
 
 
-def test_normalised_rewards_reach_the_targets_and_checkpoints_keep_every_statistic():
+def test_normalised_rewards_reach_the_targets_and_checkpoints_keep_every_statistic(monkeypatch):
     torch.manual_seed(0)
     args = ppo.Args(env_id="Pendulum-v1", num_envs=2, n_steps=4, n_epochs=1, minibatch_size=8, hidden=(8,),
                     normalize_obs=True, normalize_reward=True, gamma=0.9)
@@ -137,11 +134,8 @@ def test_normalised_rewards_reach_the_targets_and_checkpoints_keep_every_statist
         seen_targets.append(np.array(rows["reward"]))
         return original(values, rows, mask, gamma, lam)
 
-    ppo.rollout_targets = spy
-    try:
-        learner.step(rollout_sample(rng, lanes=[1, 0]))
-    finally:
-        ppo.rollout_targets = original
+    monkeypatch.setattr(ppo, "rollout_targets", spy)
+    learner.step(rollout_sample(rng, lanes=[1, 0]))
     # rewards of 1: the learner saw them divided by the std of the returns
     std = np.sqrt(learner.return_stats.var)
     np.testing.assert_allclose(seen_targets[0], np.ones((2, 5)) / std, rtol=1e-6)
