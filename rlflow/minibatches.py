@@ -202,17 +202,13 @@ def chunk_resets(first: Any, chunks: Chunks) -> Any:
 
 
 def _flat_rows(index: tuple[np.ndarray, ...], lead: tuple[int, ...]) -> np.ndarray | None:
-    """The flat row positions of ``index`` into leading axes ``lead`` (``np.ravel_multi_index``'s result, in
-    one compiled pass), or None where numpy's own indexing must decide: indices that are not integer arrays
-    of one shape, or any outside ``[0, lead[i])`` (negative ones count from the end there, out-of-range ones
-    raise its IndexError)."""
-    if any(i.dtype.kind not in "iu" or i.shape != index[0].shape for i in index):
+    """The flat row positions of ``index`` into leading axes ``lead`` (``np.ravel_multi_index``), or None where
+    numpy's own indexing must decide: negative or boolean indices (counted from the end or masks there) and
+    out-of-range ones (its IndexError)."""
+    try:
+        return np.ravel_multi_index(index, lead)
+    except (TypeError, ValueError):
         return None
-    flat = np.empty(index[0].shape, np.int64)
-    rows = tuple(np.ascontiguousarray(i, np.int64).reshape(-1) for i in index)
-    if kernels.flat_rows(rows, lead, flat.reshape(-1)) != kernels.IN_RANGE:
-        return None
-    return flat
 
 
 def take(tree: Any, index: Any) -> Any:

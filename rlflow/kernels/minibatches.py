@@ -1,11 +1,9 @@
-"""Compiled kernels of :mod:`rlflow.minibatches` (numba): the epoch's shuffle and the flat rows of an index.
+"""Compiled kernel of :mod:`rlflow.minibatches` (numba): the epoch's shuffle.
 
-- :func:`shuffle`: Fisher-Yates over an int64 array, driven by uniform draws the caller takes from its own
-  ``numpy.random.Generator`` (``rng.random(n)``, a few ns each), so a seeded generator gives the same order
-  on every machine; the swaps run compiled, several times faster than ``Generator.permutation``, whose
-  bounded integer draws dominate its cost.
-- :func:`flat_rows`: ``np.ravel_multi_index`` of in-range indices in one pass, with the bounds checked on the
-  way (numpy's version checks each element in a generic loop, several times slower for a minibatch).
+:func:`shuffle` is Fisher-Yates over an int64 array, driven by uniform draws the caller takes from its own
+``numpy.random.Generator`` (``rng.random(n)``, a few ns each), so a seeded generator gives the same order on
+every machine; the swaps run compiled, about 3x faster than ``Generator.permutation`` for 6,144 steps
+(26.5 against 78.4 us here), whose bounded integer draws dominate its cost.
 """
 
 from __future__ import annotations
@@ -13,8 +11,6 @@ from __future__ import annotations
 import numpy as np
 
 from rlflow.kernels import compiled
-
-IN_RANGE = -1  # flat_rows' status when every index was inside its axis
 
 
 @compiled
@@ -28,19 +24,3 @@ def shuffle(values: np.ndarray, uniforms: np.ndarray) -> None:
         tmp = values[i]
         values[i] = values[j]
         values[j] = tmp
-
-
-@compiled
-def flat_rows(index: tuple, lead: tuple, out: np.ndarray) -> int:
-    """``out[m] = ravel_multi_index((index[0][m], index[1][m], ...), lead)`` for int64 index arrays of
-    ``out.size`` elements each. Returns :data:`IN_RANGE`, or the first ``m`` with an index outside
-    ``[0, lead[axis])`` (``out`` is then partly written: the caller lets numpy's indexing decide instead)."""
-    for m in range(out.shape[0]):
-        flat = 0
-        for axis in range(len(index)):
-            i = index[axis][m]
-            if i < 0 or i >= lead[axis]:
-                return m
-            flat = flat * lead[axis] + i
-        out[m] = flat
-    return IN_RANGE
