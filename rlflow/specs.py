@@ -44,6 +44,7 @@ __all__ = [
     "fits",
     "flatten_data",
     "flatten_spec",
+    "frame_stack",
     "from_space",
     "unflatten",
     "validate",
@@ -63,6 +64,12 @@ class Field:
     ``low=0, high=n-1``): a number, or an array broadcastable to ``shape`` for a bound per element (e.g.
     ``MultiDiscrete([3, 5])`` gives ``high=(2, 4)``), kept as a tuple of the elements in C order (a
     number when all are equal). Float fields reject NaN and infinities unless ``allow_nonfinite``.
+
+    ``stack=k`` (k >= 2) declares a frame stack: axis 0 of ``shape`` (of size ``k``) holds the last ``k``
+    frames of the episode, oldest first, the episode's first frame repeated where the stack reaches
+    before it (gymnasium's ``FrameStackObservation(env, k)``). A store keeps one frame per row (the
+    newest, ``frame_shape``) and rebuilds every stack it returns from the rows before it; writes check
+    that each stack continues the one before it (see ``docs/pixels.md``).
     """
 
     shape: tuple[int, ...]
@@ -70,12 +77,19 @@ class Field:
     low: Any
     high: Any
     allow_nonfinite: bool
+    stack: int
 
     def __init__(self, shape: Iterable[int], dtype: DTypeLike, low: Any = None, high: Any = None,
-                 allow_nonfinite: bool = False) -> None:
+                 allow_nonfinite: bool = False, stack: int = 1) -> None:
         shape = tuple(int(s) for s in shape)
         if any(s < 0 for s in shape):
             raise SpecError(f"Field shape must be non-negative, got {shape}")
+        if isinstance(stack, bool) or not isinstance(stack, int | np.integer) or stack < 1:
+            raise SpecError(f"Field stack: expected an integer >= 1 (the frames of a stack, 1 for none), got {stack!r}")
+        if stack > 1 and (not shape or shape[0] != stack):
+            raise SpecError(f"Field stack={stack}: expected a shape whose axis 0 holds the {stack} frames, got shape "
+                            f"{shape} (stack frames on axis 0, as FrameStackObservation does)")
+        object.__setattr__(self, "stack", int(stack))
         object.__setattr__(self, "shape", shape)
         object.__setattr__(self, "dtype", np.dtype(dtype))
         object.__setattr__(self, "allow_nonfinite", bool(allow_nonfinite))
@@ -97,7 +111,13 @@ class Field:
 
     @property
     def nbytes(self) -> int:
+        """Bytes of one value (a whole stack for a stacked field)."""
         return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+    @property
+    def frame_shape(self) -> tuple[int, ...]:
+        """The shape a store keeps per row: ``shape`` without its stack axis (``shape`` when not stacked)."""
+        return self.shape[1:] if self.stack > 1 else self.shape
 
 
 @dataclass(frozen=True)
@@ -152,11 +172,28 @@ def from_space(space: Any) -> Spec:
     )
 
 
+def frame_stack(spec: Any, k: int) -> Field:
+    """The spec of observations that are stacks of the last ``k`` frames on axis 0 (gymnasium's
+    ``FrameStackObservation(env, k)``): ``spec`` (a :class:`Field` or a gymnasium Box space of shape ``[k,
+    *frame]``) with ``stack=k``, so that a store keeps each frame once."""
+    if not isinstance(spec, Field | Mapping | tuple):
+        spec = from_space(spec)
+    if not isinstance(spec, Field) or not spec.shape or spec.shape[0] != k:
+        got = f"shape {spec.shape}" if isinstance(spec, Field) else f"a {type(spec).__name__} of fields"
+        raise SpecError(f"frame stacks of {k}: expected one array observation whose axis 0 holds the {k} frames, as "
+                        f"gymnasium's FrameStackObservation(env, {k}) makes it, got {got}; wrap each env in "
+                        f"FrameStackObservation(env, {k}) (inside the vector env)")
+    return replace(spec, stack=int(k))
+
+
 def add_agent_axis(spec: Spec, num_agents: int) -> Spec:
     """The same spec with a leading agent axis of size ``num_agents`` on every field."""
     if num_agents < 1:
         raise SpecError(f"num_agents must be >= 1, got {num_agents}")
     def add(f: Field) -> Field:
+        if f.stack > 1:
+            raise SpecError(f"add_agent_axis: a frame stack (Field stack={f.stack}) is a single-agent observation; "
+                            "stack each agent's frames in its own observation field without stack=")
         low, high = f.bounds()  # per-element bounds broadcast over the agents
         return replace(f, shape=(num_agents, *f.shape), low=low, high=high)
 

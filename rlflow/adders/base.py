@@ -110,6 +110,7 @@ class Adder:
         for table in tables:
             if table.store is not store:
                 raise ValueError(f"table {table.name!r} is on another store")
+        min_capacity += store.stack_reach  # the rows before an item's first row that its frame stacks read
         if store.capacity < min_capacity:
             raise ValueError(f"this adder needs a store of at least {min_capacity} rows per lane, "
                              f"got capacity {store.capacity}")
@@ -142,6 +143,7 @@ class Adder:
         self._plan = _Plan(self.num_lanes, self.stage_steps)
         self._multi_agent = self._block.multi_agent
         self._ones = np.ones(self.num_lanes, np.float64)  # priority 1 for new items (read only)
+        self._stack_at = np.zeros(3, np.int64)  # where a block's frame stacks fail: block lane, step, column
 
     def _bind(self) -> None:
         """Derive the views of the store the adder reads, when unpickled; a subclass adds what its item maker
@@ -259,11 +261,35 @@ class Adder:
             bad = KS.plan_block(a, steps, block.packed, self._packed_store, plan.codes, plan.new_rows)
             if bad >= 0:  # the block checked each step against the one before: a broken invariant
                 raise RuntimeError(f"write: step {a + bad} of {block!r} does not follow from its lanes' state")
+            if store.stack_reach:
+                fault = KS.check_stacks(a, steps, block.packed, plan.codes, self._packed_store, self._stack_at)
+                if fault:
+                    error = self._stack_error(fault, block)
+                    bad_step = int(self._stack_at[1])
+                    if bad_step > a:  # the steps before it are written; it and the steps after it are dropped
+                        self._write_steps(block, a, bad_step)
+                    block.steps = 0
+                    raise error
             store.before_write(block.lanes, plan.new_rows)
             KS.write_block(a, steps, block.packed, plan.codes, self._packed_store, plan.rows)
             if z == block.steps:  # the rows are written: the block is spent, whatever its items do
                 block.steps = 0
             self._make_items(a, steps, plan.codes, plan.rows, block.terminated, block.lanes)
+
+    def _stack_error(self, fault: int, block: StepBlock) -> SpecError:
+        """The error of :func:`rlflow.kernels.steps.check_stacks`' ``fault`` (where: ``self._stack_at``)."""
+        e, j = int(self._stack_at[0]), int(self._stack_at[2])
+        name = self._obs_names[j]
+        k = self.store.fields[name].stack
+        where = f"timestep.observation: field {name!r} (stacks of {k} frames) of lane {int(block.lanes[e])}"
+        dropped = "; this step and the steps staged after it were not written"
+        if fault == KS.STACK_START:
+            return SpecError(f"{where} starts an episode with a stack that is not its first frame repeated {k} times, "
+                             f"as gymnasium's FrameStackObservation(env, {k}) (padding_type='reset', its default) "
+                             f"gives it{dropped}")
+        return SpecError(f"{where}: the stack does not continue the stack before it in its episode (its frames "
+                         f"0..{k - 2} must be that stack's frames 1..{k - 1}): stack the frames on axis 0 with "
+                         f"gymnasium's FrameStackObservation(env, {k}), or declare the field without stack={dropped}")
 
     def _make_items(self, a: int, steps: int, codes: np.ndarray, rows: np.ndarray, terminated: np.ndarray,
                     lanes: np.ndarray) -> None:

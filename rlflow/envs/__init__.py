@@ -5,9 +5,10 @@ Importing this package imports gymnasium (PettingZoo is imported only by the Pet
 """
 
 from rlflow.envs.aec import AECEnvironment, Turn
+from rlflow.envs.atari import atari
 from rlflow.envs.groups import make_groups
 from rlflow.envs.gymnasium import GymEnvironment, make, to_autoreset_mode
 from rlflow.envs.pettingzoo import ParallelEnvironment
 
-__all__ = ["AECEnvironment", "GymEnvironment", "ParallelEnvironment", "Turn", "make", "make_groups",
+__all__ = ["AECEnvironment", "GymEnvironment", "ParallelEnvironment", "Turn", "atari", "make", "make_groups",
            "to_autoreset_mode"]

@@ -42,6 +42,7 @@ from gymnasium.vector.utils import create_empty_array
 from rlflow import env_state
 from rlflow.envs.kinds import wrapper_for
 from rlflow.specs import Spec, from_space
+from rlflow.specs import frame_stack as frame_stack_spec
 from rlflow.types import ONE_LANE_NO, ONE_LANE_YES, TimeStep, step_spec
 
 __all__ = ["GymEnvironment", "make", "to_autoreset_mode"]
@@ -190,6 +191,9 @@ class GymEnvironment:
             per sub-env; its autoreset mode is read from ``env.metadata["autoreset_mode"]``, ``NEXT_STEP``
             when missing, as gymnasium assumes).
         seed: the seed of the first :meth:`reset` when that call gives none (sub-env ``i`` gets ``seed + i``).
+        frame_stack: ``k`` when each observation is a stack of the last ``k`` frames on axis 0 (each env
+            wrapped in gymnasium's ``FrameStackObservation(env, k)``): the observation spec gets
+            ``stack=k``, so a store keeps each frame once (see ``docs/pixels.md``).
 
     ``reset()`` must come before ``step()``. Observations are the arrays the vector env returns: new
     ones on every call with gymnasium's default ``copy=True``, its reused buffers with ``copy=False``
@@ -197,7 +201,8 @@ class GymEnvironment:
     of ended lanes (``SAME_STEP``, ``DISABLED``).
     """
 
-    def __init__(self, env: gymnasium.Env | VectorEnv, *, seed: int | None = None) -> None:
+    def __init__(self, env: gymnasium.Env | VectorEnv, *, seed: int | None = None,
+                 frame_stack: int | None = None) -> None:
         if isinstance(env, VectorEnv):
             self._vec: VectorEnv = env
             mode = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
@@ -213,6 +218,8 @@ class GymEnvironment:
         self._mode = to_autoreset_mode(mode)
         self._num_envs = int(self._vec.num_envs)
         self._observation_spec = from_space(self._vec.single_observation_space)
+        if frame_stack is not None:
+            self._observation_spec = frame_stack_spec(self._observation_spec, frame_stack)
         self._action_spec = from_space(self._vec.single_action_space)
         self._seed = seed
         self._pending = np.zeros(self._num_envs, np.bool_)  # NEXT_STEP: lanes gymnasium resets on the next call

@@ -17,6 +17,19 @@ from rlflow.kernels.prefetch import AHEAD, prefetch, prefetch_write
 KEY, LANE, START, LENGTH, VALID, TIMES = range(6)
 
 
+class Rings(NamedTuple):
+    """A store's ring cursors (:class:`~rlflow.replay.StepStore`): what the block writer reads and advances, and
+    what a window check reads."""
+
+    written: np.ndarray  # [lanes] rows ever written per lane
+    episode_id: np.ndarray  # [lanes, capacity]
+    episode_step: np.ndarray  # [lanes, capacity]
+    next_episode: np.ndarray  # [lanes]
+    next_step: np.ndarray  # [lanes]
+    capacity: int
+    reach: int  # rows before a row that its frame stacks read, at most (0: no stacked column)
+
+
 @njit(cache=True)
 def wrap(x: int, capacity: int) -> int:
     """``x % capacity`` for ``x >= 0``, by a float reciprocal instead of an integer division (exact below 2**52).
@@ -117,17 +130,18 @@ def evict_range(meta: np.ndarray, row_slot: np.ndarray, free: np.ndarray, num_fr
 
 
 @njit(inline="always", cache=True, nogil=True)
-def check_windows(count: np.ndarray, episode_id: np.ndarray, capacity: int, lanes: np.ndarray,
-                  starts: np.ndarray, lengths: np.ndarray, cross_episodes: bool,
+def check_windows(rings: Rings, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray, cross_episodes: bool,
                   valid: np.ndarray) -> int:
     """Check item windows are stored in full and fill each one's valid length; return the first bad one.
 
     Valid length: rows from the window's start that belong to its first row's episode (all rows
     when ``cross_episodes``). Bad (valid length 0): lane out of range, length outside ``[1, capacity]``,
-    or a row not stored (before ``count - capacity`` or at/after ``count``). Returns -1 if none is bad.
+    or a row not stored (before ``written - capacity`` or at/after ``written``), or, with frame stacks
+    (``rings.reach``), a first row whose stacks read a row no longer stored. Returns -1 if none is bad.
     Inlined into the kernel that checks and places items in one call (a function fewer to compile on the
     way to a first sample); called from Python, it compiles on its own.
     """
+    count, episode_id, capacity = rings.written, rings.episode_id, rings.capacity
     n_lanes, n = count.shape[0], lanes.shape[0]
     first_bad = -1
     for i in range(n):
@@ -138,7 +152,10 @@ def check_windows(count: np.ndarray, episode_id: np.ndarray, capacity: int, lane
             ok = False
         else:
             c = count[lane]
-            ok = max(c - capacity, 0) <= start and start + length <= c
+            oldest = max(c - capacity, 0)
+            ok = oldest <= start and start + length <= c
+            if ok and rings.reach:
+                ok = start - min(rings.reach, rings.episode_step[lane, wrap(start, capacity)]) >= oldest
         if not ok:
             valid[i] = 0
             if first_bad < 0:
@@ -399,3 +416,17 @@ def take_rows(col: np.ndarray, idx: np.ndarray) -> np.ndarray:
         for k in range(width):
             out[i, k] = col[r, k]
     return out
+
+
+@compiled
+def stack_rows(flat_index: np.ndarray, episode_step: np.ndarray, capacity: int, k: int, out: np.ndarray) -> None:
+    """``out[i, j]``: the flat row of frame ``j`` of the ``k``-frame stack of flat row ``flat_index[i]`` (``lane *
+    capacity + position``): the row ``k - 1 - j`` rows before it, or its episode's first row where that is
+    earlier (``episode_step``: ``[lanes * capacity]``, each row's step in its episode)."""
+    for i in range(flat_index.shape[0]):
+        f = flat_index[i]
+        base = f - wrap(f, capacity)
+        pos = f - base
+        back = episode_step[f]
+        for j in range(k):
+            out[i, j] = base + wrap(pos - min(k - 1 - j, back) + capacity, capacity)

@@ -10,7 +10,7 @@ A :class:`~rlflow.adders.StepBlock` holds ``T`` steps of ``E`` lanes. Writing it
 - :func:`nstep_items` turns those rows into n-step transition items (the other item kinds are made in
   Python from the same rows).
 
-Arguments come as small structs (:class:`Rings`, :class:`RowColumns`, :class:`BlockData`,
+Arguments come as small structs (:class:`~rlflow.kernels.items.Rings`, :class:`RowColumns`, :class:`BlockData`,
 :class:`ItemsOut`); columns travel as raw bytes: each store column a ``(rows, row_bytes)`` uint8 view,
 each block column a ``(T, E, row_bytes)`` one, so one compiled function serves every field layout.
 """
@@ -24,7 +24,7 @@ from numba import njit, types
 from numba.experimental import structref
 
 from rlflow.kernels import compiled, per_step
-from rlflow.kernels.items import _mark_row, wrap
+from rlflow.kernels.items import Rings, _mark_row, wrap
 from rlflow.kernels.prefetch import copy_bytes, prefetch_write
 
 # What a step does on a lane (the flag table of rlflow.types): its open row gets the action and the lane
@@ -33,22 +33,12 @@ from rlflow.kernels.prefetch import copy_bytes, prefetch_write
 CONTINUE, END, END_START, START = 0, 1, 2, 3
 
 
-class Rings(NamedTuple):
-    """A store's ring cursors (:class:`~rlflow.replay.StepStore`): what the block writer reads and advances."""
-
-    written: np.ndarray  # [lanes] rows ever written per lane
-    episode_id: np.ndarray  # [lanes, capacity]
-    episode_step: np.ndarray  # [lanes, capacity]
-    next_episode: np.ndarray  # [lanes]
-    next_step: np.ndarray  # [lanes]
-    capacity: int
-
-
 class RowColumns(NamedTuple):
     """A store's columns as ``(lanes * capacity, row_bytes)`` uint8 views, grouped as a step fills them."""
 
     act: tuple  # the columns an action fills in: action, reward, extras
     obs: tuple  # the observation columns
+    obs_stack: np.ndarray  # [observation columns] int64: the frames of each column's stacks (1: not stacked)
     terminated: np.ndarray  # [lanes * capacity] bool
     truncated: np.ndarray
     first: np.ndarray
@@ -196,8 +186,10 @@ def plan_block(a: int, steps: int, packed_block: Packed, packed_store: Packed, c
 
 @njit(inline="always", cache=True)
 def _copy_row(col: np.ndarray, i: int, data: np.ndarray, e: int) -> None:
-    w = col.shape[1]
-    copy_bytes(col, i * w, data, e * w, w)
+    """Row ``i`` of store column ``col`` gets the trailing bytes of block row ``e`` of ``data``: all of them, or
+    the newest frame of a stacked column's stack (its last frame, the last bytes of the row)."""
+    w, width = col.shape[1], data.shape[1]
+    copy_bytes(col, i * w, data, e * width + width - w, w)
 
 
 @compiled
@@ -462,17 +454,87 @@ def classify_calls(state: np.ndarray, was: np.ndarray, same: np.ndarray, termina
 
 
 @compiled
-def overwritten(count: np.ndarray, capacity: int, lanes: np.ndarray, new_rows: np.ndarray, ranges: np.ndarray) -> int:
+def overwritten(rings: Rings, lanes: np.ndarray, new_rows: np.ndarray, ranges: np.ndarray) -> int:
     """The rows that writing ``new_rows[i]`` rows to each of ``lanes`` overwrites, as ``ranges[j] = (lane, lo,
-    hi)`` (rows ``lo .. hi - 1``); returns how many lanes overwrite any."""
+    hi)`` (rows ``lo .. hi - 1``); returns how many lanes overwrite any. With frame stacks (``rings.reach``) the
+    range goes on over the rows after it whose stacks read an overwritten row (rows of the same episode, up to
+    ``reach``): their items go too."""
+    capacity = rings.capacity
     m = 0
     for i in range(lanes.shape[0]):
-        c = count[lanes[i]]
+        lane = lanes[i]
+        c = rings.written[lane]
         lo = max(c - capacity, 0)
         hi = c + new_rows[i] - capacity
         if hi > lo:
-            ranges[m, 0] = lanes[i]
+            end = hi
+            while end < c and end - hi < rings.reach and rings.episode_step[lane, wrap(end, capacity)] > end - hi:
+                end += 1
+            ranges[m, 0] = lane
             ranges[m, 1] = lo
-            ranges[m, 2] = hi
+            ranges[m, 2] = end
             m += 1
     return m
+
+
+# How a block's frame stacks fail :func:`check_stacks`: a stack that does not continue the stack before it in
+# its episode (its frames but the newest are not that stack's newest frames), or an episode's first stack
+# that is not its first frame repeated.
+STACK_BREAK, STACK_START = 1, 2
+
+
+@njit(inline="always", cache=True)
+def _differ(x: np.ndarray, xo: int, y: np.ndarray, yo: int, n: int) -> bool:
+    """Whether bytes ``x[xo : xo + n]`` and ``y[yo : yo + n]`` differ (one pass, no early exit: vectorised)."""
+    acc = np.uint8(0)
+    for b in range(n):
+        acc |= x[xo + b] ^ y[yo + b]
+    return acc != 0
+
+
+@compiled
+def check_stacks(a: int, steps: int, packed_block: Packed, codes: np.ndarray, packed_store: Packed,
+                 at: np.ndarray) -> int:
+    """Check the frame stacks of the planned steps ``a .. a + steps - 1`` (:func:`plan_block`) before they are
+    written: a row that goes on from its lane's open row (the next observation, or the final one) must hold
+    that row's stack shifted by one frame, and an episode's first row its newest frame repeated.
+
+    Returns 0, or :data:`STACK_BREAK` or :data:`STACK_START` with ``at = (block lane, step, observation
+    column)`` of the first row that fails (nothing is changed).
+    """
+    block = packed_block.value
+    state, rings, cols = packed_store.value.state, packed_store.value.rings, packed_store.value.cols
+    capacity = rings.capacity
+    for j in range(len(cols.obs)):
+        k = cols.obs_stack[j]
+        if k < 2:
+            continue
+        w = cols.obs[j].shape[1]
+        for e in range(block.lanes.shape[0]):
+            lane = block.lanes[e]
+            prev = -1  # the block step whose observation is the lane's open row (-1: the store's open row)
+            for kk in range(steps):
+                s = a + kk
+                c = codes[kk, e]
+                if c != START:
+                    new = block.obs[j][s, e] if c == CONTINUE else block.final[j][s, e]
+                    if prev >= 0:
+                        bad = _differ(new, 0, block.obs[j][prev, e], w, (k - 1) * w)
+                    else:
+                        r = state.open_rows[lane]
+                        es = rings.episode_step[lane, wrap(r, capacity)]
+                        bad = False
+                        for f in range(1, k):  # frame f of the open row's stack is frame f - 1 of the new one
+                            src = cols.obs[j][lane * capacity + wrap(r - min(k - 1 - f, es), capacity)]
+                            bad |= _differ(new, (f - 1) * w, src, 0, w)
+                    if bad:
+                        at[0], at[1], at[2] = e, s, j
+                        return STACK_BREAK
+                if c == START or c == END_START:
+                    new = block.obs[j][s, e]
+                    for f in range(k - 1):
+                        if _differ(new, f * w, new, (k - 1) * w, w):
+                            at[0], at[1], at[2] = e, s, j
+                            return STACK_START
+                prev = s
+    return 0

@@ -15,6 +15,12 @@ Tables reference rows by ``(lane, start, length)``. Before a write overwrites a 
 subscribed table (:meth:`subscribe`), which removes each item whose window starts at that row: the oldest
 row of a window is always its start, so this removes every item that references an overwritten row.
 
+A field with frame stacks (:class:`~rlflow.specs.Field` ``stack=k``, observations ``[k, *frame]``) keeps one
+frame per row, the newest of the stack written there; reads rebuild each row's stack from the rows before it
+in its episode, repeating the episode's first frame where the stack reaches before it. A row whose stack reads
+a row no longer stored cannot be read, and the items that start there go with the overwritten rows' items
+(``docs/pixels.md``). Such fields are written through an adder, which checks that the stacks continue.
+
 Backends: ``"memory"`` (numpy arrays) and ``"disk"`` (numpy memmaps, one ``.npy`` file per column, under
 a directory the caller names). Both behave the same.
 
@@ -35,8 +41,8 @@ import numpy as np
 from rlflow import specs as _specs
 from rlflow.kernels import items as KI
 from rlflow.kernels import steps as KS
-from rlflow.kernels.items import LANE, LENGTH, START, VALID
-from rlflow.kernels.steps import Rings, RowColumns
+from rlflow.kernels.items import LANE, LENGTH, START, VALID, Rings
+from rlflow.kernels.steps import RowColumns
 from rlflow.specs import Field, Spec, SpecError
 
 # bytes: rows up to this size are gathered by the compiled, prefetching kernel; np.take copies larger rows
@@ -57,7 +63,7 @@ class OverwriteListener(Protocol):
 
 # What StepStore._bind derives, and what a pickle leaves out (the lock and the subscribed tables).
 _DERIVED = frozenset({"lock", "_listeners", "_flat", "_small_rows", "_row_bytes", "_prefetch_cols", "_all_lanes",
-                      "_ranges", "_rings"})
+                      "_ranges", "_rings", "_flat_steps"})
 
 
 class StepStore:
@@ -86,6 +92,10 @@ class StepStore:
             raise ValueError(f"capacity must be >= 2 rows per lane, got {capacity}")
         if int(lanes) < 1:
             raise ValueError(f"lanes must be >= 1, got {lanes}")
+        if isinstance(spec, Mapping):
+            stack = max((f.stack for f in _specs.flatten_spec(spec).values()), default=1)
+            if int(capacity) <= stack:
+                raise ValueError(f"capacity must exceed the frames of a stack ({stack}), got {capacity}")
         if not isinstance(spec, Mapping):
             raise SpecError(f"spec: expected a dict of named specs (e.g. rlflow.types.step_spec(observation, action) "
                             f"or {{'obs': Field(...)}}), got {type(spec).__name__}")
@@ -94,6 +104,8 @@ class StepStore:
         if not self.fields:
             raise SpecError("the spec has no fields")
         self._flat_spec = all(isinstance(f, Field) for f in spec.values())
+        self._stacks = {n: f.stack for n, f in self.fields.items() if f.stack > 1}
+        self.stack_reach = max(self._stacks.values(), default=1) - 1  # rows before a row that its stacks read
         self._unflatten_plan = _specs.unflatten_plan(spec)
         self.capacity = int(capacity)
         self.num_lanes = int(lanes)
@@ -103,7 +115,7 @@ class StepStore:
         self._listeners: list[OverwriteListener] = []
         shape2 = (self.num_lanes, self.capacity)
         if backend == "memory":
-            self.columns = {n: np.zeros((*shape2, *f.shape), f.dtype) for n, f in self.fields.items()}
+            self.columns = {n: np.zeros((*shape2, *f.frame_shape), f.dtype) for n, f in self.fields.items()}
         elif backend == "disk":
             self.columns = self._open_disk_columns(shape2)
         else:
@@ -120,20 +132,22 @@ class StepStore:
         # Flat views (lanes * capacity, ...) for one-index gathers, and the same rows as raw bytes
         # (lanes * capacity, row bytes) for the compiled write kernels and the gathers' prefetch pass.
         rows = self.num_lanes * self.capacity  # explicit: -1 cannot be inferred for a field of no values
-        self._flat = {n: c.reshape(rows, *self.fields[n].shape) for n, c in self.columns.items()}
+        self._flat = {n: c.reshape(rows, *self.fields[n].frame_shape) for n, c in self.columns.items()}
         # Columns of small rows, as (rows, values per row), for the compiled gather (which prefetches
         # every row before copying any; large rows are copied by np.take, whose memcpy streams them).
         # Small rows of the dtypes the compiled gather types (not float16, complex or structured: np.take).
         self._small_rows = {n: c.reshape(rows, -1) for n, c in self._flat.items()
                             if type(c) is np.ndarray and c.ndim > 1 and self.fields[n].nbytes <= _SMALL_ROW
+                            and n not in self._stacks
                             and (c.dtype.kind in "biu" or (c.dtype.kind == "f" and c.dtype.itemsize in (4, 8)))}
-        self._row_bytes = {n: np.asarray(c).reshape(rows, int(np.prod(self.fields[n].shape))).view(np.uint8)
+        self._row_bytes = {n: np.asarray(c).reshape(rows, int(np.prod(self.fields[n].frame_shape))).view(np.uint8)
                            for n, c in self.columns.items()}
         self._prefetch_cols = tuple(self._row_bytes.values())
         self._all_lanes = np.arange(self.num_lanes)
         self._ranges = np.zeros((self.num_lanes, 3), np.int64)  # before_write's (lane, lo, hi) of overwritten rows
         self._rings = Rings(self.count, self.episode_id, self.episode_step, self._next_episode, self._next_step,
-                            self.capacity)
+                            self.capacity, self.stack_reach)
+        self._flat_steps = self.episode_step.reshape(-1)
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickle the columns and cursors (copies come back; the tables on the store are not pickled with it:
@@ -162,7 +176,7 @@ class StepStore:
         (self.directory / "columns.json").write_text(json.dumps(names))
         return {
             n: np.lib.format.open_memmap(
-                self.directory / f"column_{i:04d}.npy", mode="w+", dtype=f.dtype, shape=(*shape2, *f.shape)
+                self.directory / f"column_{i:04d}.npy", mode="w+", dtype=f.dtype, shape=(*shape2, *f.frame_shape)
             )
             for i, (n, f) in enumerate(self.fields.items())
         }
@@ -186,6 +200,7 @@ class StepStore:
         block writer takes them (raw-byte views of the live data)."""
         flat = self._flat
         return RowColumns(tuple(self._row_bytes[k] for k in act), tuple(self._row_bytes[k] for k in obs),
+                          np.array([self.fields[k].stack for k in obs], np.int64),
                           flat["terminated"], flat["truncated"], flat["first"], flat["last"])
 
     def flat_columns(self) -> dict[str, np.ndarray]:
@@ -194,7 +209,8 @@ class StepStore:
         return self._flat
 
     def column_rows(self, name: str) -> np.ndarray:
-        """Column ``name`` as ``(lanes * capacity, values per row)`` (a view of the live data)."""
+        """Column ``name`` as ``(lanes * capacity, values per row)`` (a view of the live data; a stacked column's
+        newest frames)."""
         return self._flat[name].reshape(self.num_lanes * self.capacity, -1)
 
     def before_write(self, lanes: np.ndarray, rows: np.ndarray) -> None:
@@ -204,7 +220,7 @@ class StepStore:
             return
         if self._ranges.shape[0] < lanes.size:
             self._ranges = np.zeros((lanes.size, 3), np.int64)
-        m = KS.overwritten(self.count, self.capacity, lanes, rows, self._ranges)
+        m = KS.overwritten(self._rings, lanes, rows, self._ranges)
         for lane, lo, hi in self._ranges[:m].tolist():
             for listener in self._listeners:
                 listener.on_overwrite_range(lane, lo, hi)
@@ -246,6 +262,11 @@ class StepStore:
             fields = {name: self.fields[name] for name in flat}
         else:
             flat = _specs.flatten_data(self.spec, data)
+        stacked = [name for name in flat if name in self._stacks]
+        if stacked:
+            raise SpecError(f"fields {stacked} hold frame stacks, which a store takes through an adder (it checks that "
+                            "each stack continues the one before it and keeps the newest frame): write the steps with "
+                            "rlflow.adders or ReplayBuffer.add")
         if n is None and checked:  # validate checks every field's leading length against the first's
             first = next(iter(flat.values()))
             n = first.shape[0] if type(first) is np.ndarray and first.ndim else (np.shape(first) or (-1,))[0]
@@ -392,16 +413,22 @@ class StepStore:
     def alive(self, lanes: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """Whether each absolute row is still stored."""
         count = self.count[lanes]
-        return (rows < count) & (rows >= count - self.capacity) & (rows >= 0)
+        oldest = np.maximum(count - self.capacity, 0)
+        ok = (rows < count) & (rows >= oldest)
+        if self.stack_reach:  # and the rows its stacks read
+            back = np.minimum(self.episode_step[lanes, np.where(ok, rows, 0) % self.capacity], self.stack_reach)
+            ok &= rows - back >= oldest
+        return ok
 
     def _require_alive(self, lanes: np.ndarray, rows: np.ndarray) -> None:
         ok = self.alive(lanes, rows)
         if not ok.all():
             i = int(np.flatnonzero(~ok)[0])
-            raise IndexError(
-                f"row {rows[i]} of lane {lanes[i]} is not stored: lane holds rows "
-                f"[{max(0, self.count[lanes[i]] - self.capacity)}, {self.count[lanes[i]]})"
-            )
+            held = f"[{max(0, self.count[lanes[i]] - self.capacity)}, {self.count[lanes[i]]})"
+            if 0 <= rows[i] < self.count[lanes[i]] and rows[i] >= self.count[lanes[i]] - self.capacity:
+                raise IndexError(f"row {rows[i]} of lane {lanes[i]} cannot be read: its frame stacks read rows no "
+                                 f"longer stored (lane holds rows {held})")
+            raise IndexError(f"row {rows[i]} of lane {lanes[i]} is not stored: lane holds rows {held}")
 
     def gather(self, lanes: Any, rows: Any, *, checked: bool = True) -> dict[str, np.ndarray]:
         """Rows ``rows[i]`` of lanes ``lanes[i]`` as flat columns ``[B, ...]``."""
@@ -419,6 +446,12 @@ class StepStore:
 
     def take_column(self, name: str, flat_index: np.ndarray) -> np.ndarray:
         """Column ``name`` at flat indices ``lane * capacity + row % capacity`` (any index shape)."""
+        k = self._stacks.get(name)
+        if k is not None:  # each row's stack: the frames of the k rows up to it in its episode
+            flat = flat_index.reshape(-1)
+            rows = np.empty((flat.size, k), np.int64)
+            KI.stack_rows(flat, self._flat_steps, self.capacity, k, rows)
+            return self._flat[name].take(rows, axis=0).reshape(*flat_index.shape, *self.fields[name].shape)
         small = self._small_rows.get(name)
         if small is not None:
             out = KI.take_rows(small, flat_index.reshape(-1))
@@ -447,8 +480,7 @@ class StepStore:
         starts_arr = np.asarray(starts, np.int64).reshape(-1)
         lengths_arr = np.broadcast_to(np.asarray(lengths, np.int64), starts_arr.shape)
         valid = np.empty(starts_arr.size, np.int64)
-        bad = KI.check_windows(self.count, self.episode_id, self.capacity, lanes_arr, starts_arr, lengths_arr,
-                               cross_episodes, valid)
+        bad = KI.check_windows(self._rings, lanes_arr, starts_arr, lengths_arr, cross_episodes, valid)
         if checked and bad >= 0:
             lane = int(lanes_arr[bad])
             count = int(self.count[lane]) if 0 <= lane < self.num_lanes else 0
@@ -485,7 +517,8 @@ class StepStore:
     def config(self) -> dict[str, Any]:
         """What must match for a checkpoint of this store to load into it."""
         return {"capacity": self.capacity, "lanes": self.num_lanes,
-                "fields": {n: [list(f.shape), f.dtype.str] for n, f in self.fields.items()}}
+                "fields": {n: [list(f.shape), f.dtype.str, *([f.stack] if f.stack > 1 else [])]
+                           for n, f in self.fields.items()}}
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """Every column and cursor, as numpy arrays (views of the live data; copy before mutating)."""

@@ -358,7 +358,7 @@ class TableBase(ABC):
         """Valid length of each window (0 for a window not stored); raises on the first bad one if strict."""
         store = self.store
         valid = np.empty(lanes.size, np.int64)
-        bad = KI.check_windows(store.count, store.episode_id, store.capacity, lanes, starts, lengths,
+        bad = KI.check_windows(store.rings(), lanes, starts, lengths,
                                self.cross_episodes, valid)
         if strict and bad >= 0:
             self._window_error(lanes, starts, lengths, bad)
@@ -372,10 +372,12 @@ class TableBase(ABC):
         if not 1 <= length <= store.capacity:
             raise ValueError(f"lengths: expected values in [1, {store.capacity}], got {length} at item {bad}")
         count = int(store.count[lane])
-        raise ValueError(
-            f"item {bad}: window [{start}, {start + length}) of lane {lane} is not stored; "
-            f"the lane holds rows [{max(0, count - store.capacity)}, {count})"
-        )
+        oldest = max(0, count - store.capacity)
+        held = f"the lane holds rows [{oldest}, {count})"
+        if oldest <= start and start + length <= count:  # stored: its first row's frame stacks are not
+            raise ValueError(f"item {bad}: window [{start}, {start + length}) of lane {lane} starts at a row whose "
+                             f"frame stacks read rows no longer stored; {held}")
+        raise ValueError(f"item {bad}: window [{start}, {start + length}) of lane {lane} is not stored; {held}")
 
     def _admissible(self, n: int) -> int:
         """The most of ``n`` items the rate limiter admits now (at most ``max_size``)."""
@@ -592,7 +594,7 @@ class Table(TableBase):
             return None
         store = self.store
         bad, slots, keys, seqs = self._items.check_and_add(
-            store.count, store.episode_id, self.cross_episodes, lanes, starts, lengths, prios, cols)
+            store.rings(), self.cross_episodes, lanes, starts, lengths, prios, cols)
         if bad >= 0:
             self._window_error(lanes, starts, lengths, bad)
         self._inserted(slots, prios, seqs)
