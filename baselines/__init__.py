@@ -113,17 +113,39 @@ class EvaluationVideo(RecordVideo):
         return super().reset(seed=seed, options=options)
 
 
+def is_atari(env_id: str) -> bool:
+    """Whether ``env_id`` names an Atari game (``ALE/<Game>-v5``): its envs come from ``rlflow.envs.atari``."""
+    return env_id.startswith("ALE/")
+
+
+def make_env(env_id: str, num_envs: int | None, seed: int | None, **options: Any) -> Any:
+    """The training env: ``rlflow.envs.atari`` for an Atari game (preprocessed frame stacks, ``num_envs`` lanes;
+    ``options`` may set its ``autoreset_mode``), else ``rlflow.envs.make`` (``num_envs=None``: one plain env)
+    with ``options``."""
+    from rlflow import envs
+
+    if is_atari(env_id):
+        unknown = sorted(set(options) - {"autoreset_mode"})
+        if unknown:
+            raise ValueError(f"{env_id}: Atari envs take no {unknown} (rlflow.envs.atari preprocesses them)")
+        return envs.atari(env_id, num_envs or 1, seed=seed, **options)
+    return envs.make(env_id, num_envs=num_envs, seed=seed, **options)
+
+
 def make_eval_env(args: Any, *wrappers: Any) -> Any:
-    """The evaluation env: one plain ``args.env_id`` env inside the gymnasium ``wrappers`` (first innermost);
-    with ``args.capture_video``, rendered as RGB frames and recorded (:class:`EvaluationVideo`) to
-    ``<logdir>/videos``, one mp4 per evaluation (``eval-episode-<k>.mp4``, ``k`` counting every episode the
-    env started)."""
+    """The evaluation env: one plain ``args.env_id`` env (an Atari game preprocessed and frame-stacked as for
+    training) inside the gymnasium ``wrappers`` (first innermost); with ``args.capture_video``, rendered as RGB
+    frames and recorded (:class:`EvaluationVideo`) to ``<logdir>/videos``, one mp4 per evaluation
+    (``eval-episode-<k>.mp4``, ``k`` counting every episode the env started)."""
     import gymnasium
 
     from rlflow import envs
 
     video = getattr(args, "capture_video", False)
-    env = gymnasium.make(args.env_id, render_mode="rgb_array" if video else None)
+    render_mode = "rgb_array" if video else None
+    atari = is_atari(args.env_id)
+    env = envs.atari_env(args.env_id, render_mode=render_mode) if atari else gymnasium.make(args.env_id,
+                                                                                           render_mode=render_mode)
     for wrapper in wrappers:
         env = wrapper(env)
     if video:
@@ -132,7 +154,7 @@ def make_eval_env(args: Any, *wrappers: Any) -> Any:
         except ImportError:
             raise ImportError('--capture-video needs moviepy: pip install "rlflow[video]"') from None
         env = EvaluationVideo(env, Path(args.logdir) / "videos")
-    return envs.GymEnvironment(env)
+    return envs.GymEnvironment(env, frame_stack=env.observation_space.shape[0] if atari else None)
 
 
 @dataclass
@@ -158,16 +180,14 @@ def actor_args(args: Any, actor: int) -> Any:
 class ActorParts:
     """``make_env`` and ``make_policy`` of a baseline run with ``--num-actors``: actor ``i`` gets ``num_envs``
     envs (None: one plain env) seeded with its own seed, and the policy ``policy_of(args)`` makes from its
-    :func:`actor_args`, in its own process; ``env_options`` go to ``envs.make`` (e.g. ``autoreset_mode``)."""
+    :func:`actor_args`, in its own process; ``env_options`` go to ``envs.make`` (e.g. ``autoreset_mode``) as
+    :func:`make_env` makes it."""
 
     def __init__(self, args: Any, num_envs: int | None, policy_of: Any, **env_options: Any) -> None:
         self.args, self.num_envs, self.policy_of, self.env_options = args, num_envs, policy_of, env_options
 
     def env(self, actor: int) -> Any:
-        from rlflow import envs
-
-        return envs.make(self.args.env_id, num_envs=self.num_envs, seed=actor_args(self.args, actor).seed,
-                         **self.env_options)
+        return make_env(self.args.env_id, self.num_envs, actor_args(self.args, actor).seed, **self.env_options)
 
     def policy(self, actor: int) -> Any:
         import torch

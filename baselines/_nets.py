@@ -1,5 +1,6 @@
-"""The network and loss pieces several baselines use: an MLP, a ``Q(s, a)`` critic, a Q-network, a
-categorical distribution, a maximum over legal actions, PPO's clipped objective and the device of a network.
+"""The network and loss pieces several baselines use: an MLP, the Nature DQN's convolutional torso, a
+``Q(s, a)`` critic, a Q-network, a categorical distribution, a maximum over legal actions, PPO's clipped
+objective and the device of a network.
 
 Not a baseline (``rlflow list`` skips files whose name starts with ``_``); each baseline imports from
 here and from ``baselines/__init__.py`` only.
@@ -7,6 +8,7 @@ here and from ``baselines/__init__.py`` only.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -29,6 +31,31 @@ def mlp(sizes: list[int], out_act: nn.Module | None = None) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
+class NatureCNN(nn.Module):
+    """The Nature DQN's torso (Mnih et al., 2015) for frame stacks ``[k, 84, 84]`` uint8: the frames scaled to
+    [0, 1], convolutions of 32 8x8 filters (stride 4), 64 4x4 (stride 2) and 64 3x3 (stride 1) with ReLUs,
+    flattened to 3,136 features."""
+
+    def __init__(self, frames: int) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Conv2d(frames, 32, 8, stride=4), nn.ReLU(), nn.Conv2d(32, 64, 4, stride=2),
+                                 nn.ReLU(), nn.Conv2d(64, 64, 3, stride=1), nn.ReLU(), nn.Flatten())
+        self.out_features = 64 * 7 * 7
+
+    def forward(self, frames: torch.Tensor) -> torch.Tensor:
+        return self.net(frames.float() / 255.0)
+
+
+def torso(obs_shape: int | tuple[int, ...]) -> tuple[nn.Module, int]:
+    """What a network puts before its hidden layers, and its output size: :class:`NatureCNN` for frame stacks
+    ``[k, 84, 84]``, else the observation flattened."""
+    shape = (obs_shape,) if isinstance(obs_shape, int) else tuple(obs_shape)
+    if len(shape) == 3 and shape[1:] == (84, 84):
+        cnn = NatureCNN(shape[0])
+        return cnn, cnn.out_features
+    return nn.Flatten(), int(np.prod(shape))
+
+
 class Critic(nn.Module):
     """``Q(s, a)``: an MLP of the observation and action, concatenated (TD3's and SAC's twin critics)."""
 
@@ -41,12 +68,15 @@ class Critic(nn.Module):
 
 
 class QNetwork(nn.Module):
-    """An MLP from observations to one value per action; dueling: ``V(s) + A(s, a) - mean_a A(s, a)``."""
+    """Observations to one value per action: hidden ReLU layers on the :func:`torso` of the observations (a
+    shape, or a size for flat ones; the Nature DQN's convolutions for frame stacks); dueling: ``V(s) + A(s, a) -
+    mean_a A(s, a)``."""
 
-    def __init__(self, obs_dim: int, n_actions: int, hidden: tuple[int, ...], dueling: bool) -> None:
+    def __init__(self, obs_shape: int | tuple[int, ...], n_actions: int, hidden: tuple[int, ...],
+                 dueling: bool) -> None:
         super().__init__()
+        self.torso, size = torso(obs_shape)
         layers: list[nn.Module] = []
-        size = obs_dim
         for h in hidden:
             layers += [nn.Linear(size, h), nn.ReLU()]
             size = h
@@ -56,7 +86,7 @@ class QNetwork(nn.Module):
         self.value = nn.Linear(size, 1) if dueling else None
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        x = self.body(obs.flatten(1).float())
+        x = self.body(self.torso(obs).float())
         if self.value is None:
             return self.head(x)
         adv = self.head(x)

@@ -4,7 +4,8 @@ Each baseline's presets are data, one YAML table per baseline in ``baselines/pre
 entry per env id, holding the flags it sets (by their ``Args`` field names) and ``source``, where the values
 come from (RL Baselines3 Zoo's published settings, or rlflow's own tuning and the runs behind it).
 
-``--env-id NAME`` applies NAME's preset; a flag given on the command line wins over it; ``--preset none``
+``--env-id NAME`` applies NAME's preset (an Atari game, ``ALE/<Game>-v5``, without one of its own takes the
+``atari`` preset); a flag given on the command line wins over it; ``--preset none``
 runs the plain defaults and ``--preset OTHER`` another env's preset. The run prints the preset it used (or,
 for an env without one, a notice naming the flags that matter most), and ``train`` writes the resolved
 settings to ``<logdir>/config.json``. ``--list-presets`` prints the table and exits.
@@ -120,6 +121,8 @@ def parse(args_type: type[A], baseline: str, argv: list[str] | None = None, *, p
         name = None
     elif choice == "auto":
         name = env_id if env_id in presets else None
+        if name is None and env_id.startswith("ALE/") and "atari" in presets:  # every Atari game: one preset
+            name = "atari"
     elif choice in presets:
         name = choice
     else:

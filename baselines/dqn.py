@@ -29,9 +29,9 @@ parameters every ``--sync-period`` env steps; the replay (n-step transitions, un
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -42,6 +42,7 @@ from baselines import (
     ActorParts,
     RunArgs,
     VideoArgs,
+    make_env,
     make_eval_env,
     policy_network,
     to_device,
@@ -50,7 +51,7 @@ from baselines import (
 )
 from baselines._nets import QNetwork, device_of
 from baselines._presets import parse
-from rlflow import adders, envs
+from rlflow import adders
 from rlflow.policies import EpsilonGreedy
 from rlflow.replay import Fifo, Prioritized, SampleToInsertRatio, StepStore, Table, Uniform
 
@@ -79,17 +80,19 @@ class Args(RunArgs, ActorArgs, VideoArgs):
     exploration_final_eps: float = 0.04  # epsilon after exploration_fraction of the run (Acrobot's preset: 0.1)
     hidden: tuple[int, ...] = (128, 128)  # sizes of the Q-network's hidden layers
     max_grad_norm: float = 10.0  # the gradient's norm is clipped to this at every learner step
+    clip_rewards: bool = False  # the loss sees each reward's sign (Atari's presets; needs --n-step 1); logs the game's
     eval_every: int = 10_000  # env steps between evaluations (0: only at the end)
     logdir: str = "runs/dqn"  # directory of the run's logs, checkpoints, saved learners and learning curve
 
 
 def td_loss(q: QNetwork, target: QNetwork, batch: rlflow.replay.Transition, weights: torch.Tensor,
-            double_q: bool) -> tuple[torch.Tensor, torch.Tensor]:
+            double_q: bool, clip_rewards: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """Importance-weighted Huber loss of ``Q(s, a)`` against ``R + discount * Q_target(s', a*)``.
 
     ``a* = argmax_a Q_target(s', a)``, or ``argmax_a Q(s', a)`` with ``double_q``. ``batch.reward`` is the
     n-step return and ``batch.discount`` its bootstrap factor (``gamma ** k``, 0 after termination), so
-    the target needs no further ``gamma``. Returns the loss and the TD errors.
+    the target needs no further ``gamma``; with ``clip_rewards`` (one-step transitions) ``R`` is the
+    reward's sign. Returns the loss and the TD errors.
     """
     with torch.no_grad():
         next_q = target(batch.next_observation)
@@ -98,7 +101,8 @@ def td_loss(q: QNetwork, target: QNetwork, batch: rlflow.replay.Transition, weig
             next_v = next_q.gather(1, best).squeeze(1)
         else:
             next_v = next_q.max(dim=1).values
-        y = batch.reward + batch.discount * next_v
+        reward = torch.sign(batch.reward) if clip_rewards else batch.reward
+        y = reward + batch.discount * next_v
     q_sa = q(batch.observation).gather(1, batch.action.long().view(-1, 1)).squeeze(1)
     td = y - q_sa
     return (weights * F.smooth_l1_loss(q_sa, y, reduction="none")).mean(), td.detach()
@@ -120,8 +124,7 @@ class DQNLearner(rlflow.Learner):
         self.q = q
         self.args = args
         self.device = device_of(q)
-        self.target = QNetwork(q.body[0].in_features, q.head.out_features, args.hidden, args.dueling).to(self.device)
-        self.target.load_state_dict(q.state_dict())
+        self.target = copy.deepcopy(q)
         self.target.requires_grad_(False)
         self.optimizer = torch.optim.Adam(q.parameters(), lr=args.learning_rate, fused=True)
         self.total_steps = expected_learner_steps(args)
@@ -135,7 +138,7 @@ class DQNLearner(rlflow.Learner):
 
     def step(self, sample):
         batch, weights = to_device((sample.data, sample.weights), self.device)  # a Transition of tensors, the weights
-        loss, td = td_loss(self.q, self.target, batch, weights, self.args.double_q)
+        loss, td = td_loss(self.q, self.target, batch, weights, self.args.double_q, self.args.clip_rewards)
         for group in self.optimizer.param_groups:
             group["lr"] = self.learning_rate()
         self.optimizer.zero_grad()
@@ -191,10 +194,13 @@ def main(args: Args) -> rlflow.RunResult:
     device = torch_device(args)
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)
-    env = envs.make(args.env_id, num_envs=None if args.num_envs == 1 else args.num_envs, seed=args.seed)
+    if args.clip_rewards and args.n_step != 1:
+        raise ValueError(f"--clip-rewards clips each reward, which an n-step return has summed: expected --n-step 1, "
+                         f"got {args.n_step}")
+    env = make_env(args.env_id, None if args.num_envs == 1 else args.num_envs, args.seed)
     eval_env = make_eval_env(args)
     n_actions = int(env.single_action_space.n)
-    obs_dim = int(np.prod(env.single_observation_space.shape))
+    obs_shape = env.single_observation_space.shape
 
     # Data: every step stored once, one n-step transition item per action, sampled under a ratio.
     lanes = args.num_envs * max(1, args.num_actors)
@@ -209,14 +215,14 @@ def main(args: Args) -> rlflow.RunResult:
 
     # The algorithm: the learner trains the online network on the device; the policy acts with it (the loop
     # hands it over through get_params / set_params).
-    learner = DQNLearner(QNetwork(obs_dim, n_actions, args.hidden, args.dueling).to(device), args)
+    learner = DQNLearner(QNetwork(obs_shape, n_actions, args.hidden, args.dueling).to(device), args)
     policy = exploration(learner.q, n_actions, args)
     if not args.num_actors:
         return train("DQN", args, env, eval_env, policy, learner, adder, table)
 
     # Ape-X: actor processes with their own networks and epsilons; the evaluation policy acts greedily.
     parts = ActorParts(args, args.num_envs, lambda a, i: exploration(
-        QNetwork(obs_dim, n_actions, a.hidden, a.dueling), n_actions, a, actor=i))
+        QNetwork(obs_shape, n_actions, a.hidden, a.dueling), n_actions, a, actor=i))
     return train("DQN", args, env, eval_env, policy, learner, adder, table, actors=(parts.env, parts.policy))
 
 

@@ -37,6 +37,7 @@ from baselines import (
     ActorParts,
     RunArgs,
     VideoArgs,
+    make_env,
     make_eval_env,
     policy_network,
     rollout_queue,
@@ -44,9 +45,9 @@ from baselines import (
     torch_device,
     train,
 )
-from baselines._nets import categorical, device_of, mlp, ppo_terms, time_major
+from baselines._nets import NatureCNN, categorical, device_of, mlp, ppo_terms, time_major, torso
 from baselines._presets import parse
-from rlflow import envs, specs
+from rlflow import specs
 from rlflow.minibatches import chunk_resets, feedforward, recurrent_chunks, take
 from rlflow.returns import ValueNormalizer, gae
 
@@ -65,6 +66,7 @@ class Args(RunArgs, ActorArgs, VideoArgs):
     clip_range: float = 0.2  # falls linearly to 0 over the run (unless --no-anneal)
     anneal: bool = True  # the learning rate and the clip range fall linearly to 0 over the run's updates
     ent_coef: float = 0.0  # weight of the entropy bonus in the loss
+    clip_rewards: bool = False  # the loss sees each reward's sign (Atari's presets); logs the game's
     vf_coef: float = 0.5  # weight of the value loss in the loss
     max_grad_norm: float = 0.5  # the gradient's norm is clipped to this at every minibatch step
     hidden: tuple[int, ...] = (64, 64)  # sizes of the hidden layers of the policy MLP and of the value MLP
@@ -115,7 +117,10 @@ class ObsNorm(nn.Module):
 
 class ActorCritic(nn.Module):
     """Separate policy and value MLPs, as SB3's default for PPO; with ``lstm > 0`` an LSTM cell in front of
-    each (SB3's RecurrentPPO layout: one LSTM for the actor, one for the critic).
+    each (SB3's RecurrentPPO layout: one LSTM for the actor, one for the critic). Frame stacks (observations
+    ``[k, 84, 84]``) first go through a torso both share, as SB3's and CleanRL's Atari PPO: the Nature DQN's
+    convolutions and a layer of 512 ReLUs, orthogonally initialised (gain sqrt(2); the policy head's last
+    layer 0.01, the value head's 1).
 
     Discrete actions: the policy head gives ``n_actions`` logits. ``continuous``: it gives the mean of an
     ``n_actions``-dimensional Gaussian whose log standard deviations are parameters of their own,
@@ -123,9 +128,16 @@ class ActorCritic(nn.Module):
     through an :class:`ObsNorm` first.
     """
 
-    def __init__(self, obs_dim: int, n_actions: int, hidden: tuple[int, ...], lstm: int = 0,
+    def __init__(self, obs_shape: int | tuple[int, ...], n_actions: int, hidden: tuple[int, ...], lstm: int = 0,
                  continuous: bool = False, normalize_obs: bool = False) -> None:
         super().__init__()
+        cnn, size = torso(obs_shape)
+        pixels = isinstance(cnn, NatureCNN)
+        if pixels and normalize_obs:
+            raise ValueError("--normalize-obs standardises flat observations; frame stacks are scaled to [0, 1] by "
+                             "the network: run without it")
+        self.torso = nn.Sequential(cnn, nn.Linear(size, 512), nn.ReLU()) if pixels else None
+        obs_dim = 512 if pixels else size
         self.obs_norm = ObsNorm(obs_dim) if normalize_obs else None
         self.lstm = lstm
         if lstm:
@@ -135,6 +147,13 @@ class ActorCritic(nn.Module):
         self.pi = mlp([width, *hidden, n_actions])
         self.v = mlp([width, *hidden, 1])
         self.log_std = nn.Parameter(torch.zeros(n_actions)) if continuous else None
+        if pixels:
+            for module in self.modules():
+                if isinstance(module, nn.Conv2d | nn.Linear):
+                    nn.init.orthogonal_(module.weight, np.sqrt(2))
+                    nn.init.zeros_(module.bias)
+            nn.init.orthogonal_(self.pi[-1].weight, 0.01)
+            nn.init.orthogonal_(self.v[-1].weight, 1.0)
 
     def distribution(self, head: torch.Tensor) -> Any:
         """The action distribution of the policy head's output ``head [..., n_actions]``."""
@@ -145,6 +164,8 @@ class ActorCritic(nn.Module):
     def features(self, obs: torch.Tensor) -> torch.Tensor:
         """Observations ``[N, ...]`` as the flat float inputs ``[N, obs_dim]`` of the networks (normalised with
         ``normalize_obs``)."""
+        if self.torso is not None:
+            return self.torso(obs)
         x = obs.flatten(1).float()
         return x if self.obs_norm is None else self.obs_norm(x)
 
@@ -248,6 +269,8 @@ class PPOLearner(rlflow.Learner):
         # from an actor that started on older parameters) is dropped, and counted. One update old is what a
         # rollout's first action is: it completes the rollout before, whose update comes after it.
         acted = ~rows["last"][:, :-1] & sample.mask[:, :-1]
+        if self.args.clip_rewards:
+            rows = {**rows, "reward": np.sign(rows["reward"])}
         if self.return_stats is not None:  # every rollout's rewards go into its lane's return, stale or not
             carry = self.return_carry[sample.lanes]
             ended = (rows["terminated"][:, :-1] | rows["truncated"][:, :-1]) & acted
@@ -394,17 +417,16 @@ def main(args: Args) -> rlflow.RunResult:
     device = torch_device(args)
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)
-    probe = gymnasium.make(args.env_id)
-    continuous = isinstance(probe.action_space, gymnasium.spaces.Box)
-    n_actions = int(np.prod(probe.action_space.shape)) if continuous else int(probe.action_space.n)
-    probe.close()
+    env = make_env(args.env_id, args.num_envs, args.seed)
+    continuous = isinstance(env.single_action_space, gymnasium.spaces.Box)
+    n_actions = int(np.prod(env.single_action_space.shape)) if continuous else int(env.single_action_space.n)
     if continuous:  # the env clips the Gaussian's actions to its bounds; the rollout keeps them as sampled
-        env = envs.make(args.env_id, num_envs=args.num_envs, seed=args.seed, wrappers=[ClipAction])
+        env.close()
+        env = make_env(args.env_id, args.num_envs, args.seed, wrappers=[ClipAction])
         eval_env = make_eval_env(args, ClipAction)
     else:
-        env = envs.make(args.env_id, num_envs=args.num_envs, seed=args.seed)
         eval_env = make_eval_env(args)
-    obs_dim = int(np.prod(env.single_observation_space.shape))
+    obs_shape = env.single_observation_space.shape
 
     # Rollouts of n_steps + 1 rows per lane in a queue the learner empties a rollout of every lane at a time.
     extras = {"log_prob": specs.Field((), np.float32), "value": specs.Field((), np.float32),
@@ -413,7 +435,7 @@ def main(args: Args) -> rlflow.RunResult:
         extras["lstm"] = specs.Field((4, args.lstm), np.float32)
     _, table, adder = rollout_queue(env.step_spec(extras), args.num_envs, args.n_steps, args.num_actors)
 
-    net = ActorCritic(obs_dim, n_actions, args.hidden, args.lstm, continuous, args.normalize_obs).to(device)
+    net = ActorCritic(obs_shape, n_actions, args.hidden, args.lstm, continuous, args.normalize_obs).to(device)
     policy, learner = SamplingPolicy(net), PPOLearner(net, args)
     if not args.num_actors:
         return train("PPO", args, env, eval_env, policy, learner, adder, table)
@@ -421,7 +443,7 @@ def main(args: Args) -> rlflow.RunResult:
     # Synchronous rollouts: actor processes with their own envs (one row per lane per step: NEXT_STEP resets)
     # and networks on the CPU, each update waiting for a rollout of every lane acted by the parameters it updates.
     parts = ActorParts(args, args.num_envs, lambda a, i: SamplingPolicy(
-        ActorCritic(obs_dim, n_actions, a.hidden, a.lstm, continuous, a.normalize_obs)), autoreset_mode="next_step",
+        ActorCritic(obs_shape, n_actions, a.hidden, a.lstm, continuous, a.normalize_obs)), autoreset_mode="next_step",
         **({"wrappers": [ClipAction]} if continuous else {}))
     return train("PPO", args, env, eval_env, policy, learner, adder, table, actors=(parts.env, parts.policy),
                  on_policy=True)

@@ -470,7 +470,7 @@ def test_ppo_lstm_unroll_restarts_where_told():
     from baselines import ppo
 
     torch.manual_seed(0)
-    net = ppo.ActorCritic(obs_dim=3, n_actions=2, hidden=(8,), lstm=6)
+    net = ppo.ActorCritic(obs_shape=3, n_actions=2, hidden=(8,), lstm=6)
     obs = torch.randn(2, 5, 3)
     state = tuple(torch.randn(2, 6) for _ in range(4))
     resets = torch.zeros(2, 5, dtype=torch.bool)

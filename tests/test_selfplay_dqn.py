@@ -15,7 +15,7 @@ pytest.importorskip("pettingzoo.classic.tictactoe_v3")
 
 
 def constant_q(values):
-    net = selfplay_dqn.QNetwork(obs_dim=2, n_actions=len(values), hidden=(), dueling=False)
+    net = selfplay_dqn.QNetwork(obs_shape=2, n_actions=len(values), hidden=(), dueling=False)
     with torch.no_grad():
         net.head.weight.zero_()
         net.head.bias.copy_(torch.tensor(values))

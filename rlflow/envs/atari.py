@@ -3,8 +3,9 @@ preprocessing, as a :class:`~rlflow.envs.GymEnvironment` whose observations are 
 
 Each env is ``gymnasium.make(env_id, frameskip=1)`` (the ALE's own frame skip off: the preprocessing does it)
 wrapped in gymnasium's ``AtariPreprocessing`` (up to ``noop_max`` no-op actions after each reset, the action
-repeated ``frame_skip`` frames with the last two max-pooled, ``screen_size`` x ``screen_size`` grey frames)
-and ``FrameStackObservation(env, frame_stack)`` (the last ``frame_stack`` frames on axis 0, the first frame
+repeated ``frame_skip`` frames with the last two max-pooled, ``screen_size`` x ``screen_size`` grey frames),
+:class:`FireReset` (FIRE after each reset, in the games that have it) and ``FrameStackObservation(env,
+frame_stack)`` (the last ``frame_stack`` frames on axis 0, the first frame
 repeated at an episode's start). The returned env's observation spec has ``stack=frame_stack``, so a store
 keeps each 84 x 84 frame once (``docs/pixels.md``).
 
@@ -20,15 +21,47 @@ Needs the ``atari`` extra: ``pip install "rlflow[atari]"`` (ale-py ships the gam
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, SupportsFloat
 
 import gymnasium
 from gymnasium.vector import AutoresetMode
 from gymnasium.wrappers import AtariPreprocessing, FrameStackObservation
 
-from rlflow.envs.gymnasium import GymEnvironment
+from rlflow.envs.gymnasium import GymEnvironment, to_autoreset_mode
 
-__all__ = ["atari"]
+__all__ = ["FireReset", "atari", "atari_env"]
+
+
+class FireReset(gymnasium.Wrapper):
+    """Press FIRE where a game waits for it to launch the ball (e.g. Breakout): after each reset, and after each
+    life lost, as Stable-Baselines3's and CleanRL's Atari wrappers do (theirs fire at the reset that follows a
+    life lost). ``reset`` returns the observation after one FIRE step (resetting again in the rare case that
+    step ends the game); a ``step`` that loses a life and does not end the game is followed by a FIRE step,
+    whose reward is added to it and whose observation and flags it returns. Games without FIRE pass through."""
+
+    def __init__(self, env: gymnasium.Env) -> None:
+        super().__init__(env)
+        self.fire = "FIRE" in env.unwrapped.get_action_meanings()  # type: ignore[attr-defined]
+        self.lives = 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
+        obs, info = self.env.reset(seed=seed, options=options)
+        if self.fire:
+            obs, _, terminated, truncated, info = self.env.step(1)
+            if terminated or truncated:
+                obs, info = self.env.reset()
+        self.lives = info.get("lives", 0)
+        return obs, info
+
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        lives = info.get("lives", 0)
+        if self.fire and lives < self.lives and not (terminated or truncated):
+            obs, more, terminated, truncated, info = self.env.step(1)
+            reward = float(reward) + float(more)
+            lives = info.get("lives", 0)
+        self.lives = lives
+        return obs, reward, terminated, truncated, info
 
 
 def _register() -> None:
@@ -42,31 +75,43 @@ def _register() -> None:
     gymnasium.register_envs(ale_py)
 
 
+def atari_env(env_id: str, *, frame_stack: int = 4, noop_max: int = 30, frame_skip: int = 4, screen_size: int = 84,
+              **kwargs: Any) -> gymnasium.Env:
+    """One Atari game ``env_id``, preprocessed and frame-stacked (a ``gymnasium.Env``: wrap it further, e.g. to
+    record videos, then in ``GymEnvironment(env, frame_stack=frame_stack)``). See :func:`atari` for the
+    arguments; ``kwargs`` go to ``gymnasium.make`` (e.g. ``render_mode="rgb_array"``)."""
+    _register()
+    env = gymnasium.make(env_id, frameskip=1, **kwargs)
+    env = AtariPreprocessing(env, noop_max=noop_max, frame_skip=frame_skip, screen_size=screen_size)
+    return FrameStackObservation(FireReset(env), frame_stack)
+
+
 def atari(env_id: str, num_envs: int = 1, *, seed: int | None = None, frame_stack: int = 4, noop_max: int = 30,
           frame_skip: int = 4, screen_size: int = 84, vectorization_mode: str = "sync",
-          **kwargs: Any) -> GymEnvironment:
+          autoreset_mode: AutoresetMode | str = "same_step", **kwargs: Any) -> GymEnvironment:
     """``num_envs`` copies of the Atari game ``env_id`` (e.g. ``"ALE/Pong-v5"``), preprocessed and frame-stacked.
 
     Args:
-        env_id: an ALE game id, ``ALE/<Game>-v5`` (sticky actions with probability 0.25, the full action set
-            off) or any id ale-py registers.
-        num_envs: lanes (sub-envs of a gymnasium vector env, same-step autoreset).
+        env_id: an ALE game id, ``ALE/<Game>-v5`` (sticky actions with probability 0.25, the minimal action
+            set) or any id ale-py registers.
+        num_envs: lanes (sub-envs of a gymnasium vector env).
         seed: the seed of the first ``reset()`` (sub-env ``i`` gets ``seed + i``).
         frame_stack: frames per observation (``[frame_stack, screen_size, screen_size]`` uint8).
         noop_max, frame_skip, screen_size: ``AtariPreprocessing``'s.
         vectorization_mode: ``"sync"`` (one process) or ``"async"`` (a process per env).
+        autoreset_mode: the vector env's (``"same_step"``, ``"next_step"`` or ``"disabled"``).
         kwargs: more arguments of the game (``gymnasium.make``), e.g. ``repeat_action_probability=0.0``.
 
     Returns:
         A :class:`~rlflow.envs.GymEnvironment` whose observation spec is a frame stack (``stack=frame_stack``).
     """
     _register()
-    if int(num_envs) < 1:
+    if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
         raise ValueError(f"num_envs: expected an integer >= 1, got {num_envs!r}")
-    wrappers: list[Any] = [functools.partial(AtariPreprocessing, noop_max=noop_max, frame_skip=frame_skip,
-                                  screen_size=screen_size),
-                functools.partial(FrameStackObservation, stack_size=frame_stack)]
-    vec = gymnasium.make_vec(env_id, int(num_envs), vectorization_mode=vectorization_mode,
-                             vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP}, wrappers=wrappers,
-                             frameskip=1, **kwargs)
+    if vectorization_mode not in ("sync", "async"):
+        raise ValueError(f"vectorization_mode: expected 'sync' or 'async', got {vectorization_mode!r}")
+    make = functools.partial(atari_env, env_id, frame_stack=frame_stack, noop_max=noop_max, frame_skip=frame_skip,
+                             screen_size=screen_size, **kwargs)
+    vector = gymnasium.vector.SyncVectorEnv if vectorization_mode == "sync" else gymnasium.vector.AsyncVectorEnv
+    vec = vector([make] * num_envs, autoreset_mode=to_autoreset_mode(autoreset_mode))
     return GymEnvironment(vec, seed=seed, frame_stack=frame_stack)
