@@ -12,7 +12,7 @@ import numpy as np
 from numba import njit
 
 from rlflow.kernels import compiled
-from rlflow.kernels.prefetch import AHEAD, prefetch, prefetch_write
+from rlflow.kernels.prefetch import AHEAD, copy_bytes, prefetch, prefetch_write
 
 KEY, LANE, START, LENGTH, VALID, TIMES = range(6)
 
@@ -419,14 +419,26 @@ def take_rows(col: np.ndarray, idx: np.ndarray) -> np.ndarray:
 
 
 @compiled
-def stack_rows(flat_index: np.ndarray, episode_step: np.ndarray, capacity: int, k: int, out: np.ndarray) -> None:
-    """``out[i, j]``: the flat row of frame ``j`` of the ``k``-frame stack of flat row ``flat_index[i]`` (``lane *
-    capacity + position``): the row ``k - 1 - j`` rows before it, or its episode's first row where that is
-    earlier (``episode_step``: ``[lanes * capacity]``, each row's step in its episode)."""
-    for i in range(flat_index.shape[0]):
-        f = flat_index[i]
-        base = f - wrap(f, capacity)
-        pos = f - base
-        back = episode_step[f]
-        for j in range(k):
-            out[i, j] = base + wrap(pos - min(k - 1 - j, back) + capacity, capacity)
+def take_stacks(col: np.ndarray, flat_index: np.ndarray, episode_step: np.ndarray, capacity: int, k: int,
+                by_column: bool, out: np.ndarray) -> None:
+    """The ``k``-frame stacks of flat rows ``flat_index [A, M]`` (``lane * capacity + position``) of a stacked
+    column ``col`` (``[lanes * capacity, frame bytes]``, one frame a row) into ``out`` (the bytes of ``[A, M, k,
+    *frame]``, flat). Frame ``j`` of row ``r``'s stack is the frame of the row ``k - 1 - j`` rows before it, or of
+    its episode's first row where that is earlier (``episode_step [lanes * capacity]``: each row's step in its
+    episode). ``by_column``: the stacks are copied column after column of the index (the ``A`` rows of a column
+    read the same frames, e.g. a transition's two ends, so those frames are still in the cache), else row after
+    row; the result is the same."""
+    w = col.shape[1]
+    a, m = flat_index.shape
+    for outer in range(m if by_column else a):
+        for inner in range(a if by_column else m):
+            r = inner if by_column else outer
+            c = outer if by_column else inner
+            f = flat_index[r, c]
+            base = f - wrap(f, capacity)
+            pos = f - base
+            back = episode_step[f]
+            at = (r * m + c) * k
+            for j in range(k):
+                src = base + wrap(pos - min(k - 1 - j, back) + capacity, capacity)
+                copy_bytes(out, (at + j) * w, col, src * w, w)

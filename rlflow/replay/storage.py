@@ -444,14 +444,19 @@ class StepStore:
             KI.prefetch_spans(self._prefetch_cols, flat_index.reshape(-1))
         return {name: self.take_column(name, flat_index) for name in self._flat}
 
-    def take_column(self, name: str, flat_index: np.ndarray) -> np.ndarray:
-        """Column ``name`` at flat indices ``lane * capacity + row % capacity`` (any index shape)."""
+    def take_column(self, name: str, flat_index: np.ndarray, *, by_column: bool = False) -> np.ndarray:
+        """Column ``name`` at flat indices ``lane * capacity + row % capacity`` (any index shape). A stacked
+        column's stacks are rebuilt (:func:`rlflow.kernels.items.take_stacks`); ``by_column``, for a 2-D index
+        whose columns read the same frames (a transition's two ends ``[2, B]``), copies them column by column."""
         k = self._stacks.get(name)
         if k is not None:  # each row's stack: the frames of the k rows up to it in its episode
-            flat = flat_index.reshape(-1)
-            rows = np.empty((flat.size, k), np.int64)
-            KI.stack_rows(flat, self._flat_steps, self.capacity, k, rows)
-            return self._flat[name].take(rows, axis=0).reshape(*flat_index.shape, *self.fields[name].shape)
+            field = self.fields[name]
+            out = np.empty((*flat_index.shape, *field.shape), field.dtype)
+            index = np.ascontiguousarray(flat_index, np.int64)
+            rows = index.reshape(-1, index.shape[-1]) if index.ndim else index.reshape(1, 1)
+            KI.take_stacks(self._row_bytes[name], rows, self._flat_steps, self.capacity, k,
+                           by_column and index.ndim == 2, out.reshape(-1).view(np.uint8))
+            return out
         small = self._small_rows.get(name)
         if small is not None:
             out = KI.take_rows(small, flat_index.reshape(-1))

@@ -105,7 +105,7 @@ class TransitionView(ItemView):
         obs: dict[str, np.ndarray] = {}
         nxt: dict[str, np.ndarray] = {}
         for name in plan.observation:
-            both = store.take_column(name, ends)
+            both = store.take_column(name, ends, by_column=True)
             obs[name], nxt[name] = both[0], both[1]
         rows = {name: store.take_column(name, first) for name in plan.rows}
         batch = Transition(
