@@ -29,6 +29,7 @@ import numpy as np
 from rlflow import specs as _specs
 from rlflow.adders.block import StepBlock, bool_lanes
 from rlflow.kernels import steps as KS
+from rlflow.kernels.packed import pack
 from rlflow.replay.storage import StepStore
 from rlflow.replay.table import TableBase, check_priorities
 from rlflow.replay.views import ItemView, other_setting
@@ -153,7 +154,7 @@ class Adder:
     def _bind_store(self) -> None:
         """The compiled writer's views of the store's columns."""
         self._columns = self.store.row_columns(self._act_names, self._obs_names)
-        self._packed_store = KS.pack(KS.Store(self._state, self.store.rings(), self._columns))
+        self._packed_store = pack(KS.Store(self._state, self.store.rings(), self._columns))
 
     def __getstate__(self) -> dict[str, Any]:
         """The adder with its store and tables (see :class:`~rlflow.replay.StepStore`'s pickling), less what

@@ -35,6 +35,7 @@ import numpy as np
 
 from rlflow import specs as _specs
 from rlflow.kernels import steps as KS
+from rlflow.kernels.packed import Packed, pack
 from rlflow.kernels.steps import BlockData
 from rlflow.specs import Field, SpecError
 
@@ -209,7 +210,7 @@ class StepBlock:
                               self.first, self.terminated, self.truncated, self.lanes,
                               KS.ValueChecks(*(np.concatenate(c) for c in zip(*act_checks, strict=True))),
                               self._observation.value_checks(), self._open, self._was_open)
-        self._packed: KS.Packed | None = None
+        self._packed: Packed | None = None
         self._at = np.zeros(2, np.int64)  # where a bad step faults: its lane (and column)
         # Multi-agent rows (rlflow.envs.ParallelEnvironment): an agent not active at its open row takes no
         # action there; its action is zero-filled before it is checked.
@@ -219,10 +220,10 @@ class StepBlock:
         self._active = np.ones((e, *(active.shape if self._agents and active is not None else ())), np.bool_)
 
     @property
-    def packed(self) -> KS.Packed:
+    def packed(self) -> Packed:
         """:attr:`data` as the block writer's one argument (made on first use)."""
         if self._packed is None:
-            self._packed = KS.pack(self.data)
+            self._packed = pack(self.data)
         return self._packed
 
     def columns(self, key: str, value: Any, n: int, what: str) -> dict[str, np.ndarray]:

@@ -34,6 +34,7 @@ import numpy as np
 from rlflow.adders.base import Adder, PriorityFn, StepEvents
 from rlflow.adders.block import StepBlock
 from rlflow.kernels import steps as KS
+from rlflow.kernels.packed import pack
 from rlflow.replay.storage import StepStore
 from rlflow.replay.table import TableBase
 from rlflow.replay.views import TransitionView
@@ -93,7 +94,7 @@ class NStepTransition(Adder):
         """The n-step rule on the store's rewards (a view), packed with the items' output buffers."""
         self._rule = KS.NStep(self.n, self.discount ** np.arange(self.n + 1), self.store.column_rows("reward"),
                               self.store.capacity)
-        self._packed_items = KS.pack(KS.NStepItems(self._rule, self._out))
+        self._packed_items = pack(KS.NStepItems(self._rule, self._out))
 
     def waiting_actions(self) -> np.ndarray:
         """Per lane (int64 ``[E]``): the actions of the episode in progress that no item holds yet. Each becomes
@@ -183,7 +184,7 @@ class NStepTransition(Adder):
         size = self.n * lanes.size * steps
         if self._out.lanes.size < size:
             self._out = _items_out(size, self._rule.rewards.shape[1])
-            self._packed_items = KS.pack(KS.NStepItems(self._rule, self._out))
+            self._packed_items = pack(KS.NStepItems(self._rule, self._out))
         out = self._out
         m = KS.nstep_items(a, steps, codes, rows, terminated, lanes, final_was_open, self._packed_items)
         if m:

@@ -1,6 +1,7 @@
 """Every compiled routine of rlflow (numba), importing only numpy and numba.
 
 - :mod:`~rlflow.kernels.prefetch`: cache-line requests and byte copies the other kernels inline.
+- :mod:`~rlflow.kernels.packed`: a struct of arrays as one argument (``Packed``) of the per-call kernels.
 - :mod:`~rlflow.kernels.items`: item records, windows, episode marks, gathers.
 - :mod:`~rlflow.kernels.selection`: the selectors' structures (dense arrays, insertion rings, top-k).
 - :mod:`~rlflow.kernels.rows`: a RowTable's placements, evictions and draws.

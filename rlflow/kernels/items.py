@@ -12,6 +12,7 @@ import numpy as np
 from numba import njit
 
 from rlflow.kernels import compiled
+from rlflow.kernels.packed import Packed
 from rlflow.kernels.prefetch import AHEAD, copy_bytes, prefetch, prefetch_write
 
 KEY, LANE, START, LENGTH, VALID, TIMES = range(6)
@@ -130,17 +131,19 @@ def evict_range(meta: np.ndarray, row_slot: np.ndarray, free: np.ndarray, num_fr
 
 
 @njit(inline="always", cache=True, nogil=True)
-def check_windows(rings: Rings, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray, cross_episodes: bool,
-                  valid: np.ndarray) -> int:
+def check_windows(packed_rings: Packed, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
+                  cross_episodes: bool, valid: np.ndarray) -> int:
     """Check item windows are stored in full and fill each one's valid length; return the first bad one.
 
-    Valid length: rows from the window's start that belong to its first row's episode (all rows
+    ``packed_rings``: the store's :class:`Rings`, packed (:func:`rlflow.kernels.packed.pack`). Valid length: rows
+    from the window's start that belong to its first row's episode (all rows
     when ``cross_episodes``). Bad (valid length 0): lane out of range, length outside ``[1, capacity]``,
     or a row not stored (before ``written - capacity`` or at/after ``written``), or, with frame stacks
     (``rings.reach``), a first row whose stacks read a row no longer stored. Returns -1 if none is bad.
     Inlined into the kernel that checks and places items in one call (a function fewer to compile on the
     way to a first sample); called from Python, it compiles on its own.
     """
+    rings = packed_rings.value
     count, episode_id, capacity = rings.written, rings.episode_id, rings.capacity
     n_lanes, n = count.shape[0], lanes.shape[0]
     first_bad = -1

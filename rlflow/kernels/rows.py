@@ -11,7 +11,8 @@ import numpy as np
 from numba import njit
 
 from rlflow.kernels import compiled
-from rlflow.kernels.items import KEY, TIMES, Rings, check_windows, item_key, set_meta, wrap
+from rlflow.kernels.items import KEY, TIMES, check_windows, item_key, set_meta, wrap
+from rlflow.kernels.packed import Packed
 from rlflow.kernels.prefetch import AHEAD, prefetch, prefetch_write
 
 WINDOW, TAKEN, TWICE = 1, 2, 3  # why an insert was refused: a window not stored, a slot taken, a row twice
@@ -19,16 +20,17 @@ _BLOCK = 256  # draws whose rows are requested together
 
 
 @compiled
-def place(rings: Rings, cross_episodes: bool, meta: np.ndarray, next_seq: int, lanes: np.ndarray, starts: np.ndarray,
-          lengths: np.ndarray, valid: np.ndarray, slots: np.ndarray, keys: np.ndarray) -> tuple[int, int]:
+def place(packed_rings: Packed, cross_episodes: bool, meta: np.ndarray, next_seq: int, lanes: np.ndarray,
+          starts: np.ndarray, lengths: np.ndarray, valid: np.ndarray, slots: np.ndarray,
+          keys: np.ndarray) -> tuple[int, int]:
     """Check the windows, then place each item in its start row's slot, keyed ``(next_seq + i) * slots + slot``.
 
     Returns ``(-1, 0)``, or the first bad item and why (``WINDOW``, ``TAKEN`` by a live item, or a start row
     given ``TWICE`` in the call), having changed nothing.
     """
     n = lanes.shape[0]
-    bad = check_windows(rings, lanes, starts, lengths, cross_episodes, valid)
-    capacity = rings.capacity
+    bad = check_windows(packed_rings, lanes, starts, lengths, cross_episodes, valid)
+    capacity = packed_rings.value.capacity
     if bad >= 0:
         return bad, WINDOW
     nl = meta.shape[0] // capacity

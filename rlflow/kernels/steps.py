@@ -17,14 +17,14 @@ each block column a ``(T, E, row_bytes)`` one, so one compiled function serves e
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
-from numba import njit, types
-from numba.experimental import structref
+from numba import njit
 
 from rlflow.kernels import compiled, per_step
 from rlflow.kernels.items import Rings, _mark_row, wrap
+from rlflow.kernels.packed import Packed
 from rlflow.kernels.prefetch import copy_bytes, prefetch_write
 
 # What a step does on a lane (the flag table of rlflow.types): its open row gets the action and the lane
@@ -91,30 +91,6 @@ class Store(NamedTuple):
     state: LaneState
     rings: Rings
     cols: RowColumns
-
-
-@structref.register
-class _PackedType(types.StructRef):
-    def preprocess_fields(self, fields: Any) -> Any:
-        return tuple((name, types.unliteral(typ)) for name, typ in fields)
-
-
-class Packed(structref.StructRefProxy):
-    """One struct of arrays (a NamedTuple above) as one argument: a compiled call types and unboxes a
-    ``Packed`` at once, where it would take a NamedTuple's arrays one by one on every call. Made by
-    :func:`pack`; its struct is ``.value`` inside the kernels."""
-
-    value: Any  # the struct (an attribute numba's proxy defines)
-
-
-structref.define_proxy(Packed, _PackedType, ["value"])
-
-
-@njit(cache=True)
-def pack(value: Any) -> Packed:
-    """``value`` (a NamedTuple of arrays) as a :class:`Packed` (made by a cached compiled call: the proxy's own
-    constructor would compile in every process)."""
-    return Packed(value)
 
 
 class ItemsOut(NamedTuple):
@@ -454,11 +430,13 @@ def classify_calls(state: np.ndarray, was: np.ndarray, same: np.ndarray, termina
 
 
 @compiled
-def overwritten(rings: Rings, lanes: np.ndarray, new_rows: np.ndarray, ranges: np.ndarray) -> int:
+def overwritten(packed_rings: Packed, lanes: np.ndarray, new_rows: np.ndarray, ranges: np.ndarray) -> int:
     """The rows that writing ``new_rows[i]`` rows to each of ``lanes`` overwrites, as ``ranges[j] = (lane, lo,
-    hi)`` (rows ``lo .. hi - 1``); returns how many lanes overwrite any. With frame stacks (``rings.reach``) the
-    range goes on over the rows after it whose stacks read an overwritten row (rows of the same episode, up to
-    ``reach``): their items go too."""
+    hi)`` (rows ``lo .. hi - 1``); returns how many lanes overwrite any. ``packed_rings``: the store's
+    :class:`~rlflow.kernels.items.Rings`, packed. With frame stacks (``rings.reach``) the range goes on over the
+    rows after it whose stacks read an overwritten row (rows of the same episode, up to ``reach``): their items
+    go too."""
+    rings = packed_rings.value
     capacity = rings.capacity
     m = 0
     for i in range(lanes.shape[0]):

@@ -190,7 +190,7 @@ class Items(Records):
                                KI.NewItems(lanes, starts, lengths, valid, priorities), out)
         return out.slots, out.keys, self._placed(out.slots, lanes, starts, out.clash, clashes, cols)
 
-    def check_and_add(self, rings: KI.Rings, cross_episodes: bool, lanes: np.ndarray,
+    def check_and_add(self, packed_rings: Any, cross_episodes: bool, lanes: np.ndarray,
                       starts: np.ndarray, lengths: np.ndarray, priorities: np.ndarray,
                       cols: dict[str, np.ndarray]) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
         """Check the windows against the store's ``count`` and episodes, then place the items.
@@ -199,7 +199,7 @@ class Items(Records):
         nothing changed. Needs ``n <= num_free``.
         """
         valid = np.empty(lanes.size, np.int64)
-        bad = KI.check_windows(rings, lanes, starts, lengths, cross_episodes, valid)
+        bad = KI.check_windows(packed_rings, lanes, starts, lengths, cross_episodes, valid)
         if bad >= 0:
             return bad, valid, valid, valid
         slots, keys, seqs = self.add(lanes, starts, lengths, valid, priorities, cols)

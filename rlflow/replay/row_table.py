@@ -154,7 +154,7 @@ class RowTable(TableBase):
         n = lanes.size
         store, items = self.store, self._items
         slots, keys, checked = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64)
-        bad, why = KR.place(store.rings(), self.cross_episodes, items.meta,
+        bad, why = KR.place(store.packed_rings(), self.cross_episodes, items.meta,
                             items.next_seq, lanes, starts, lengths, checked, slots, keys)
         if bad >= 0:
             if why == KR.WINDOW:

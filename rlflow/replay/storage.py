@@ -42,6 +42,7 @@ from rlflow import specs as _specs
 from rlflow.kernels import items as KI
 from rlflow.kernels import steps as KS
 from rlflow.kernels.items import LANE, LENGTH, START, VALID, Rings
+from rlflow.kernels.packed import Packed, pack
 from rlflow.kernels.steps import RowColumns
 from rlflow.specs import Field, Spec, SpecError
 
@@ -63,7 +64,7 @@ class OverwriteListener(Protocol):
 
 # What StepStore._bind derives, and what a pickle leaves out (the lock and the subscribed tables).
 _DERIVED = frozenset({"lock", "_listeners", "_flat", "_small_rows", "_row_bytes", "_prefetch_cols", "_all_lanes",
-                      "_ranges", "_rings", "_flat_steps"})
+                      "_ranges", "_rings", "_packed_rings", "_flat_steps"})
 
 
 class StepStore:
@@ -147,6 +148,7 @@ class StepStore:
         self._ranges = np.zeros((self.num_lanes, 3), np.int64)  # before_write's (lane, lo, hi) of overwritten rows
         self._rings = Rings(self.count, self.episode_id, self.episode_step, self._next_episode, self._next_step,
                             self.capacity, self.stack_reach)
+        self._packed_rings = pack(self._rings)
         self._flat_steps = self.episode_step.reshape(-1)
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -195,6 +197,10 @@ class StepStore:
         """The ring cursors the block writer (:func:`rlflow.kernels.steps.write_block`) reads and advances."""
         return self._rings
 
+    def packed_rings(self) -> Packed:
+        """:meth:`rings` packed, as the window checks (:func:`rlflow.kernels.items.check_windows`) take them."""
+        return self._packed_rings
+
     def row_columns(self, act: list[str], obs: list[str]) -> RowColumns:
         """Columns ``act`` (what an action fills in) and ``obs`` (observations), and the flag columns, as the
         block writer takes them (raw-byte views of the live data)."""
@@ -220,7 +226,7 @@ class StepStore:
             return
         if self._ranges.shape[0] < lanes.size:
             self._ranges = np.zeros((lanes.size, 3), np.int64)
-        m = KS.overwritten(self._rings, lanes, rows, self._ranges)
+        m = KS.overwritten(self._packed_rings, lanes, rows, self._ranges)
         for lane, lo, hi in self._ranges[:m].tolist():
             for listener in self._listeners:
                 listener.on_overwrite_range(lane, lo, hi)
@@ -485,7 +491,7 @@ class StepStore:
         starts_arr = np.asarray(starts, np.int64).reshape(-1)
         lengths_arr = np.broadcast_to(np.asarray(lengths, np.int64), starts_arr.shape)
         valid = np.empty(starts_arr.size, np.int64)
-        bad = KI.check_windows(self._rings, lanes_arr, starts_arr, lengths_arr, cross_episodes, valid)
+        bad = KI.check_windows(self._packed_rings, lanes_arr, starts_arr, lengths_arr, cross_episodes, valid)
         if checked and bad >= 0:
             lane = int(lanes_arr[bad])
             count = int(self.count[lane]) if 0 <= lane < self.num_lanes else 0

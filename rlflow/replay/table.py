@@ -358,7 +358,7 @@ class TableBase(ABC):
         """Valid length of each window (0 for a window not stored); raises on the first bad one if strict."""
         store = self.store
         valid = np.empty(lanes.size, np.int64)
-        bad = KI.check_windows(store.rings(), lanes, starts, lengths,
+        bad = KI.check_windows(store.packed_rings(), lanes, starts, lengths,
                                self.cross_episodes, valid)
         if strict and bad >= 0:
             self._window_error(lanes, starts, lengths, bad)
@@ -594,7 +594,7 @@ class Table(TableBase):
             return None
         store = self.store
         bad, slots, keys, seqs = self._items.check_and_add(
-            store.rings(), self.cross_episodes, lanes, starts, lengths, prios, cols)
+            store.packed_rings(), self.cross_episodes, lanes, starts, lengths, prios, cols)
         if bad >= 0:
             self._window_error(lanes, starts, lengths, bad)
         self._inserted(slots, prios, seqs)
