@@ -4,8 +4,8 @@ preprocessing, as a :class:`~rlflow.envs.GymEnvironment` whose observations are 
 Each env is ``gymnasium.make(env_id, frameskip=1)`` (the ALE's own frame skip off: the preprocessing does it)
 wrapped in gymnasium's ``AtariPreprocessing`` (up to ``noop_max`` no-op actions after each reset, the action
 repeated ``frame_skip`` frames with the last two max-pooled, ``screen_size`` x ``screen_size`` grey frames),
-:class:`FireReset` (FIRE after each reset, in the games that have it) and ``FrameStackObservation(env,
-frame_stack)`` (the last ``frame_stack`` frames on axis 0, the first frame
+:class:`FireReset` (FIRE after each reset and each life lost, in the games that have it) and
+``FrameStackObservation(env, frame_stack)`` (the last ``frame_stack`` frames on axis 0, the first frame
 repeated at an episode's start). The returned env's observation spec has ``stack=frame_stack``, so a store
 keeps each 84 x 84 frame once (``docs/pixels.md``).
 
@@ -78,7 +78,7 @@ def _register() -> None:
 def atari_env(env_id: str, *, frame_stack: int = 4, noop_max: int = 30, frame_skip: int = 4, screen_size: int = 84,
               **kwargs: Any) -> gymnasium.Env:
     """One Atari game ``env_id``, preprocessed and frame-stacked (a ``gymnasium.Env``: wrap it further, e.g. to
-    record videos, then in ``GymEnvironment(env, frame_stack=frame_stack)``). See :func:`atari` for the
+    record videos, then in ``GymEnvironment(env, frame_stack=frame_stack)``). See ``atari`` for the
     arguments; ``kwargs`` go to ``gymnasium.make`` (e.g. ``render_mode="rgb_array"``)."""
     _register()
     env = gymnasium.make(env_id, frameskip=1, **kwargs)
