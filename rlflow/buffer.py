@@ -175,7 +175,11 @@ class ReplayBuffer:
         starts = self._calls[KS.CALL_STARTS]
         lanes = self._lanes[starts]
         first = self._checks.columns("observation", _take_rows(obs, lanes, e), lanes.size, "obs")
-        self._checks.start(~self._calls[KS.CALL_RESET])
+        stacks = self.adder.open_stacks()
+        if stacks is not None:  # lanes that start here continue from their first observation
+            for name, stack in stacks.items():
+                stack[lanes] = first[name]
+        self._checks.start(~self._calls[KS.CALL_RESET], None, stacks)
         self._checks.check(action, ts, extras)
         adder = self.adder
         with self.store.lock:
@@ -315,6 +319,7 @@ class ReplayBuffer:
                 cols.update(checks.columns("extras", pick(extras), t, "extend: extras"))
             checked.append((checks.columns("observation", pick(obs), t, "extend: obs"),
                             checks.columns("observation", pick(next_obs), t, "extend: next_obs"), cols))
+            self._check_stacks(lane, *checked[-1][:2], cols["reward"], term[:, lane], trunc[:, lane])
         for lane, (o, nxt, cols) in enumerate(checked):
             self._extend_lane(lane, t, o, nxt, cols, term[:, lane], trunc[:, lane])
 
@@ -338,6 +343,35 @@ class ReplayBuffer:
             self._state[lane] = KS.ENDED if terminated[-1] | truncated[-1] else KS.IN_EPISODE
         if first is not None:
             self._start(lane, first)
+
+    def _check_stacks(self, lane: int, obs: dict[str, np.ndarray], nxt: dict[str, np.ndarray], reward: np.ndarray,
+                      terminated: np.ndarray, truncated: np.ndarray) -> None:
+        """Frame stacks (:meth:`extend` of one env, before anything is written): SpecError unless each
+        transition's next_obs continues its obs, and each obs that starts an episode (see
+        :meth:`_extend_lane`) is its first frame repeated."""
+        stacked = [name for name in obs if self.store.fields[name].stack > 1]
+        if not stacked:
+            return
+        keep = ~self._reset_steps(lane, obs, nxt, reward, terminated, truncated)
+        starts = np.zeros(keep.size, bool)
+        starts[0] = not self._is_last_next(lane, obs) or self._state[lane] == KS.ENDED
+        starts[1:] = (terminated | truncated)[:-1]
+        for name in obs:
+            starts[1:] |= _rows_differ(obs[name][1:], nxt[name][:-1])
+        for name in stacked:
+            k = self.store.fields[name].stack
+            o, n = obs[name], nxt[name]
+            bad = np.flatnonzero(keep & ((n[:, :-1] != o[:, 1:]).reshape(keep.size, -1).any(axis=1)))
+            if bad.size:
+                raise SpecError(f"extend: next_obs[{int(bad[0])}] of env {lane}: field {name!r} (stacks of {k} frames) "
+                                f"does not continue obs[{int(bad[0])}] (its frames 0..{k - 2} must be obs's frames "
+                                f"1..{k - 1}): stack the frames on axis 0 with gymnasium's FrameStackObservation(env, "
+                                f"{k}); nothing was added")
+            bad = np.flatnonzero(keep & starts & (o[:, :-1] != o[:, -1:]).reshape(keep.size, -1).any(axis=1))
+            if bad.size:
+                raise SpecError(f"extend: obs[{int(bad[0])}] of env {lane} starts an episode, but field {name!r} is "
+                                f"not its first frame repeated {k} times, as gymnasium's FrameStackObservation(env, "
+                                f"{k}) (padding_type='reset', its default) gives it; nothing was added")
 
     def _reset_steps(self, lane: int, obs: dict[str, np.ndarray], nxt: dict[str, np.ndarray], reward: np.ndarray,
                      terminated: np.ndarray, truncated: np.ndarray) -> np.ndarray:

@@ -176,6 +176,8 @@ def frame_stack(spec: Any, k: int) -> Field:
     """The spec of observations that are stacks of the last ``k`` frames on axis 0 (gymnasium's
     ``FrameStackObservation(env, k)``): ``spec`` (a :class:`Field` or a gymnasium Box space of shape ``[k,
     *frame]``) with ``stack=k``, so that a store keeps each frame once."""
+    if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 2:
+        raise SpecError(f"frame stacks: expected k >= 2 frames, got {k!r}")
     if not isinstance(spec, Field | Mapping | tuple):
         spec = from_space(spec)
     if not isinstance(spec, Field) or not spec.shape or spec.shape[0] != k:

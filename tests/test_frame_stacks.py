@@ -305,35 +305,29 @@ def counts_after(steps: int) -> list[int]:
 @pytest.mark.parametrize("staged", [False, True])
 def test_a_stack_that_does_not_continue_is_refused(staged):
     """Step 5 of lane 1 (a step inside an episode) hands over a stack whose older frames are not the stack
-    before it: the steps before it are written, it and what was staged after it are not, and the error names
-    the field and the fix."""
+    before it: the step is refused when it is added (staged or not), nothing of it is added, the steps
+    before it stay as they were, and the step as the env gave it goes on from there."""
     env = make_env(3, 2, seed=2)
     store = StepStore(step_spec(env.observation_spec, env.action_spec), capacity=64, lanes=2)
     table = Table(store, sampler=Uniform(), remover=Fifo())
     adder = adders.NStepTransition(store, [table], n=1, stage_steps=8)
     adder.add_first(env.reset(seed=0))
     actions = np.zeros(2, np.int64)
-    error = r"'observation' \(stacks of 3 frames\) of lane 1: the stack does not continue.*FrameStackObservation"
+    add = adder.stage if staged else adder.add
+    error = r"'observation' \(stacks of 3 frames\) of lanes \[1\]: the stack does not continue.*FrameStackObservation"
     for t in range(7):
         ts = env.step(actions)
         if t == 5:
             assert not ts.first[1] and not ts.last[1]
-            ts = dataclasses.replace(ts, observation=ts.observation.copy())
-            ts.observation[1, 0] += 1  # lane 1's oldest frame changed
-        if staged:
-            adder.stage(actions, ts)
-        elif t == 5:
+            bad = dataclasses.replace(ts, observation=ts.observation.copy())
+            bad.observation[1, 0] += 1  # lane 1's oldest frame changed
+            before = (store.count.tolist(), table.size, adder.staged_steps)
             with pytest.raises(SpecError, match=error):
-                adder.add(actions, ts)
-            break
-        else:
-            adder.add(actions, ts)
-    if staged:
-        with pytest.raises(SpecError, match=error):
-            adder.flush()
-    assert store.count.tolist() == counts_after(5)
-    assert adder.staged_steps == 0
-
+                add(actions, bad)
+            assert (store.count.tolist(), table.size, adder.staged_steps) == before
+        add(actions, ts)
+    adder.flush()
+    assert store.count.tolist() == counts_after(7)
 
 def test_checkpoint_round_trip_and_a_store_without_stacks_refuses_it(tmp_path):
     env = make_env(3, 2, seed=5)
@@ -397,3 +391,73 @@ def test_atari_without_the_extra_names_it(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_ale)
     with pytest.raises(ImportError, match=r'pip install "rlflow\[atari\]"'):
         envs.atari("ALE/Pong-v5")
+
+
+def test_a_disk_store_rebuilds_the_same_stacks(tmp_path):
+    env = make_env(3, 2, seed=7)
+    store = StepStore(step_spec(env.observation_spec, env.action_spec), capacity=20, lanes=2, backend="disk",
+                      directory=tmp_path / "store")
+    table = Table(store, sampler=Uniform(seed=0), remover=Fifo())
+    adder = adders.NStepTransition(store, [table], n=2)
+    run(env, adder, 80, staged=True, check=lambda ref: check_transitions(table, ref))
+    assert store.count.min() > store.capacity
+    assert np.load(tmp_path / "store" / "column_0000.npy", mmap_mode="r").shape == (2, 20, 2, 3)
+
+
+def test_only_observations_hold_frame_stacks():
+    with pytest.raises(SpecError, match=r"fields \['extras'\] declare frame stacks"):
+        StepStore(step_spec(Field((2,), np.float32), Field((), np.int64), extras=Field((3, 2), np.float32, stack=3)),
+                  capacity=8)
+
+
+def test_extend_and_add_steps_refuse_a_bad_stack_with_nothing_added():
+    """ReplayBuffer.extend of two envs whose env 1 hands over a next_obs that does not continue its obs, and
+    add_steps with such a step: each raises, and no env's rows or items are added."""
+    k = 3
+    frames = np.arange(40, dtype=np.uint8).reshape(40, 1, 1)
+    stacks = np.stack([frames[np.maximum(np.arange(t - k + 1, t + 1), 0)] for t in range(40)])  # [40, 3, 1, 1]
+    spec = Field((k, 1, 1), np.uint8, stack=k)
+    buffer = ReplayBuffer(spec, Field((), np.int64), capacity=200, num_envs=2)
+    obs = np.stack([stacks[:10], stacks[:10]], 1)
+    nxt = np.stack([stacks[1:11], stacks[1:11]], 1).copy()
+    nxt[6, 1, 0] += 1
+    no = np.zeros((10, 2), bool)
+    with pytest.raises(SpecError, match=r"extend: next_obs\[6\] of env 1: field 'observation'.*not continue"):
+        buffer.extend(obs, np.zeros((10, 2), np.int64), np.zeros((10, 2), np.float32), nxt, no, no)
+    assert buffer.store.count.tolist() == [0, 0] and len(buffer) == 0
+    buffer.extend(obs, np.zeros((10, 2), np.int64), np.zeros((10, 2), np.float32),
+                  np.stack([stacks[1:11], stacks[1:11]], 1), no, no)
+    assert len(buffer) == 20
+
+    store = StepStore(step_spec(spec, Field((), np.int64)), capacity=64)
+    table = Table(store, sampler=Uniform(), remover=Fifo())
+    adder = adders.NStepTransition(store, [table], n=1)
+    adder.add_first(TimeStep(stacks[:1], np.zeros(1, np.float32), np.zeros(1, bool), np.zeros(1, bool),
+                             np.ones(1, bool), np.zeros(1, bool)))
+    bad = stacks[1:9].copy()
+    bad[4, 0] += 1
+    with pytest.raises(SpecError, match=r"add_steps: next_observations\[4\].*does not continue"):
+        adder.add_steps(0, np.zeros(8, np.int64), np.zeros(8, np.float32), bad)
+    assert store.count.tolist() == [1] and table.size == 0
+
+
+def test_a_block_from_elsewhere_whose_stacks_do_not_follow_is_refused_whole():
+    """A remote actor's block is checked again when written: one whose stacks were changed after they were put
+    raises, and nothing of it is written."""
+    from rlflow.adders import StepBlock
+
+    env = make_env(3, 2, seed=2)
+    store = StepStore(step_spec(env.observation_spec, env.action_spec), capacity=64, lanes=2)
+    table = Table(store, sampler=Uniform(), remover=Fifo())
+    adder = adders.NStepTransition(store, [table], n=1)
+    adder.add_first(env.reset(seed=0))
+    block = StepBlock(store.spec, [0, 1], 4)
+    block.start(np.ones(2, bool), None, adder.open_stacks())
+    actions = np.zeros(2, np.int64)
+    for _ in range(4):
+        block.put(actions, env.step(actions))
+    block.observation["observation"][3, 1, 0] += 1  # changed after it was put (a step inside an episode)
+    before = (store.count.tolist(), table.size)
+    with pytest.raises(RuntimeError, match=r"write: .*lane 1: the stack does not continue.*nothing was written"):
+        adder.write(block)
+    assert (store.count.tolist(), table.size) == before

@@ -221,7 +221,7 @@ class Adder:
         """
         block = self._block
         if not block.steps:
-            block.start(self._open >= 0, self._active_at_open_rows())
+            block.start(self._open >= 0, self._active_at_open_rows(), self.open_stacks())
         self._precheck(block, next_timestep)
         block.put(actions, next_timestep, extras)
         if block.steps == self.stage_steps:
@@ -236,6 +236,15 @@ class Adder:
     def staged_steps(self) -> int:
         """The steps :meth:`stage` holds, not yet written."""
         return self._block.steps
+
+    def open_stacks(self, lanes: np.ndarray | None = None) -> dict[str, np.ndarray] | None:
+        """Stacked stores: the frame stacks of the open rows of ``lanes`` (default all; any row for a lane with
+        none), per stacked observation column, which the lanes' next rows must continue; else None."""
+        if not self.store.stack_reach:
+            return None
+        lanes = self._lanes if lanes is None else lanes
+        rows = lanes * self.store.capacity + np.maximum(self._open[lanes], 0) % self.store.capacity
+        return {name: self.store.take_column(name, rows) for name in self._block.stacked}
 
     def _active_at_open_rows(self) -> np.ndarray | None:
         """Multi-agent rows: the agents active at each lane's open row (``[E, A]``); else None."""
@@ -264,13 +273,8 @@ class Adder:
                 raise RuntimeError(f"write: step {a + bad} of {block!r} does not follow from its lanes' state")
             if store.stack_reach:
                 fault = KS.check_stacks(a, steps, block.packed, plan.codes, self._packed_store, self._stack_at)
-                if fault:
-                    error = self._stack_error(fault, block)
-                    bad_step = int(self._stack_at[1])
-                    if bad_step > a:  # the steps before it are written; it and the steps after it are dropped
-                        self._write_steps(block, a, bad_step)
-                    block.steps = 0
-                    raise error
+                if fault:  # each step's stacks were checked when put: a block made elsewhere (a remote actor's)
+                    raise RuntimeError(f"write: {self._stack_error(fault, block)}")
             store.before_write(block.lanes, plan.new_rows)
             KS.write_block(a, steps, block.packed, plan.codes, self._packed_store, plan.rows)
             if z == block.steps:  # the rows are written: the block is spent, whatever its items do
@@ -283,7 +287,7 @@ class Adder:
         name = self._obs_names[j]
         k = self.store.fields[name].stack
         where = f"timestep.observation: field {name!r} (stacks of {k} frames) of lane {int(block.lanes[e])}"
-        dropped = "; this step and the steps staged after it were not written"
+        dropped = "; nothing was written"
         if fault == KS.STACK_START:
             return SpecError(f"{where} starts an episode with a stack that is not its first frame repeated {k} times, "
                              f"as gymnasium's FrameStackObservation(env, {k}) (padding_type='reset', its default) "
@@ -512,7 +516,7 @@ class Adder:
     def _load_staged(self, state: Mapping[str, Any] | None) -> None:
         """Hold the steps of :meth:`_staged_state`'s output (None: none) as :meth:`stage` held them."""
         if state is None:
-            self._block.start(self._open >= 0, self._active_at_open_rows())
+            self._block.start(self._open >= 0, self._active_at_open_rows(), self.open_stacks())
             return
         self._block.load_state_dict(state)
 

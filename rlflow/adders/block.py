@@ -218,6 +218,9 @@ class StepBlock:
         self._agents = (active is not None and flags is not None and active.dtype == np.bool_
                         and len(active.shape) == 1 and flags.shape == active.shape)
         self._active = np.ones((e, *(active.shape if self._agents and active is not None else ())), np.bool_)
+        # Frame stacks (Field stack=k): each lane's open-row stack, which the lane's next row must continue.
+        self._stacks = {name: np.zeros((e, *f.shape), f.dtype) for name, f in self._parts["observation"].fields.items()
+                        if f.stack > 1}
 
     @property
     def packed(self) -> Packed:
@@ -262,14 +265,23 @@ class StepBlock:
         """Whether the rows are multi-agent (an ``observation/active`` mask per agent)."""
         return self._agents
 
-    def start(self, is_open: np.ndarray, active: np.ndarray | None = None) -> None:
+    def start(self, is_open: np.ndarray, active: np.ndarray | None = None,
+              stacks: Mapping[str, np.ndarray] | None = None) -> None:
         """Empty the block; the next step is checked against lanes whose episode is in progress where
         ``is_open`` (``[E]`` bool), whose agents active at the open row are ``active`` (``[E, A]``;
-        multi-agent rows only)."""
+        multi-agent rows only), and whose open rows hold the frame stacks ``stacks`` (per stacked observation
+        column, ``[E, k, ...]``; stacked stores only)."""
         self.steps = 0
         self._open[:] = is_open
         if active is not None:
             self._active[:] = active
+        for name, value in (stacks or {}).items():
+            self._stacks[name][:] = value
+
+    @property
+    def stacked(self) -> list[str]:
+        """The observation columns that hold frame stacks (``Field(stack=k)``)."""
+        return list(self._stacks)
 
     # ------------------------------------------------------------------ filling
     def put(self, actions: Any, timestep: Any, extras: Any = None) -> None:
@@ -310,12 +322,17 @@ class StepBlock:
                 self._observation.put_checked(ts.observation, s, "timestep.observation")
             if needs & KS.NEEDS_FINAL:
                 self._put_final(s, last, ts.final_observation)
+            if self._stacks:
+                self._check_stacks(s, first, last)
         except BaseException:
             self._open[:] = self._was_open
             raise
         if self._agents:
             opened = first | ~last
             self._active[opened] = self.observation["observation/active"][s, opened]
+        for name, stack in self._stacks.items():  # the lanes' new open rows
+            opened = first | ~last
+            stack[opened] = self.observation[name][s, opened]
         self.steps = s + 1
 
     def check(self, actions: Any, timestep: Any, extras: Any = None) -> None:
@@ -323,10 +340,29 @@ class StepBlock:
         if self.steps >= self.max_steps:
             raise ValueError(f"the block is full ({self.max_steps} steps): nothing to check a step in")
         steps, is_open, active = self.steps, self._open.copy(), self._active.copy()
+        stacks = {name: stack.copy() for name, stack in self._stacks.items()}
         try:
             self.put(actions, timestep, extras)
         finally:
             self.steps, self._open[:], self._active[:] = steps, is_open, active
+            for name, stack in stacks.items():
+                self._stacks[name][:] = stack
+
+    def _check_stacks(self, s: int, first: np.ndarray, last: np.ndarray) -> None:
+        """SpecError unless the frame stacks of step ``s`` follow from the lanes' open rows: a row that goes on
+        from the open row (the next observation, or the final one of an ending episode) holds its stack shifted
+        by one frame, and an episode's first row its newest frame repeated."""
+        goes_on, ending, starting = np.flatnonzero(~first & ~last), np.flatnonzero(last), np.flatnonzero(first)
+        for name, prev in self._stacks.items():
+            obs, final = self.observation[name][s], self.final[name][s]
+            for lanes, rows, what in ((goes_on, obs, "timestep.observation"), (ending, final,
+                                                                                "timestep.final_observation")):
+                bad = lanes[_breaks(rows[lanes], prev[lanes])]
+                if bad.size:
+                    raise SpecError(_stack_break(what, name, rows.shape[1], self.lanes[bad]))
+            bad = starting[_not_repeated(obs[starting])]
+            if bad.size:
+                raise SpecError(_stack_start(name, obs.shape[1], self.lanes[bad]))
 
     def _step_fault(self, status: int, s: int, actions: Any, ts: Any, extras: Any) -> None:
         """Raise the error of :func:`rlflow.kernels.steps.put_step`'s fault ``status``."""
@@ -398,6 +434,8 @@ class StepBlock:
             k = _leading(first_observations, self._parts["observation"], "add_steps: first_observations")
             restarts = ended[:k]
             firsts = self._parts["observation"].columns(first_observations, k, "add_steps: first_observations")
+        for name, prev in self._stacks.items():
+            self._check_lane_stacks(name, prev[0], nxt[name], restarts, firsts.get(name))
         if self._agents:  # an agent acts only from the rows where it is active
             active = np.concatenate([self._active[:1], nxt["observation/active"][:-1]])
             if restarts.size:
@@ -411,12 +449,36 @@ class StepBlock:
                 self.final[name][ended, 0] = value[ended]
             if restarts.size:
                 self.observation[name][restarts, 0] = firsts[name]
+        for name, prev in self._stacks.items():  # the lane's open row after the steps
+            if not ends[t - 1]:
+                prev[0] = nxt[name][t - 1]
+            elif restarts.size and restarts[-1] == t - 1:
+                prev[0] = firsts[name][-1]
         self.first[:t, 0] = False
         self.first[restarts, 0] = True
         self.terminated[:t, 0] = ends & terminated
         self.truncated[:t, 0] = ends & ~terminated
         self._open[0] = not ends[t - 1] or bool(restarts.size and restarts[-1] == t - 1)
         self.steps = t
+
+    def _check_lane_stacks(self, name: str, prev: np.ndarray, nxt: np.ndarray, restarts: np.ndarray,
+                           firsts: np.ndarray | None) -> None:
+        """SpecError unless the stacks of :meth:`put_steps`' ``T`` steps of one lane follow from its open row
+        ``prev``: each next observation ``nxt[i]`` (the final one where the step ends an episode) continues the
+        open row before it (``prev``, ``nxt[i - 1]``, or the first observation of the episode that started
+        after step ``i - 1``), and each such first observation ``firsts[j]`` is its first frame repeated."""
+        k = nxt.shape[1]
+        before = np.concatenate([prev[None], nxt[:-1]])
+        if restarts.size and firsts is not None:
+            bad = np.flatnonzero(_not_repeated(firsts))
+            if bad.size:
+                raise SpecError(_stack_start(name, k, self.lanes[:1]).replace(
+                    "timestep.observation", f"add_steps: first_observations[{int(bad[0])}]"))
+            after = restarts + 1 < len(nxt)  # (an end at the last step starts an episode no step continues here)
+            before[restarts[after] + 1] = firsts[after]
+        bad = np.flatnonzero(_breaks(nxt, before))
+        if bad.size:
+            raise SpecError(_stack_break(f"add_steps: next_observations[{int(bad[0])}]", name, k, self.lanes[:1]))
 
     def ended_last(self, lanes: np.ndarray) -> np.ndarray:
         """Per block lane of ``lanes`` (indices): whether its episode ended at the last step put, with no
@@ -439,8 +501,14 @@ class StepBlock:
         if not self.ended_last(lanes).all():
             raise ValueError(f"restart: lanes {self.lanes[lanes].tolist()} did not end at the block's last step")
         obs = self._parts["observation"].columns(observation, lanes.size, "observation")
+        for name in self._stacks:
+            bad = lanes[_not_repeated(obs[name])]
+            if bad.size:
+                raise SpecError(_stack_start(name, obs[name].shape[1], self.lanes[bad]))
         for name, value in obs.items():
             self.observation[name][s, lanes] = value
+            if name in self._stacks:
+                self._stacks[name][lanes] = value
         self.first[s, lanes] = True
         self._open[lanes] = True
         if self._agents:
@@ -523,6 +591,34 @@ class StepBlock:
 
     def __repr__(self) -> str:
         return f"StepBlock(lanes={self.lanes.tolist()}, steps={self.steps}/{self.max_steps})"
+
+
+def _breaks(new: np.ndarray, prev: np.ndarray) -> np.ndarray:
+    """Per row of ``new`` (stacks ``[N, k, ...]``): whether its frames but the newest differ from ``prev``'s frames
+    but the oldest (it does not continue ``prev``)."""
+    if not len(new):
+        return np.zeros(0, bool)
+    return (new[:, :-1] != prev[:, 1:]).reshape(len(new), -1).any(axis=1)
+
+
+def _not_repeated(new: np.ndarray) -> np.ndarray:
+    """Per row of ``new`` (stacks ``[N, k, ...]``): whether its frames are not all its newest frame."""
+    if not len(new):
+        return np.zeros(0, bool)
+    return (new[:, :-1] != new[:, -1:]).reshape(len(new), -1).any(axis=1)
+
+
+def _stack_break(what: str, name: str, k: int, lanes: np.ndarray) -> str:
+    return (f"{what}: field {name!r} (stacks of {k} frames) of lanes {lanes.tolist()}: the stack does not continue "
+            f"the stack before it in its episode (its frames 0..{k - 2} must be that stack's frames 1..{k - 1}): "
+            f"stack the frames on axis 0 with gymnasium's FrameStackObservation(env, {k}), or declare the field "
+            "without stack=; nothing was added")
+
+
+def _stack_start(name: str, k: int, lanes: np.ndarray) -> str:
+    return (f"timestep.observation: field {name!r} (stacks of {k} frames) of lanes {lanes.tolist()} starts an "
+            f"episode with a stack that is not its first frame repeated {k} times, as gymnasium's "
+            f"FrameStackObservation(env, {k}) (padding_type='reset', its default) gives it; nothing was added")
 
 
 def _value_check(field: Field) -> tuple[tuple[int, int, float, float], bool]:

@@ -137,7 +137,8 @@ class NStepTransition(Adder):
         inner = np.count_nonzero(ends[:-1])
         block = self._lane_block(lane, t)
         active = self._active_at_open_rows()  # None unless the rows are multi-agent
-        block.start(np.ones(1, bool), None if active is None else active[lane:lane + 1])
+        block.start(np.ones(1, bool), None if active is None else active[lane:lane + 1],
+                    self.open_stacks(np.array([lane])))
         k = 0 if first_observations is None else block.leading_rows(first_observations,
                                                                      "add_steps: first_observations")
         allowed = (inner, inner + 1) if ends[-1] else (inner,)

@@ -41,13 +41,14 @@ class FireReset(gymnasium.Wrapper):
 
     def __init__(self, env: gymnasium.Env) -> None:
         super().__init__(env)
-        self.fire = "FIRE" in env.unwrapped.get_action_meanings()  # type: ignore[attr-defined]
+        meanings = env.unwrapped.get_action_meanings()  # type: ignore[attr-defined]
+        self.fire = meanings.index("FIRE") if "FIRE" in meanings else None
         self.lives = 0
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
         obs, info = self.env.reset(seed=seed, options=options)
-        if self.fire:
-            obs, _, terminated, truncated, info = self.env.step(1)
+        if self.fire is not None:
+            obs, _, terminated, truncated, info = self.env.step(self.fire)
             if terminated or truncated:
                 obs, info = self.env.reset()
         self.lives = info.get("lives", 0)
@@ -56,8 +57,8 @@ class FireReset(gymnasium.Wrapper):
     def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict]:
         obs, reward, terminated, truncated, info = self.env.step(action)
         lives = info.get("lives", 0)
-        if self.fire and lives < self.lives and not (terminated or truncated):
-            obs, more, terminated, truncated, info = self.env.step(1)
+        if self.fire is not None and lives < self.lives and not (terminated or truncated):
+            obs, more, terminated, truncated, info = self.env.step(self.fire)
             reward = float(reward) + float(more)
             lives = info.get("lives", 0)
         self.lives = lives

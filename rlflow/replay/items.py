@@ -22,6 +22,7 @@ import numpy as np
 
 from rlflow.kernels import items as KI
 from rlflow.kernels.items import KEY, LANE, START, TIMES
+from rlflow.kernels.packed import Packed
 from rlflow.specs import Field
 
 __all__ = ["META_WIDTH", "Items", "Records"]
@@ -190,10 +191,11 @@ class Items(Records):
                                KI.NewItems(lanes, starts, lengths, valid, priorities), out)
         return out.slots, out.keys, self._placed(out.slots, lanes, starts, out.clash, clashes, cols)
 
-    def check_and_add(self, packed_rings: Any, cross_episodes: bool, lanes: np.ndarray,
+    def check_and_add(self, packed_rings: Packed, cross_episodes: bool, lanes: np.ndarray,
                       starts: np.ndarray, lengths: np.ndarray, priorities: np.ndarray,
                       cols: dict[str, np.ndarray]) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
-        """Check the windows against the store's ``count`` and episodes, then place the items.
+        """Check the windows against the store's rings (``packed_rings``: rows stored, episodes, frame stacks), then
+        place the items.
 
         Returns ``(first_bad, slots, keys, seqs)``; when ``first_bad >= 0`` a window is not stored and
         nothing changed. Needs ``n <= num_free``.

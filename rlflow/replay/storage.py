@@ -59,7 +59,8 @@ _NO_FIRST = np.zeros(0, np.bool_)
 
 class OverwriteListener(Protocol):
     def on_overwrite_range(self, lane: int, lo: int, hi: int) -> None:
-        """Rows ``lo .. hi - 1`` (absolute) of ``lane`` are about to be overwritten."""
+        """Rows ``lo .. hi - 1`` (absolute) of ``lane`` are about to be overwritten, or (frame stacks) can no
+        longer be read: the items that start there must go."""
 
 
 # What StepStore._bind derives, and what a pickle leaves out (the lock and the subscribed tables).
@@ -106,6 +107,10 @@ class StepStore:
             raise SpecError("the spec has no fields")
         self._flat_spec = all(isinstance(f, Field) for f in spec.values())
         self._stacks = {n: f.stack for n, f in self.fields.items() if f.stack > 1}
+        outside = [n for n in self._stacks if n != "observation" and not n.startswith("observation/")]
+        if outside:
+            raise SpecError(f"fields {outside} declare frame stacks (stack=); only observations hold them: declare "
+                            "the field without stack=, or put it under 'observation'")
         self.stack_reach = max(self._stacks.values(), default=1) - 1  # rows before a row that its stacks read
         self._unflatten_plan = _specs.unflatten_plan(spec)
         self.capacity = int(capacity)
@@ -220,8 +225,9 @@ class StepStore:
         return self._flat[name].reshape(self.num_lanes * self.capacity, -1)
 
     def before_write(self, lanes: np.ndarray, rows: np.ndarray) -> None:
-        """Tell every listener about the rows that writing ``rows[i]`` new rows to each of ``lanes`` overwrites
-        (every write of the store and of the block writer calls this first)."""
+        """Tell every listener about the rows that writing ``rows[i]`` new rows to each of ``lanes`` overwrites, and
+        with frame stacks the rows after them whose stacks read them (every write of the store and of the block
+        writer calls this first)."""
         if not self._listeners:
             return
         if self._ranges.shape[0] < lanes.size:
