@@ -137,6 +137,20 @@ CONFIGS = {
                 "n_epochs": 10, "ent_coef": 0.0, "learning_rate": 1e-3, "clip_range": 0.2, "anneal": False},
         sb3={"n_envs": 4, "n_steps": 1024, "batch_size": 64, "gae_lambda": 0.95, "gamma": 0.9, "n_epochs": 10,
              "ent_coef": 0.0, "learning_rate": 1e-3, "clip_range": 0.2}),
+    # Atari (the atari presets, RL Baselines3 Zoo's Atari settings), for the env steps this machine trains in
+    # about 40 minutes a side. SB3 on the same games (ALE/...-v5 with frameskip=1 and its AtariWrapper: noop
+    # starts, a frame skip of 4 with max-pooling, FIRE at resets, 84x84 grey frames, 4 stacked) without a life
+    # lost ending an episode, as rlflow's envs, and with rlflow's FireReset under it (FIRE after a life lost, as
+    # rlflow's envs press it); SB3 clips the rewards in the env, rlflow in the loss; both are evaluated on
+    # whole games with the game's rewards.
+    "ppo-breakout": replace(preset("ppo", "atari", None, sb3={
+        "atari": True, "n_envs": 8, "n_steps": 128, "batch_size": 256, "n_epochs": 4, "gamma": 0.99,
+        "gae_lambda": 0.95, "learning_rate": ("linear", 2.5e-4), "clip_range": ("linear", 0.1), "ent_coef": 0.01,
+        "vf_coef": 0.5}), env_id="ALE/Breakout-v5", steps=300_000),
+    "dqn-pong": replace(preset("dqn", "atari", None, sb3={
+        "atari": True, "buffer_size": 100_000, "learning_rate": 1e-4, "batch_size": 32, "learning_starts": 100_000,
+        "target_update_interval": 1000, "train_freq": 4, "gradient_steps": 1, "exploration_fraction": 0.1,
+        "exploration_final_eps": 0.01}), env_id="ALE/Pong-v5", steps=200_000),
     # Zoo's SAC on Pendulum: learning rate 1e-3, SB3's SAC defaults otherwise (batch 256, one gradient step
     # per env step after 100 steps, automatic entropy weight).
     "sac-pendulum": Config(
@@ -171,9 +185,27 @@ def run_sb3(cfg: Config, seed: int) -> tuple[float, float]:
         if isinstance(value, tuple) and value[0] == "linear":
             kwargs[key] = lambda progress, v=value[1]: progress * v
     env: Any = cfg.env_id
-    eval_env: Any = gym.make(cfg.env_id)
+    atari = kwargs.pop("atari", False)
+    policy = "CnnPolicy" if atari else "MlpPolicy"
+    eval_env: Any = None if atari else gym.make(cfg.env_id)
     normalize = kwargs.pop("normalize", False)
-    if "n_envs" in kwargs:
+    if atari:  # SB3's Atari envs for training (rewards clipped) and evaluation (the game's rewards)
+        import ale_py
+        from stable_baselines3.common.env_util import make_atari_env
+        from stable_baselines3.common.vec_env import VecFrameStack
+
+        from rlflow.envs import FireReset
+
+        gym.register_envs(ale_py)
+
+        def game(**options: Any) -> Any:
+            return FireReset(gym.make(cfg.env_id, frameskip=1, **options))
+
+        keep = {"terminal_on_life_loss": False}
+        env = VecFrameStack(make_atari_env(game, n_envs=kwargs.pop("n_envs", 1), seed=seed, wrapper_kwargs=keep), 4)
+        eval_env = VecFrameStack(make_atari_env(game, n_envs=1, seed=seed + 10_000,
+                                                wrapper_kwargs={**keep, "clip_reward": False}), 4)
+    elif "n_envs" in kwargs:
         from stable_baselines3.common.env_util import make_vec_env
 
         env = make_vec_env(cfg.env_id, n_envs=kwargs.pop("n_envs"), seed=seed)
@@ -186,8 +218,7 @@ def run_sb3(cfg: Config, seed: int) -> tuple[float, float]:
         shape = gym.make(cfg.env_id).action_space.shape
         kwargs["action_noise"] = NormalActionNoise(np.zeros(shape), kwargs.pop("action_noise")[1] * np.ones(shape))
     start = time.perf_counter()
-    model = getattr(stable_baselines3, cfg.algo.upper())("MlpPolicy", env, seed=seed, verbose=0, device="cpu",
-                                                         **kwargs)
+    model = getattr(stable_baselines3, cfg.algo.upper())(policy, env, seed=seed, verbose=0, device="cpu", **kwargs)
     model.learn(total_timesteps=cfg.steps)
     seconds = time.perf_counter() - start
     if normalize:  # evaluate with the training statistics, frozen, and the env's own rewards
