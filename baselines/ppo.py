@@ -37,6 +37,7 @@ from baselines import (
     ActorParts,
     RunArgs,
     VideoArgs,
+    is_atari,
     make_env,
     make_eval_env,
     policy_network,
@@ -417,15 +418,14 @@ def main(args: Args) -> rlflow.RunResult:
     device = torch_device(args)
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)
-    env = make_env(args.env_id, args.num_envs, args.seed)
-    continuous = isinstance(env.single_action_space, gymnasium.spaces.Box)
+    # Box actions (never an Atari game's): the env clips the Gaussian's actions to its bounds; the rollout keeps
+    # them as sampled
+    action_space = None if is_atari(args.env_id) else gymnasium.make(args.env_id).action_space
+    continuous = isinstance(action_space, gymnasium.spaces.Box)
+    clip = [ClipAction] if continuous else []
+    env = make_env(args.env_id, args.num_envs, args.seed, **({"wrappers": clip} if clip else {}))
+    eval_env = make_eval_env(args, *clip)
     n_actions = int(np.prod(env.single_action_space.shape)) if continuous else int(env.single_action_space.n)
-    if continuous:  # the env clips the Gaussian's actions to its bounds; the rollout keeps them as sampled
-        env.close()
-        env = make_env(args.env_id, args.num_envs, args.seed, wrappers=[ClipAction])
-        eval_env = make_eval_env(args, ClipAction)
-    else:
-        eval_env = make_eval_env(args)
     obs_shape = env.single_observation_space.shape
 
     # Rollouts of n_steps + 1 rows per lane in a queue the learner empties a rollout of every lane at a time.
