@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from rlflow import specs as _specs
-from rlflow.adders.block import StepBlock
+from rlflow.adders.block import StepBlock, stack_breaks, stack_not_repeated
 from rlflow.adders.multiagent import MultiAgentTransition
 from rlflow.adders.transition import NStepTransition
 from rlflow.kernels import steps as KS
@@ -361,13 +361,13 @@ class ReplayBuffer:
         for name in stacked:
             k = self.store.fields[name].stack
             o, n = obs[name], nxt[name]
-            bad = np.flatnonzero(keep & ((n[:, :-1] != o[:, 1:]).reshape(keep.size, -1).any(axis=1)))
+            bad = np.flatnonzero(keep & stack_breaks(n, o))
             if bad.size:
                 raise SpecError(f"extend: next_obs[{int(bad[0])}] of env {lane}: field {name!r} (stacks of {k} frames) "
                                 f"does not continue obs[{int(bad[0])}] (its frames 0..{k - 2} must be obs's frames "
                                 f"1..{k - 1}): stack the frames on axis 0 with gymnasium's FrameStackObservation(env, "
                                 f"{k}); nothing was added")
-            bad = np.flatnonzero(keep & starts & (o[:, :-1] != o[:, -1:]).reshape(keep.size, -1).any(axis=1))
+            bad = np.flatnonzero(keep & starts & stack_not_repeated(o))
             if bad.size:
                 raise SpecError(f"extend: obs[{int(bad[0])}] of env {lane} starts an episode, but field {name!r} is "
                                 f"not its first frame repeated {k} times, as gymnasium's FrameStackObservation(env, "

@@ -357,10 +357,10 @@ class StepBlock:
             obs, final = self.observation[name][s], self.final[name][s]
             for lanes, rows, what in ((goes_on, obs, "timestep.observation"), (ending, final,
                                                                                 "timestep.final_observation")):
-                bad = lanes[_breaks(rows[lanes], prev[lanes])]
+                bad = lanes[stack_breaks(rows[lanes], prev[lanes])]
                 if bad.size:
                     raise SpecError(_stack_break(what, name, rows.shape[1], self.lanes[bad]))
-            bad = starting[_not_repeated(obs[starting])]
+            bad = starting[stack_not_repeated(obs[starting])]
             if bad.size:
                 raise SpecError(_stack_start(name, obs.shape[1], self.lanes[bad]))
 
@@ -470,13 +470,13 @@ class StepBlock:
         k = nxt.shape[1]
         before = np.concatenate([prev[None], nxt[:-1]])
         if restarts.size and firsts is not None:
-            bad = np.flatnonzero(_not_repeated(firsts))
+            bad = np.flatnonzero(stack_not_repeated(firsts))
             if bad.size:
                 raise SpecError(_stack_start(name, k, self.lanes[:1]).replace(
                     "timestep.observation", f"add_steps: first_observations[{int(bad[0])}]"))
             after = restarts + 1 < len(nxt)  # (an end at the last step starts an episode no step continues here)
             before[restarts[after] + 1] = firsts[after]
-        bad = np.flatnonzero(_breaks(nxt, before))
+        bad = np.flatnonzero(stack_breaks(nxt, before))
         if bad.size:
             raise SpecError(_stack_break(f"add_steps: next_observations[{int(bad[0])}]", name, k, self.lanes[:1]))
 
@@ -502,7 +502,7 @@ class StepBlock:
             raise ValueError(f"restart: lanes {self.lanes[lanes].tolist()} did not end at the block's last step")
         obs = self._parts["observation"].columns(observation, lanes.size, "observation")
         for name in self._stacks:
-            bad = lanes[_not_repeated(obs[name])]
+            bad = lanes[stack_not_repeated(obs[name])]
             if bad.size:
                 raise SpecError(_stack_start(name, obs[name].shape[1], self.lanes[bad]))
         for name, value in obs.items():
@@ -593,7 +593,7 @@ class StepBlock:
         return f"StepBlock(lanes={self.lanes.tolist()}, steps={self.steps}/{self.max_steps})"
 
 
-def _breaks(new: np.ndarray, prev: np.ndarray) -> np.ndarray:
+def stack_breaks(new: np.ndarray, prev: np.ndarray) -> np.ndarray:
     """Per row of ``new`` (stacks ``[N, k, ...]``): whether its frames but the newest differ from ``prev``'s frames
     but the oldest (it does not continue ``prev``)."""
     if not len(new):
@@ -601,7 +601,7 @@ def _breaks(new: np.ndarray, prev: np.ndarray) -> np.ndarray:
     return (new[:, :-1] != prev[:, 1:]).reshape(len(new), -1).any(axis=1)
 
 
-def _not_repeated(new: np.ndarray) -> np.ndarray:
+def stack_not_repeated(new: np.ndarray) -> np.ndarray:
     """Per row of ``new`` (stacks ``[N, k, ...]``): whether its frames are not all its newest frame."""
     if not len(new):
         return np.zeros(0, bool)
