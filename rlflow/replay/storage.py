@@ -423,14 +423,13 @@ class StepStore:
 
     # ------------------------------------------------------------------ reads
     def alive(self, lanes: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        """Whether each absolute row is still stored."""
-        count = self.count[lanes]
-        oldest = np.maximum(count - self.capacity, 0)
-        ok = (rows < count) & (rows >= oldest)
-        if self.stack_reach:  # and the rows its stacks read
-            back = np.minimum(self.episode_step[lanes, np.where(ok, rows, 0) % self.capacity], self.stack_reach)
-            ok &= rows - back >= oldest
-        return ok
+        """Whether each absolute row is still stored (and, with frame stacks, every row its stacks read): a
+        one-row window check (:func:`rlflow.kernels.items.check_windows`)."""
+        lanes_arr = np.ascontiguousarray(lanes, np.int64).reshape(-1)
+        rows_arr = np.ascontiguousarray(rows, np.int64).reshape(-1)
+        valid = np.empty(rows_arr.size, np.int64)
+        KI.check_windows(self._packed_rings, lanes_arr, rows_arr, np.ones(rows_arr.size, np.int64), True, valid)
+        return (valid > 0).reshape(np.shape(rows))
 
     def _require_alive(self, lanes: np.ndarray, rows: np.ndarray) -> None:
         ok = self.alive(lanes, rows)
