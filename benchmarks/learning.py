@@ -7,14 +7,17 @@ greedy episodes; for rlflow also the best of its evaluations every fifth of the 
 time. Before the first timed run the process
 pays its one-time costs (importing matplotlib, TensorBoard's writer and what torch loads on the first
 optimizer step), so neither library's time includes them, whichever runs first.
-Writes a markdown table (median and range over seeds, and rlflow's time / SB3's) and a plot of
-rlflow's learning curves.
+Writes a markdown table (median and range over seeds, and rlflow's time / SB3's), the curves of both
+sides (``curves.json``: each training episode's return, SB3's from its Monitor, and rlflow's evaluations)
+and their plot; ``--plot DIR ...`` draws one plot from the curves of several runs (two halves run on two
+cores).
 
     python benchmarks/learning.py                                  # every configuration, 3 seeds
     python benchmarks/learning.py --configs dqn-cartpole --seeds 0 1 2 --out runs/learning
     python benchmarks/learning.py --configs dqn-acrobot --seeds 0 0 --steps 10000   # a quick time ratio
     python benchmarks/learning.py --configs sac-lunarlandercontinuous --seeds 0 --no-sb3 &   # both sides at
     python benchmarks/learning.py --configs sac-lunarlandercontinuous --seeds 0 --sb3-only   # once, a core each
+    python benchmarks/learning.py --plot runs/rl runs/sb3 --out runs/both   # one plot of both halves' curves
 
 Needs the ``bench`` extra (Stable-Baselines3). Not a test: a CartPole run takes minutes.
 """
@@ -22,6 +25,7 @@ Needs the ``bench`` extra (Stable-Baselines3). Not a test: a CartPole run takes 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -139,10 +143,10 @@ CONFIGS = {
              "ent_coef": 0.0, "learning_rate": 1e-3, "clip_range": 0.2}),
     # Atari (the atari presets, RL Baselines3 Zoo's Atari settings), for the env steps this machine trains in
     # about 40 minutes a side. SB3 on the same games (ALE/...-v5 with frameskip=1 and its AtariWrapper: noop
-    # starts, a frame skip of 4 with max-pooling, FIRE at resets, 84x84 grey frames, 4 stacked) without a life
-    # lost ending an episode, as rlflow's envs, and with rlflow's FireReset under it (FIRE after a life lost, as
-    # rlflow's envs press it); SB3 clips the rewards in the env, rlflow in the loss; both are evaluated on
-    # whole games with the game's rewards.
+    # starts, a frame skip of 4 with max-pooling, a life lost ending an episode, FIRE at resets, 84x84 grey
+    # frames, 4 stacked), as rlflow's training envs (episodic_life=True); SB3 clips the rewards in the env,
+    # rlflow in the loss. Both are evaluated on whole games with the game's rewards, with rlflow's FireReset
+    # under SB3's evaluation env (FIRE after each life lost, as rlflow's evaluation envs press it).
     "ppo-breakout": replace(preset("ppo", "atari", None, sb3={
         "atari": True, "n_envs": 8, "n_steps": 128, "batch_size": 256, "n_epochs": 4, "gamma": 0.99,
         "gae_lambda": 0.95, "learning_rate": ("linear", 2.5e-4), "clip_range": ("linear", 0.1), "ent_coef": 0.01,
@@ -172,10 +176,11 @@ def run_rlflow(cfg: Config, seed: int, out: Path) -> tuple[float, float, Any]:
     return float(result.final_evaluation), time.perf_counter() - start - result.eval_seconds, result
 
 
-def run_sb3(cfg: Config, seed: int) -> tuple[float, float]:
+def run_sb3(cfg: Config, seed: int) -> tuple[float, float, list[list[float]]]:
     import gymnasium as gym
     import stable_baselines3
     import torch
+    from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.evaluation import evaluate_policy
     from stable_baselines3.common.noise import NormalActionNoise
 
@@ -199,12 +204,14 @@ def run_sb3(cfg: Config, seed: int) -> tuple[float, float]:
         gym.register_envs(ale_py)
 
         def game(**options: Any) -> Any:
-            return FireReset(gym.make(cfg.env_id, frameskip=1, **options))
+            return gym.make(cfg.env_id, frameskip=1, **options)
 
-        keep = {"terminal_on_life_loss": False}
-        env = VecFrameStack(make_atari_env(game, n_envs=kwargs.pop("n_envs", 1), seed=seed, wrapper_kwargs=keep), 4)
-        eval_env = VecFrameStack(make_atari_env(game, n_envs=1, seed=seed + 10_000,
-                                                wrapper_kwargs={**keep, "clip_reward": False}), 4)
+        def whole_game(**options: Any) -> Any:
+            return FireReset(game(**options))
+
+        env = VecFrameStack(make_atari_env(game, n_envs=kwargs.pop("n_envs", 1), seed=seed), 4)
+        eval_env = VecFrameStack(make_atari_env(whole_game, n_envs=1, seed=seed + 10_000, wrapper_kwargs={
+            "terminal_on_life_loss": False, "clip_reward": False}), 4)
     elif "n_envs" in kwargs:
         from stable_baselines3.common.env_util import make_vec_env
 
@@ -217,14 +224,22 @@ def run_sb3(cfg: Config, seed: int) -> tuple[float, float]:
     if "action_noise" in kwargs:  # ("normal", sigma in action units), as the zoo builds it
         shape = gym.make(cfg.env_id).action_space.shape
         kwargs["action_noise"] = NormalActionNoise(np.zeros(shape), kwargs.pop("action_noise")[1] * np.ones(shape))
+    episodes: list[list[float]] = []  # [env steps, return] of each training episode (a whole game on Atari)
+
+    class Episodes(BaseCallback):
+        def _on_step(self) -> bool:
+            episodes.extend([self.num_timesteps, info["episode"]["r"]] for info in self.locals["infos"]
+                            if "episode" in info)
+            return True
+
     start = time.perf_counter()
     model = getattr(stable_baselines3, cfg.algo.upper())(policy, env, seed=seed, verbose=0, device="cpu", **kwargs)
-    model.learn(total_timesteps=cfg.steps)
+    model.learn(total_timesteps=cfg.steps, callback=Episodes())
     seconds = time.perf_counter() - start
     if normalize:  # evaluate with the training statistics, frozen, and the env's own rewards
         eval_env.obs_rms = env.obs_rms
     mean, _ = evaluate_policy(model, eval_env, n_eval_episodes=10, deterministic=True)
-    return float(mean), seconds
+    return float(mean), seconds, episodes
 
 
 def warm_up() -> None:
@@ -254,14 +269,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sb3-only", action="store_true",
                         help="run SB3 only (e.g. beside an --no-sb3 run of the same seeds on another core)")
     parser.add_argument("--out", type=Path, default=Path("runs/learning"))
+    parser.add_argument("--plot", type=Path, nargs="+", default=None, metavar="DIR",
+                        help="run nothing: plot the curves.json of these runs' --out folders into --out")
     parser.add_argument("--steps", type=int, default=None,
                         help="env steps of every run instead of each configuration's own (a quick wall-clock "
                              "comparison; the targets are for the full budgets)")
     args = parser.parse_args(argv)
+    if args.plot:
+        merged: dict[str, Any] = {}
+        for folder in args.plot:
+            for name, sides in json.loads((folder / "curves.json").read_text()).items():
+                for side, seeds in sides.items():
+                    merged.setdefault(name, {}).setdefault(side, {}).update(seeds)
+        args.out.mkdir(parents=True, exist_ok=True)
+        _plot(merged, args.out / "learning.png")
+        return 0
     rows = ["| algorithm | env | steps | target | rlflow final return: median (min..max) | rlflow best evaluation: "
             "median (min..max) | SB3 final return: median (min..max) | rlflow s / SB3 s (median) |",
             "|---|---|---:|---:|---|---|---|---:|"]
-    curves: dict[str, list[Any]] = {}
+    curves: dict[str, dict[str, dict[str, Any]]] = {}  # config -> side -> seed -> its curves
     warm_up()
     for name in args.configs:
         cfg = CONFIGS[name] if args.steps is None else replace(CONFIGS[name], steps=args.steps)
@@ -272,11 +298,15 @@ def main(argv: list[str] | None = None) -> int:
                 ret, secs, result = run_rlflow(cfg, seed, args.out)
                 ours.append(ret)
                 best.append(max(mean for _, mean, _ in result.evaluations))
-                curves.setdefault(name, []).append(result)
+                curves.setdefault(name, {}).setdefault("rlflow", {})[str(seed)] = {
+                    "train": [[steps, ret] for steps, ret, _ in result.episodes],
+                    "eval": [[steps, mean] for steps, mean, _ in result.evaluations]}
                 line += f" rlflow {ret:.1f} in {secs:.0f} s"
             if not args.no_sb3:
-                sret, ssecs = run_sb3(cfg, seed)
+                sret, ssecs, episodes = run_sb3(cfg, seed)
                 theirs.append(sret)
+                curves.setdefault(name, {}).setdefault("SB3", {})[str(seed)] = {
+                    "train": episodes, "eval": [[cfg.steps, sret]]}
                 line += f" SB3 {sret:.1f} in {ssecs:.0f} s"
                 if not args.sb3_only:
                     ratios.append(secs / ssecs)
@@ -294,30 +324,41 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nseeds {args.seeds}\n{table}")
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "learning.md").write_text(table + "\n")
+    (args.out / "curves.json").write_text(json.dumps(curves))
     _plot(curves, args.out / "learning.png")
     return 0
 
 
-def _plot(curves: dict[str, list[Any]], path: Path) -> None:
+def _plot(curves: dict[str, dict[str, dict[str, Any]]], path: Path) -> None:
+    """A panel per configuration: each side's training returns (the mean of each run's last 20 episodes,
+    lines) and evaluations (the mean of 10 greedy episodes, markers; SB3's at the end only), per seed."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, max(1, len(curves)), figsize=(6 * max(1, len(curves)), 4), squeeze=False)
-    for ax, (name, results) in zip(axes[0], curves.items(), strict=False):
-        for i, result in enumerate(results):
-            steps, returns = [e[0] for e in result.evaluations], [e[1] for e in result.evaluations]
-            ax.plot(steps, returns, "o-", alpha=0.7, label=f"seed {i}")
-        ax.set_title(f"rlflow {name}: evaluation return")
+    for ax, (name, sides) in zip(axes[0], curves.items(), strict=False):
+        for color, (side, seeds) in zip(("C0", "C1"), sorted(sides.items(), key=lambda kv: kv[0] != "rlflow"),
+                                        strict=False):
+            for k, curve in enumerate(seeds.values()):
+                train = np.asarray(curve["train"], np.float64).reshape(-1, 2)
+                if len(train):
+                    window = min(20, len(train))
+                    smooth = np.convolve(train[:, 1], np.ones(window) / window, mode="valid")
+                    ax.plot(train[window - 1:, 0], smooth, color=color, alpha=0.8,
+                            label=f"{side} training" if k == 0 else None)
+                evals = np.asarray(curve["eval"], np.float64).reshape(-1, 2)
+                ax.plot(evals[:, 0], evals[:, 1], "o", color=color, alpha=0.8,
+                        label=f"{side} evaluation" if k == 0 else None)
+        ax.set_title(f"{name}: return")
         ax.set_xlabel("env steps")
         ax.grid(alpha=0.3)
-        ax.legend()
+        ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
-    print(f"plot: {path}; table: {path.with_name('learning.md')}; mean of evals: "
-          f"{ {k: float(np.mean([r.final_evaluation for r in v])) for k, v in curves.items()} }")
+    print(f"plot: {path}")
 
 
 if __name__ == "__main__":

@@ -73,6 +73,11 @@ class EpisodeStats:
     add up in float64. ``returns`` and ``lengths`` (``[E]`` float64 and int64) are the episodes in
     progress; :meth:`reset` starts every lane over (a run restarting its envs).
 
+    An env may split a game into several episodes (:class:`~rlflow.envs.EpisodicLife`: an episode a life): a
+    ``last`` lane whose info marks ``game_over`` False (in ``info["final_info"]``, where a vector env moved the
+    ending step's info, else in ``info``) goes on counting into its next episode, so what is handed out is
+    whole games. Lanes whose env marks nothing hand out each episode.
+
     A few vector operations per step: a step with no ``first`` and no ``last`` lane adds the rewards to
     the returns; the lengths are the steps counted since each lane's episode began (``steps - begun``),
     so they change only at the lanes' boundaries."""
@@ -126,10 +131,28 @@ class EpisodeStats:
         self._begun[~acted] += 1  # a lone reset: the lane's episode (of 0 steps) does not grow
         if not np.count_nonzero(last):
             return []
+        last = last & ~_game_goes_on(timestep.info, len(last))
         ended = list(zip(self._returns[last].tolist(), (self._steps - self._begun[last]).tolist(), strict=True))
         self._returns[last] = 0.0
         self._begun[last] = self._steps
         return ended
+
+
+def _game_goes_on(info: Any, num_lanes: int) -> np.ndarray:
+    """``[E]`` bool: the lanes whose ending step's info marks ``game_over`` False (``EpisodicLife``): in
+    ``info["final_info"]`` where a vector env moved it there (same-step autoreset), else in ``info``; a
+    gymnasium vector env batches a key into an array with its ``_key`` mask (lanes without it: False)."""
+    none = np.zeros(num_lanes, np.bool_)
+    if not isinstance(info, dict):
+        return none
+    source = info.get("final_info", info)
+    if not isinstance(source, dict) or "game_over" not in source:
+        return none
+    over = np.asarray(source["game_over"])
+    marked = np.asarray(source.get("_game_over", np.ones(num_lanes, np.bool_)), np.bool_)
+    if over.shape != (num_lanes,) or marked.shape != (num_lanes,):
+        return none
+    return marked & ~over.astype(np.bool_)
 
 
 class Actor:

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from baselines import dqn, make_env, ppo
-from rlflow.envs import FireReset
+from rlflow.actors import EpisodeStats
+from rlflow.envs import EpisodicLife, FireReset, GymEnvironment, atari, atari_env, to_autoreset_mode
 from rlflow.replay import Transition
 
 
@@ -128,3 +129,69 @@ def test_every_atari_game_takes_the_atari_preset_unless_it_has_its_own(capsys):
     assert capsys.readouterr().out.startswith("preset: atari (RL Baselines3 Zoo's DQN settings for Atari")
     assert ppo.parse_args(["--env-id", "ALE/Pong-v5"]).n_steps == 128
     assert not dqn.parse_args(["--env-id", "ALE/Pong-v5", "--preset", "none"]).clip_rewards
+
+
+def test_episodic_life_ends_an_episode_at_each_life_lost_and_goes_on_with_the_game():
+    env = EpisodicLife(FireReset(Lives()))
+    obs, info = env.reset(seed=0)
+    assert obs.tolist() == [1] and not info["game_over"]
+    steps = [env.step(0)[1:] for _ in range(2)]  # game step 3 loses a life (FIRE follows: step 4, reward 1)
+    assert [(r, term, trunc, i["game_over"]) for r, term, trunc, i in steps] == [(0.0, False, False, False),
+                                                                                  (1.0, True, False, False)]
+    obs, info = env.reset()  # goes on with the game: one no-op step, no new game
+    assert obs.tolist() == [5] and not info["game_over"] and info["lives"] == 2
+    assert env.unwrapped.log == ["reset", 1, 0, 0, 1, 0]
+    assert env.step(0)[1:3] == (1.0, True)  # the second life lost
+    env.reset()
+    _, reward, terminated, _, info = env.step(0)  # the last life: the game is over
+    assert (reward, terminated, info["game_over"]) == (0.0, True, True)
+    env.reset()
+    assert env.unwrapped.log[-3:] == [0, "reset", 1]  # a new game
+
+
+@pytest.mark.parametrize("mode", ["one env", "same_step", "next_step", "disabled"])
+def test_episode_statistics_count_whole_games_across_lives(mode):
+    def game():
+        return EpisodicLife(FireReset(Lives()))
+
+    if mode == "one env":
+        env = GymEnvironment(game(), seed=0)
+    else:
+        env = GymEnvironment(gym.vector.SyncVectorEnv([game, game], autoreset_mode=to_autoreset_mode(mode)), seed=0)
+    stats = EpisodeStats(env.num_envs)
+    ts = env.reset()
+    ends, games = 0, []
+    per_lane = env.num_envs
+    for _ in range(100):  # a game is 4 agent steps (a life each of 2, 1 and 1), 3 episodes, return 2
+        ts = env.step(np.zeros(env.num_envs, np.int64))
+        ends += int(ts.last.sum())
+        games += stats.update(ts)
+        if len(games) == 3 * per_lane:
+            break
+    assert ends == 9 * per_lane  # three games, an episode a life
+    assert games == [(2.0, 4)] * (3 * per_lane)
+    assert stats.lengths.tolist() == [0] * per_lane and stats.returns.tolist() == [0.0] * per_lane
+
+
+def test_atari_episodic_life_for_training_whole_games_for_evaluation():
+    env = atari("ALE/Breakout-v5", 1, seed=0, episodic_life=True)
+    stats = EpisodeStats(1)
+    ts = env.reset()
+    rng = np.random.default_rng(0)
+    lives_lost, games = 0, []
+    while not games:
+        ts = env.step(rng.integers(0, 4, 1))
+        lives_lost += int(ts.last[0])
+        games += stats.update(ts)
+        if ts.last[0]:  # each life starts a new stack: its first frame, four times
+            assert ts.first[0] and all((ts.observation[0, j] == ts.observation[0, 0]).all() for j in range(4))
+    assert lives_lost == 5  # Breakout's five lives, an episode each
+    assert len(games) == 1 and games[0][0] >= 0
+    plain = atari_env("ALE/Breakout-v5")
+    assert not any(isinstance(w, EpisodicLife) for w in _wrappers(plain))
+
+
+def _wrappers(env):
+    while isinstance(env, gym.Wrapper):
+        yield env
+        env = env.env

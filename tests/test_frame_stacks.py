@@ -351,12 +351,13 @@ def test_checkpoint_round_trip_and_a_store_without_stacks_refuses_it(tmp_path):
     assert other.count.tolist() == [0, 0]
 
 
-def test_atari_pong_stacks_through_the_store():
-    """A real game: envs.atari's preprocessing and stacks (noop resets, sticky actions) pass the write checks,
-    and every sampled stack is the stack the env handed over."""
+@pytest.mark.parametrize(("game", "episodic_life"), [("ALE/Pong-v5", False), ("ALE/Breakout-v5", True)])
+def test_atari_stacks_through_the_store(game, episodic_life):
+    """A real game: envs.atari's preprocessing and stacks (noop resets, sticky actions, an episode a life) pass
+    the write checks, and every sampled stack is the stack the env handed over."""
     from rlflow import envs
 
-    env = envs.atari("ALE/Pong-v5", num_envs=2, seed=0)
+    env = envs.atari(game, num_envs=2, seed=0, episodic_life=episodic_life)
     assert env.observation_spec.shape == (4, 84, 84) and env.observation_spec.stack == 4
     store = StepStore(step_spec(env.observation_spec, env.action_spec), capacity=100, lanes=2)
     assert store.nbytes == 2 * 100 * 84 * 84 + store.nbytes - store.columns["observation"].nbytes
@@ -366,14 +367,17 @@ def test_atari_pong_stacks_through_the_store():
     ts = env.reset(seed=0)
     adder.add_first(ts)
     ref = [[ts.observation[e].copy()] for e in range(2)]
+    ends = 0
     for _ in range(150):
-        actions = rng.integers(0, 6, 2)
+        actions = rng.integers(0, env.action_spec.high + 1, 2)
         ts = env.step(actions)
         adder.stage(actions, ts)
         record(ref, ts)
+        ends += int(ts.last.sum())
     env.close()
     check_transitions(table, ref)
     assert store.count.min() > store.capacity
+    assert ends >= 2 or not episodic_life  # Breakout's lives lost, within the ring
 
 
 def test_atari_without_the_extra_names_it(monkeypatch):

@@ -130,7 +130,7 @@ class _OneEnv:
             final_obs, final_info = obs, info
             obs, info = self.env.reset()
             info = {**_batch_info(info), "final_obs": _objects(final_obs), "_final_obs": np.ones(1, np.bool_),
-                    "final_info": _objects(final_info), "_final_info": np.ones(1, np.bool_)}
+                    "final_info": _batch_info(final_info), "_final_info": np.ones(1, np.bool_)}
             return TimeStep(_batch_one(obs, space), np.array([reward], np.float32), _YES if terminated else _NO,
                             _YES if truncated else _NO, _YES, _YES, _batch_one(final_obs, space), info)
         return TimeStep(np.array(obs, dtype)[None] if dtype is not None else _batch_one(obs, space),
