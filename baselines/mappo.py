@@ -46,7 +46,7 @@ from baselines._mpe import make_env, report, team_dims
 from baselines._nets import categorical, device_of, mlp, ppo_terms, time_major
 from baselines._presets import parse
 from rlflow import specs
-from rlflow.minibatches import chunk_resets, feedforward, recurrent_chunks, take
+from rlflow.minibatches import chunk_resets, feedforward_batches, recurrent_chunks, take
 from rlflow.returns import ValueNormalizer, gae
 
 
@@ -299,12 +299,11 @@ class MAPPOLearner(rlflow.Learner):
                 continue
             # minibatches of whole (step, env) rows: every agent of a step together (the centralised critic
             # sees the team's state); the loss averages over the agents that acted
-            for ti, ei in feedforward(t, e, self.args.num_minibatches, rng=self.rng,
-                                      mask=acted_rows):
-                loss, metrics = mappo_loss(self.net, {k: v[ti, ei] for k, v in steps.items()}, actions[ti, ei],
-                                           old_log_prob[ti, ei], advantages[ti, ei], returns[ti, ei],
-                                           active[ti, ei], self.args.clip_range,
-                                           self.args.ent_coef, self.args.vf_coef)
+            rollout = (steps, actions, old_log_prob, advantages, returns, active)
+            for mb_steps, mb_actions, mb_log_prob, mb_advantages, mb_returns, mb_active in feedforward_batches(
+                    rollout, t, e, self.args.num_minibatches, rng=self.rng, mask=acted_rows):
+                loss, metrics = mappo_loss(self.net, mb_steps, mb_actions, mb_log_prob, mb_advantages, mb_returns,
+                                           mb_active, self.args.clip_range, self.args.ent_coef, self.args.vf_coef)
                 self._apply(loss)
         return {**metrics, "agent_steps": float(active.sum())}
 

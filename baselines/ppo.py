@@ -49,7 +49,7 @@ from baselines import (
 from baselines._nets import NatureCNN, categorical, device_of, mlp, ppo_terms, time_major, torso
 from baselines._presets import parse
 from rlflow import specs
-from rlflow.minibatches import chunk_resets, feedforward, recurrent_chunks, take
+from rlflow.minibatches import chunk_resets, feedforward_batches, recurrent_chunks, take
 from rlflow.returns import ValueNormalizer, gae
 
 
@@ -330,11 +330,11 @@ class PPOLearner(rlflow.Learner):
                                               mask=take(targets["valid"], c.index) & to_device(c.mask, self.device))
                     self._apply(loss)
                 continue
-            for ti, ei in feedforward(t, e, minibatch_size=self.args.minibatch_size, rng=self.rng,
-                                      mask=valid):
-                loss, metrics = ppo_loss(self.net, obs_t[ti, ei], actions_t[ti, ei], old_log_prob_t[ti, ei],
-                                         advantages[ti, ei], returns[ti, ei], clip, self.args.ent_coef,
-                                         self.args.vf_coef)
+            rollout = (obs_t, actions_t, old_log_prob_t, advantages, returns)
+            for mb_obs, mb_actions, mb_log_prob, mb_advantages, mb_returns in feedforward_batches(
+                    rollout, t, e, minibatch_size=self.args.minibatch_size, rng=self.rng, mask=valid):
+                loss, metrics = ppo_loss(self.net, mb_obs, mb_actions, mb_log_prob, mb_advantages, mb_returns, clip,
+                                         self.args.ent_coef, self.args.vf_coef)
                 self._apply(loss)
         if self.obs_stats is not None:  # after the epochs: they saw the statistics the rollouts were acted with
             self.obs_stats.update(raw_obs.reshape(len(raw_obs), -1))

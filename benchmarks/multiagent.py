@@ -16,10 +16,11 @@ discrete action and one reward per agent, episodes of 25 steps):
   grouped store (each group with its own width), the numpy limit of the same bytes, and the same team
   padded to one width (what a one-axis store needs); prints the memory per row of both.
 - ``minibatches``: one epoch of 4 shuffled feed-forward minibatches over an on-policy rollout of 128
-  steps x 16 envs x 3 agents (agents as independent samples): ``rlflow.minibatches`` (indices, then ``take``)
-  against HARL's generator (``torch.randperm`` of the flattened rollout, then numpy fancy indexing per array
-  and minibatch, as ``feed_forward_generator_actor`` does) and the numpy limit (the same gathers with
-  ``np.take`` from an order drawn beforehand: the bytes moved, no shuffle).
+  steps x 16 envs x 3 agents (agents as independent samples): ``rlflow.minibatches.feedforward_batches``
+  (the epoch's order, each array gathered once in it, minibatches as views) against HARL's generator
+  (``torch.randperm`` of the flattened rollout, then numpy fancy indexing per array and minibatch, as
+  ``feed_forward_generator_actor`` does) and the numpy limit (one ``np.take`` per array of an order drawn
+  beforehand, minibatches as views: the bytes moved, no shuffle).
 
 Every library's buffer is filled once (rlflow through its adders; the others by writing their arrays
 directly, which their sampling cannot tell apart from ``save_transition``), then the libraries are timed
@@ -272,7 +273,7 @@ def minibatch_contenders(steps: int, pool: Pool, rng: np.random.Generator) -> li
     g = np.random.default_rng(0)
 
     def rlflow_epoch() -> Any:
-        return [minibatches.take(lanes, idx) for idx in minibatches.feedforward(T, E * A, k, rng=g)]
+        return list(minibatches.feedforward_batches(lanes, T, E * A, k, rng=g))
 
     def harl_epoch() -> Any:  # HARL: torch.randperm of the flattened rollout, cut into minibatches, gathered
         rand = torch.randperm(T * E * A).numpy()
@@ -281,8 +282,11 @@ def minibatch_contenders(steps: int, pool: Pool, rng: np.random.Generator) -> li
 
     order = g.permutation(T * E * A)
 
+    size = T * E * A // k
+
     def limit() -> Any:
-        return [{key: v.take(order[i::k], axis=0) for key, v in flat.items()} for i in range(k)]
+        whole = {key: v.take(order, axis=0) for key, v in flat.items()}
+        return [{key: v[i * size:(i + 1) * size] for key, v in whole.items()} for i in range(k)]
 
     return [("rlflow", rlflow_epoch), ("numpy limit", limit), ("HARL-style numpy", harl_epoch)]
 
@@ -294,9 +298,9 @@ def _compat_flexibuff(steps: int, pool: Pool) -> Any:
                         state_size=STATE, individual_reward=True, seed=0)
     _fill_flexibuff_arrays(fb, steps, pool)
     fb._count = steps
-    from collections import deque
+    from rlflow.compat.flexibuff import _Episodes
 
-    fb._episodes = deque((s, EP) for s in range(0, steps - EP + 1, EP))
+    fb._episodes = _Episodes((s, EP) for s in range(0, steps - EP + 1, EP))
     return fb
 
 

@@ -9,6 +9,8 @@
 - :func:`naive_recurrent` shuffles whole lanes: each epoch yields ``(t, e)`` indices ``[T, M]`` of ``M``
   whole lanes per minibatch, every lane exactly once (HARL's naive recurrent generator).
 - :func:`take` gathers nested dicts (lists, tuples) of numpy arrays or torch tensors with those indices.
+- :func:`feedforward_batches` is :func:`feedforward`'s epoch gathered: each leaf of a rollout taken once in
+  the epoch's order, each minibatch a view of consecutive rows of that copy.
 
 An agent axis ``[T, E, A, ...]`` comes along as data (the gathered leaves are ``[M, A, ...]``, one
 minibatch holds all agents of a step, as MAPPO's shared critic wants), or becomes lanes: reshape every
@@ -28,8 +30,10 @@ from typing import Any
 import numpy as np
 
 from rlflow.kernels import minibatches as kernels
+from rlflow.replay.sample import map_structure
 
-__all__ = ["Chunks", "chunk_resets", "feedforward", "naive_recurrent", "recurrent_chunks", "take"]
+__all__ = ["Chunks", "chunk_resets", "feedforward", "feedforward_batches", "naive_recurrent", "recurrent_chunks",
+           "take"]
 
 
 def _positive(name: str, value: Any) -> int:
@@ -53,12 +57,12 @@ def _permutation(values: int | np.ndarray, rng: np.random.Generator | int | None
     return out
 
 
-def _split(order: np.ndarray, k: int) -> list[np.ndarray]:
-    """``order`` cut into ``k`` consecutive views whose sizes differ by at most one (the longer first), as
-    ``np.array_split`` cuts it, without its per-piece overhead."""
-    size, longer = divmod(order.size, k)
-    ends = np.arange(1, k + 1) * size + np.minimum(np.arange(1, k + 1), longer)
-    return [order[a:b] for a, b in zip((0, *ends[:-1].tolist()), ends.tolist(), strict=True)]
+def _split(n: int, k: int) -> list[tuple[int, int]]:
+    """``[0, n)`` cut into ``k`` consecutive ranges ``[a, b)`` whose sizes differ by at most one (the longer
+    first), as ``np.array_split`` cuts it, without its per-piece overhead."""
+    size, longer = divmod(n, k)
+    ends = [i * size + min(i, longer) for i in range(1, k + 1)]
+    return list(zip([0, *ends[:-1]], ends, strict=True))
 
 
 def _time_and_lane(flat: np.ndarray, E: int) -> tuple[np.ndarray, np.ndarray]:
@@ -91,6 +95,42 @@ def feedforward(
     Returns:
         An iterator of ``(t, e)``: int64 arrays ``[M]``; ``take(rollout, (t, e))`` gives ``[M, ...]``.
     """
+    order, bounds = _feedforward_order(T, E, num_minibatches, minibatch_size, rng, mask)
+    return iter([_time_and_lane(order[a:b], E) for a, b in bounds])
+
+
+def feedforward_batches(
+    tree: Any,
+    T: int,
+    E: int,
+    num_minibatches: int | None = None,
+    *,
+    minibatch_size: int | None = None,
+    rng: np.random.Generator | int | None = None,
+    mask: Any = None,
+) -> Iterator[Any]:
+    """One epoch of shuffled minibatches of single steps, gathered: the minibatches of
+    ``take(tree, idx) for idx in feedforward(T, E, ...)`` (the same ones, from the same generator state),
+    with each leaf gathered once in the epoch's order and each minibatch a view of consecutive rows of that
+    copy: every step's bytes move once, in one gather per leaf rather than one per leaf and minibatch.
+
+    Args:
+        tree: numpy arrays or torch tensors ``[T, E, ...]`` (or longer on the time axis, e.g. ``T + 1``
+            observations: steps past ``T`` are never taken) nested in dicts, lists and tuples (None stays None).
+        T, E, num_minibatches, minibatch_size, rng, mask: as :func:`feedforward`'s.
+
+    Returns:
+        An iterator of trees of ``[M, ...]`` leaves (views of one copy, made at the call).
+    """
+    order, bounds = _feedforward_order(T, E, num_minibatches, minibatch_size, rng, mask)
+    # the order is the flat rows of the [T, E] leaves; (t, e) is made only if a leaf needs it
+    whole = _take(tree, lambda: _time_and_lane(order, E), 2, {(T, E): order})
+    return iter([map_structure(lambda leaf, a=a, b=b: leaf[a:b], whole) for a, b in bounds])
+
+
+def _feedforward_order(T: int, E: int, num_minibatches: int | None, minibatch_size: int | None,
+                       rng: np.random.Generator | int | None, mask: Any) -> tuple[np.ndarray, list[tuple[int, int]]]:
+    """The epoch's order of the valid steps' flat positions ``t * E + e``, and each minibatch's ``[a, b)`` in it."""
     T, E = _positive("T", T), _positive("E", E)
     if (num_minibatches is None) == (minibatch_size is None):
         raise ValueError(f"expected exactly one of num_minibatches and minibatch_size, "
@@ -108,11 +148,9 @@ def feedforward(
         k = _positive("num_minibatches", num_minibatches)
         if k > order.size:
             raise ValueError(f"num_minibatches: expected at most the {order.size} valid steps, got {k}")
-        batches = _split(order, k)
-    else:
-        size = _positive("minibatch_size", minibatch_size)
-        batches = [order[i:i + size] for i in range(0, order.size, size)]
-    return iter([_time_and_lane(b, E) for b in batches])
+        return order, _split(order.size, k)
+    size = _positive("minibatch_size", minibatch_size)
+    return order, [(i, min(i + size, order.size)) for i in range(0, order.size, size)]
 
 
 def naive_recurrent(T: int, E: int, num_minibatches: int, *, rng: np.random.Generator | int | None = None
@@ -130,8 +168,8 @@ def naive_recurrent(T: int, E: int, num_minibatches: int, *, rng: np.random.Gene
         raise ValueError(f"num_minibatches: expected at most the {E} lanes, got {k}")
     order = _permutation(E, rng)
     steps = np.arange(T)[:, None]
-    return iter([(np.broadcast_to(steps, (T, b.size)).copy(), np.broadcast_to(b, (T, b.size)).copy())
-                 for b in _split(order, k)])
+    lanes = [order[a:b] for a, b in _split(order.size, k)]
+    return iter([(np.broadcast_to(steps, (T, b.size)).copy(), np.broadcast_to(b, (T, b.size)).copy()) for b in lanes])
 
 
 @dataclass(frozen=True)
@@ -179,7 +217,8 @@ def recurrent_chunks(
                          f"({E} lanes x ceil({T} / {L})), got {k}")
     order = _permutation(E * per_lane, rng)
     out = []
-    for b in _split(order, k):
+    for a, z in _split(order.size, k):
+        b = order[a:z]
         t0, e0 = (b % per_lane) * L, b // per_lane
         t = t0[:, None] + np.arange(L)
         e = np.broadcast_to(e0[:, None], t.shape).copy()
@@ -215,7 +254,8 @@ def take(tree: Any, index: Any) -> Any:
     """Gather every leaf of nested dicts/lists/tuples: ``leaf[index]``.
 
     Args:
-        tree: numpy arrays or torch tensors, nested in dicts, lists and tuples (NamedTuples kept).
+        tree: numpy arrays or torch tensors, nested in dicts, lists and tuples (NamedTuples kept; None stays
+            None).
         index: a tuple of integer arrays indexing the leading axes, e.g. ``(t, e)`` from the iterators.
             Torch leaves are indexed with the indices moved to their device.
 
@@ -223,32 +263,46 @@ def take(tree: Any, index: Any) -> Any:
         The same nesting, each leaf ``leaf[index]`` (a copy).
     """
     index = tuple(index) if isinstance(index, tuple | list) else (index,)
+    return _take(tree, lambda: index, len(index), {})
+
+
+def _take(tree: Any, make_index: Any, k: int, flat_index: dict[tuple[int, ...], Any]) -> Any:
+    """:func:`take` of the index ``make_index()`` returns (a tuple of ``k`` arrays), made only when a leaf
+    needs it: a torch leaf, a numpy leaf not C-contiguous, or one whose leading shape ``flat_index`` lacks
+    (``flat_index`` maps leading shapes to the index's flat row positions, ``{(T, E): t * E + e}``, or None
+    where numpy's indexing must decide; the caller gives those it knows, the others are added)."""
     torch = sys.modules.get("torch")
-    on_device: dict[Any, tuple[Any, ...]] = {}
-    np_index = tuple(_numpy(i) for i in index)
-    k = len(np_index)
-    flat_index: dict[tuple[int, ...], Any] = {}  # per leading shape: the rows' flat positions (None: numpy's)
+    made: dict[Any, tuple[Any, ...]] = {}  # the index: "numpy", and per torch device
+
+    def numpy_index() -> tuple[np.ndarray, ...]:
+        if "numpy" not in made:
+            made["numpy"] = tuple(_numpy(i) for i in make_index())
+        return made["numpy"]
 
     def gather(node: Any) -> Any:
         if isinstance(node, np.ndarray):  # the leaves first: most of the calls
+            if k == 1 and node.ndim and numpy_index()[0].dtype.kind in "iu":  # rows: np.take (faster)
+                return node.take(numpy_index()[0], axis=0)
             if 1 < k <= node.ndim:  # whole rows, one np.take of their flat positions where in range
                 lead = node.shape[:k]
                 flat = flat_index.get(lead, False)
                 if flat is False:
-                    flat = flat_index[lead] = _flat_rows(np_index, lead)
+                    flat = flat_index[lead] = _flat_rows(numpy_index(), lead)
                 if flat is not None and node.flags.c_contiguous:
                     return node.reshape((-1, *node.shape[k:])).take(flat, axis=0)
-            return node[np_index]
+            return node[numpy_index()]
         if isinstance(node, dict):
             return {key: gather(v) for key, v in node.items()}
         if isinstance(node, tuple) and hasattr(node, "_fields"):
             return type(node)(*(gather(v) for v in node))
         if isinstance(node, tuple | list):
             return type(node)(gather(v) for v in node)
+        if node is None:
+            return None
         if torch is not None and isinstance(node, torch.Tensor):
-            if node.device not in on_device:
-                on_device[node.device] = tuple(torch.as_tensor(i, device=node.device) for i in index)
-            return node[on_device[node.device]]
+            if node.device not in made:
+                made[node.device] = tuple(torch.as_tensor(i, device=node.device) for i in make_index())
+            return node[made[node.device]]
         raise TypeError(f"take: expected numpy arrays or torch tensors in nested dicts/lists/tuples, "
                         f"got {type(node).__name__}")
 

@@ -109,6 +109,32 @@ def test_wrap_around_keeps_only_whole_stored_episodes():
         assert len(starts) == 1
 
 
+def test_thousands_of_episodes_through_a_small_ring_keep_exactly_the_whole_stored_ones(tmp_path):
+    """Episodes of 1-3 steps through a 40-step ring, 6,000 steps (the forgotten episodes' records are cut from
+    the front of their list now and then): the stored episodes are always those whose every step is among
+    the last 40, and sampling, saving and loading see exactly them."""
+    fb = FlexibleBuffer(num_steps=40, obs_size=1, global_reward=True, seed=0, path=str(tmp_path) + "/", name="ring")
+    rng = np.random.default_rng(0)
+    ended = []  # (first step, length) of every ended episode
+    start = 0
+    for t in range(6_000):
+        end = bool(rng.random() < 0.5) or t - start == 2
+        fb.save_transition(obs=np.zeros((1, 1)), obs_=np.zeros((1, 1)), global_reward=float(t), terminated=end)
+        if end:
+            ended.append((start, t + 1 - start))
+            start = t + 1
+        if t % 997 == 0 or t == 5_999:
+            stored = [(s, n) for s, n in ended if s >= t + 1 - 40]
+            assert (fb.episode_lens or []) == [n for _, n in stored]
+            assert fb.episode_inds == ([s % 40 for s, _ in stored] + [start % 40] if stored else None)
+    episodes = fb.sample_episodes(max_batch_size=10_000)
+    got = sorted(tuple(e.global_rewards.tolist()) for e in episodes)
+    assert got == sorted(tuple(float(x) for x in range(s, s + n)) for s, n in stored)
+    FlexibleBuffer.save(fb)
+    back = FlexibleBuffer.load(str(tmp_path) + "/", "ring")
+    assert back.episode_lens == fb.episode_lens and back.episode_inds == fb.episode_inds
+
+
 def test_unnormalised_memory_weights_sample_in_proportion_without_replacement():
     fb = FlexibleBuffer(num_steps=8, obs_size=1, global_reward=True, memory_weights=True, seed=0)
     weights = [1.0, 2.0, 3.0, 4.0, 0.0]

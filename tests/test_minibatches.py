@@ -215,6 +215,60 @@ def test_take_equals_numpy_indexing_for_any_integer_index(T, E, M, negative, see
         mb.take(tree, (np.array([0]), np.array([-E - 1])))
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 6), st.integers(0, 8), st.booleans(), st.integers(0, 2**16))
+def test_take_with_one_index_equals_numpy_indexing(N, M, negative, seed):
+    """One index (axis 0's rows): integer arrays of any shape and dtype, negative rows counted from the end, and
+    boolean masks all give ``leaf[index]``; a row out of range raises numpy's IndexError."""
+    rng = np.random.default_rng(seed)
+    tree = {"rows": rng.normal(size=(N, 3)).astype(np.float32), "scalars": rng.integers(0, 9, N)}
+    rows = rng.integers(-N if negative else 0, N, M)
+    for index in (rows, rows.astype(np.int32), rows.reshape(1, M), (rows,), rng.random(N) < 0.5):
+        got = mb.take(tree, index)
+        for key, leaf in tree.items():
+            np.testing.assert_array_equal(got[key], leaf[index])
+    with pytest.raises(IndexError):
+        mb.take(tree, np.array([N]))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 9), st.integers(1, 5), st.integers(1, 4), st.booleans(), st.booleans(), st.integers(0, 2**16))
+def test_feedforward_batches_are_the_feedforward_minibatches_taken(T, E, k, by_size, use_mask, seed):
+    """``feedforward_batches`` gives, from the same generator state, exactly ``take(tree, idx)`` for each of
+    ``feedforward``'s minibatches: numpy and torch leaves, nested, with a mask and with a minibatch size."""
+    rng = np.random.default_rng(seed)
+    mask = rng.random((T, E)) < 0.7 if use_mask else None
+    valid = T * E if mask is None else int(mask.sum())
+    if valid == 0:
+        return
+    sizes = {"minibatch_size": k} if by_size else {"num_minibatches": min(k, valid)}
+    tree = {"obs": rng.normal(size=(T, E, 2, 3)).astype(np.float32),
+            "pair": Pair(rng.integers(0, 9, (T, E)), torch.arange(T * E).reshape(T, E)), "none": None,
+            "list": [rng.random((T, E)) < 0.5]}
+    got = list(mb.feedforward_batches(tree, T, E, rng=np.random.default_rng(seed), mask=mask, **sizes))
+    want = [mb.take(tree, idx) for idx in mb.feedforward(T, E, rng=np.random.default_rng(seed), mask=mask, **sizes)]
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g["obs"], w["obs"])
+        np.testing.assert_array_equal(g["pair"].a, w["pair"].a)
+        assert torch.equal(g["pair"].b, w["pair"].b) and isinstance(g["pair"], Pair)
+        np.testing.assert_array_equal(g["list"][0], w["list"][0])
+        assert g["none"] is None
+
+
+def test_feedforward_batches_take_t_steps_of_longer_leaves_and_refuse_bad_arguments():
+    tree = {"obs": np.arange(5 * 3.0).reshape(5, 3), "step": np.arange(4 * 3).reshape(4, 3)}  # obs: T + 1 rows
+    batches = list(mb.feedforward_batches(tree, 4, 3, minibatch_size=5, rng=0))
+    assert [b["obs"].shape for b in batches] == [(5,), (5,), (2,)]
+    taken = np.concatenate([b["obs"] for b in batches])
+    assert sorted(taken.tolist()) == list(range(12))  # never the last row's steps 12 .. 14
+    np.testing.assert_array_equal(taken, np.concatenate([b["step"] for b in batches]))
+    with pytest.raises(ValueError, match="expected exactly one of num_minibatches and minibatch_size"):
+        mb.feedforward_batches(tree, 4, 3, rng=0)
+    with pytest.raises(IndexError):  # a leaf shorter than T
+        mb.feedforward_batches({"obs": np.zeros((3, 3))}, 4, 3, 2, rng=0)
+
+
 def test_the_shuffle_kernel_draws_every_order_equally_often():
     """The compiled Fisher-Yates shuffle behind every epoch: each of the n! orders of n = 3 and n = 4 items
     comes up about equally often (a chi-square test on 24,000 seeded draws; an off-by-one in the swap range,

@@ -33,8 +33,9 @@ import json
 import os
 import struct
 import zipfile
-from collections import deque
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, fields
+from itertools import islice
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -123,27 +124,66 @@ class FlexiBatch:
 _EMPTY_BATCH = vars(FlexiBatch())  # every field None
 
 
+class _Episodes:
+    """``(first step, length)`` of the ended episodes, oldest first: a list, with the episodes dropped from its
+    front counted off (``_head``) rather than removed one by one, so that picking the ``j``-th is O(1)."""
+
+    def __init__(self, pairs: Iterable[tuple[int, int]] = ()) -> None:
+        self._pairs = list(pairs)
+        self._head = 0
+
+    def __len__(self) -> int:
+        return len(self._pairs) - self._head
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        return islice(self._pairs, self._head, None)
+
+    def append(self, pair: tuple[int, int]) -> None:
+        self._pairs.append(pair)
+
+    def pick(self, positions: list[int]) -> list[tuple[int, int]]:
+        """The episodes at ``positions`` (0: the oldest)."""
+        pairs, head = self._pairs, self._head
+        return [pairs[head + j] for j in positions]
+
+    def drop_before(self, oldest: int) -> None:
+        """Forget the episodes that start before step ``oldest``."""
+        pairs, head = self._pairs, self._head
+        while head < len(pairs) and pairs[head][0] < oldest:
+            head += 1
+        if head > 1024 and 2 * head > len(pairs):  # the list's front is mostly forgotten: cut it
+            del pairs[:head]
+            head = 0
+        self._head = head
+
+    def clear(self) -> None:
+        self._pairs.clear()
+        self._head = 0
+
+
 def _split_steps(batch: FlexiBatch, lengths: list[int], per_agent: set[str]) -> list[FlexiBatch]:
     """``batch``'s steps cut into consecutive parts of ``lengths`` steps, each a FlexiBatch of views (numpy or
     torch); per-agent arrays and action masks have their steps on axis 1, the others on axis 0."""
     ends = np.cumsum(lengths).tolist()
-    cuts = [slice(a, b) for a, b in zip([0, *ends[:-1]], ends, strict=True)]
-    names, columns = [], []
+    by_step: list[tuple[str, Any]] = []
+    by_agent: list[tuple[str, Any]] = []
+    masks: list[tuple[str, Any]] = []
     for name, value in vars(batch).items():
-        if value is None:
-            continue
-        names.append(name)
-        if name in ("action_mask", "action_mask_"):
-            columns.append([[m[:, c] for m in value] for c in cuts])
-        elif name in per_agent:
-            columns.append([value[:, c] for c in cuts])
-        else:
-            columns.append([value[c] for c in cuts])
+        if value is not None:
+            kind = masks if name in ("action_mask", "action_mask_") else by_agent if name in per_agent else by_step
+            kind.append((name, value))
     out = []
-    for row in zip(*columns, strict=True):  # FlexiBatch's fields set directly: its __init__ costs more than the views
-        b = object.__new__(FlexiBatch)
-        b.__dict__ = {**_EMPTY_BATCH, **dict(zip(names, row, strict=True))}
-        out.append(b)
+    for a, b in zip([0, *ends[:-1]], ends, strict=True):
+        fields_ = dict(_EMPTY_BATCH)
+        for name, value in by_step:
+            fields_[name] = value[a:b]
+        for name, value in by_agent:
+            fields_[name] = value[:, a:b]
+        for name, value in masks:
+            fields_[name] = [m[:, a:b] for m in value]
+        part = object.__new__(FlexiBatch)  # its fields set directly: __init__ costs more than the views
+        part.__dict__ = fields_
+        out.append(part)
     return out
 
 
@@ -257,7 +297,7 @@ class FlexibleBuffer:
         self.rng = np.random.default_rng(seed)
         self._count = 0  # steps ever written; step k is stored at index k % num_steps while k >= count - num_steps
         self._episode_start = 0  # the first step (absolute) of the episode in progress
-        self._episodes: deque[tuple[int, int]] = deque()  # (first step, length) of ended episodes, oldest first
+        self._episodes = _Episodes()
 
     # ------------------------------------------------------------------ flexibuff's counters
     @property
@@ -286,9 +326,7 @@ class FlexibleBuffer:
         return [n for _, n in self._episodes] if self._episodes else None
 
     def _drop_overwritten(self) -> None:
-        oldest = self._count - self.mem_size
-        while self._episodes and self._episodes[0][0] < oldest:
-            self._episodes.popleft()
+        self._episodes.drop_before(self._count - self.mem_size)
 
     # ------------------------------------------------------------------ writing
     def save_transition(self, obs: Any = None, obs_: Any = None, terminated: Any = None, discrete_actions: Any = None,
@@ -473,7 +511,7 @@ class FlexibleBuffer:
         draws = max(min(limit, int(max_batch_size)), 0)
         if not draws:
             return []
-        picked = np.array([episodes[j] for j in self.rng.choice(len(episodes), size=draws, replace=False).tolist()],
+        picked = np.array(episodes.pick(self.rng.choice(len(episodes), size=draws, replace=False).tolist()),
                           np.int64).reshape(-1, 2)
         starts, sizes = picked[:, 0], picked[:, 1]
         before = np.cumsum(sizes) - sizes  # steps taken before each episode
@@ -571,7 +609,7 @@ class FlexibleBuffer:
                 raise ValueError(f"corrupt buffer file: {name}: expected {target.dtype} {target.shape}, got {got}")
             target[...] = arrays[name]
         self._count, self._episode_start = int(meta["count"]), int(meta["episode_start"])
-        self._episodes = deque((int(s), int(n)) for s, n in arrays["episodes"])
+        self._episodes = _Episodes((int(s), int(n)) for s, n in arrays["episodes"])
         self.rng.bit_generator.state = meta["rng"]
         if self._tree is not None:
             weights, tree = self._weights()

@@ -74,9 +74,9 @@ class _Rollout:
                 mini_batch_size = total // num_mini_batch
             elif num_mini_batch is None:  # as many full minibatches as fit
                 num_mini_batch = total // mini_batch_size
-            steps = minibatches.feedforward(T, lanes, minibatch_size=mini_batch_size, rng=self._rng)
-            for t, e in islice(steps, num_mini_batch):
-                yield {k: None if v is None else v[t, e] for k, v in parts.items()}, rnn[t, e]
+            batches = minibatches.feedforward_batches((parts, rnn), T, lanes, minibatch_size=mini_batch_size,
+                                                      rng=self._rng)
+            yield from islice(batches, num_mini_batch)
         elif kind == "naive":
             if num_mini_batch is None or not 1 <= num_mini_batch <= lanes:
                 raise ValueError(f"num_mini_batch: expected 1 to the {lanes} lanes, got {num_mini_batch}")
