@@ -204,7 +204,9 @@ def main(args: Args) -> rlflow.RunResult:
 
     # Data: every step stored once, one n-step transition item per action, sampled under a ratio.
     lanes = args.num_envs * max(1, args.num_actors)
-    store = StepStore(env.spec, capacity=args.buffer_size // lanes, lanes=lanes)
+    # buffer_size transitions: each keeps its n later rows, and frame stacks the rows before it, stored too
+    reach = (getattr(env.observation_spec, "stack", None) or 1) - 1
+    store = StepStore(env.spec, capacity=args.buffer_size // lanes + args.n_step + reach, lanes=lanes)
     sampler = Prioritized(args.alpha, args.beta, seed=args.seed) if args.prioritized else Uniform(seed=args.seed)
     # The window holds one sample and one env step's items (one process) or one actor's block of 32 steps.
     steps_at_once = 32 if args.num_actors else 1

@@ -152,7 +152,7 @@ CONFIGS = {
         "gae_lambda": 0.95, "learning_rate": ("linear", 2.5e-4), "clip_range": ("linear", 0.1), "ent_coef": 0.01,
         "vf_coef": 0.5}), env_id="ALE/Breakout-v5", steps=300_000),
     "dqn-pong": replace(preset("dqn", "atari", None, sb3={
-        "atari": True, "buffer_size": 100_000, "learning_rate": 1e-4, "batch_size": 32, "learning_starts": 100_000,
+        "atari": True, "buffer_size": 100_000, "learning_rate": 1e-4, "batch_size": 32, "learning_starts": 80_000,
         "target_update_interval": 1000, "train_freq": 4, "gradient_steps": 1, "exploration_fraction": 0.1,
         "exploration_final_eps": 0.01}), env_id="ALE/Pong-v5", steps=200_000),
     # Zoo's SAC on Pendulum: learning rate 1e-3, SB3's SAC defaults otherwise (batch 256, one gradient step
@@ -169,7 +169,7 @@ def run_rlflow(cfg: Config, seed: int, out: Path) -> tuple[float, float, Any]:
     # On the CPU, as SB3's runs below (device="cpu"), also where a GPU is.
     args = replace(baseline.Args(), **{**cfg.rlflow, "env_id": cfg.env_id, "total_steps": cfg.steps, "seed": seed,
                                        "eval_every": cfg.steps // 5, "progress": False, "device": "cpu",
-                                       "logdir": str(out / f"{cfg.algo}-{cfg.env_id}-rlflow-{seed}")})
+                                       "logdir": str(out / f"{cfg.algo}-{cfg.env_id.replace('/', '-')}-rlflow-{seed}")})
     start = time.perf_counter()
     result = baseline.main(args)
     # Training time: SB3's is timed without evaluation, so rlflow's periodic evaluations are left out too.

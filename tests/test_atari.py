@@ -125,7 +125,7 @@ def test_ppo_runs_breakout_on_its_preset(tmp_path):
 
 def test_every_atari_game_takes_the_atari_preset_unless_it_has_its_own(capsys):
     args = dqn.parse_args(["--env-id", "ALE/Breakout-v5", "--total-steps", "5"])
-    assert args.clip_rewards and args.hidden == (512,) and args.learning_starts == 100_000 and args.total_steps == 5
+    assert args.clip_rewards and args.hidden == (512,) and args.learning_starts == 80_000 and args.total_steps == 5
     assert capsys.readouterr().out.startswith("preset: atari (RL Baselines3 Zoo's DQN settings for Atari")
     assert ppo.parse_args(["--env-id", "ALE/Pong-v5"]).n_steps == 128
     assert not dqn.parse_args(["--env-id", "ALE/Pong-v5", "--preset", "none"]).clip_rewards

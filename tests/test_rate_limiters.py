@@ -462,3 +462,75 @@ def test_ratio_preset_matches_reference(spi: float, m: int, buffer: float, inser
     offset = spi * m
     expected = reference(spi, m, offset - buffer, offset + buffer, inserts, samples, 0, n)
     assert (lim.can_insert(n), lim.can_sample(n)) == expected
+
+
+def _transition_store(capacity: int, lanes: int, stack: int):
+    from rlflow import specs
+    from rlflow.replay import StepStore
+    from rlflow.types import step_spec
+
+    obs = specs.Field((stack, 2), np.uint8, stack=stack) if stack > 1 else specs.Field((2,), np.uint8)
+    return StepStore(step_spec(obs, specs.Field((), np.int64)), capacity=capacity, lanes=lanes)
+
+
+@pytest.mark.parametrize(("capacity", "lanes", "n", "stack", "most"), [
+    (50, 1, 1, 1, 49), (50, 2, 3, 1, 94), (50, 1, 1, 4, 46), (50, 2, 3, 4, 88)])
+def test_an_adder_refuses_a_min_size_its_store_can_never_hold(capacity, lanes, n, stack, most) -> None:
+    """n-step transition items keep their n later rows and the rows their frame stacks read: a lane of C rows
+    holds at most C - n - (stack - 1) items at once (the hand-counted ``most``; the run below reaches it). A
+    limiter waiting for more is refused when the adder is made, naming the capacity that would do, and the
+    table is left as it was: an adder with a reachable size then takes it."""
+    from rlflow import adders
+    from rlflow.replay import Table, Uniform
+    from rlflow.types import TimeStep
+
+    store = _transition_store(capacity, lanes, stack)
+    table = Table(store, sampler=Uniform(seed=0), rate_limiter=MinSize(most + 1))
+    kept = n + stack - 1
+    rows = -(-(most + 1) // lanes) + kept
+    with pytest.raises(ValueError, match=rf"holds {most + 1} items .* at most {most} at once: each keeps {kept} "
+                                         rf"more rows .* at least {rows} rows a lane"):
+        adders.NStepTransition(store, [table], n=n, discount=0.9)
+    assert table.item_spec is None and table.size == 0
+    table = Table(store, sampler=Uniform(seed=0), rate_limiter=MinSize(most))
+    adder = adders.NStepTransition(store, [table], n=n, discount=0.9)
+    no = np.zeros(lanes, bool)
+
+    def obs(t):
+        frames = [np.full((lanes, 2), max(0, t - (stack - 1 - j)), np.uint8) for j in range(stack)]
+        return np.stack(frames, 1) if stack > 1 else frames[0]
+
+    adder.add_first(TimeStep(obs(0), np.zeros(lanes, np.float32), no, no, ~no, no))
+    for t in range(1, 3 * capacity):  # one long episode a lane: the most items a ring holds
+        adder.stage(np.zeros(lanes, np.int64), TimeStep(obs(t), np.zeros(lanes, np.float32), no, no, no, no))
+    assert table.size == most and table.rate_limiter.can_sample(1)
+
+
+def test_a_table_whose_store_overwrites_items_before_its_first_sample_warns_once() -> None:
+    """Episodes of 3 actions take 4 rows each: 40 rows a lane hold 30 transitions, never the 39 a limiter may
+    wait for (the adder cannot know episode lengths). The first overwrite says so, once."""
+    import warnings
+
+    from rlflow import adders
+    from rlflow.replay import Table, Uniform
+    from rlflow.types import TimeStep
+
+    store = _transition_store(40, 1, 1)
+    table = Table(store, sampler=Uniform(seed=0), rate_limiter=MinSize(39), name="replay")
+    adder = adders.NStepTransition(store, [table], n=1, discount=0.9)
+    yes, no = np.ones(1, bool), np.zeros(1, bool)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        adder.add_first(TimeStep(np.zeros((1, 2), np.uint8), np.zeros(1, np.float32), no, no, yes, no))
+        for t in range(1, 200):
+            end = t % 3 == 0
+            obs = np.full((1, 2), t, np.uint8)
+            ts = TimeStep(obs, np.zeros(1, np.float32), yes if end else no, no, no, yes if end else no,
+                          obs if end else None)
+            adder.stage(np.zeros(1, np.int64), ts)
+            if end:
+                adder.add_first(TimeStep(np.zeros((1, 2), np.uint8), np.zeros(1, np.float32), no, no, yes, no))
+    assert table.size < 39 and not table.rate_limiter.can_sample(1)
+    mine = [w for w in caught if "samples may never start" in str(w.message)]
+    assert len(mine) == 1
+    assert "table 'replay'" in str(mine[0].message) and "min_size_to_sample" in str(mine[0].message)

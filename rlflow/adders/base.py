@@ -97,6 +97,7 @@ class Adder:
     """
 
     max_items_per_step = 1
+    rows_kept_per_lane = 0  # rows of a lane that never hold an item's first row (0: no bound is known)
 
     def __init__(self, store: StepStore, tables: Sequence[TableBase], *, view: ItemView, item_spec: Any,
                  priority_fns: Mapping[str, PriorityFn] | None, min_capacity: int, stage_steps: int = 1) -> None:
@@ -115,6 +116,7 @@ class Adder:
         if store.capacity < min_capacity:
             raise ValueError(f"this adder needs a store of at least {min_capacity} rows per lane, "
                              f"got capacity {store.capacity}")
+        self._check_reachable_sizes(store, tables)
         names = [t.name for t in tables]
         unknown = sorted(set(priority_fns or {}) - set(names))
         if unknown:
@@ -145,6 +147,27 @@ class Adder:
         self._multi_agent = self._block.multi_agent
         self._ones = np.ones(self.num_lanes, np.float64)  # priority 1 for new items (read only)
         self._stack_at = np.zeros(3, np.int64)  # where a block's frame stacks fail: block lane, step, column
+
+    def _check_reachable_sizes(self, store: StepStore, tables: Sequence[TableBase]) -> None:
+        """Raise ValueError if a table's rate limiter waits for more items than the store can hold at once
+        (its samples would never start): with ``rows_kept_per_lane`` set, a lane holds at most ``capacity -
+        rows_kept_per_lane - stack_reach`` of this adder's items (an item's later rows and the rows its frame
+        stacks read stay stored with it)."""
+        if not self.rows_kept_per_lane:
+            return
+        kept = self.rows_kept_per_lane + store.stack_reach
+        most = store.num_lanes * (store.capacity - kept)
+        for table in tables:
+            limiter = getattr(table, "rate_limiter", None)
+            wanted = getattr(limiter, "min_size_to_sample", 0)
+            if wanted > most:
+                rows = -(-wanted // store.num_lanes) + kept
+                raise ValueError(
+                    f"table {table.name!r} samples once it holds {wanted} items (its rate limiter's "
+                    f"min_size_to_sample), but this adder's items in a store of {store.capacity} rows a lane "
+                    f"({store.num_lanes} lanes) are at most {most} at once: each keeps {kept} more rows of its "
+                    f"lane stored (its window's later rows and the rows its frame stacks read); give the store "
+                    f"at least {rows} rows a lane (capacity) or lower min_size_to_sample")
 
     def _bind(self) -> None:
         """Derive the views of the store the adder reads, when unpickled; a subclass adds what its item maker

@@ -70,6 +70,7 @@ class NStepTransition(Adder):
             raise ValueError(f"discount must be in [0, 1], got {discount}")
         self.n = int(n)
         self.max_items_per_step = self.n  # an episode's end completes up to n windows at once
+        self.rows_kept_per_lane = self.n  # an item's n later rows
         self.discount = float(discount)
         reward = store.fields.get("reward")
         item_spec = {"return": Field(reward.shape if reward is not None else (), np.float32),

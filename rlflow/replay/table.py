@@ -36,6 +36,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+import warnings
 from abc import ABC, abstractmethod
 from typing import Any
 
@@ -131,6 +132,8 @@ class TableBase(ABC):
     """
 
     _items: Records
+
+    _warned_unreachable = False  # warned that the store overwrites items before the first sample
 
     def __init__(self, store: StepStore, *, max_size: int | None, max_times_sampled: int | None,
                  rate_limiter: RateLimiter | None, item_spec: Spec | None, cross_episodes: bool, name: str) -> None:
@@ -580,10 +583,24 @@ class Table(TableBase):
         """Called by the store before it overwrites rows ``lo .. hi - 1`` of ``lane``."""
         slots = self._items.evict_range(lane, lo, hi)
         if slots.size:
+            self._warn_if_never_sampled()
             self.sampler.delete(slots)
             self.remover.delete(slots)
             self.rate_limiter.delete(int(slots.size))
             self._wake()
+
+    def _warn_if_never_sampled(self) -> None:
+        """Warn (once) where the store overwrites items before the table ever held the rate limiter's
+        ``min_size_to_sample``: the store's rows are too few for that many items (episode ends and the rows
+        each item keeps take rows too), so its samples may never start."""
+        limiter = self.rate_limiter
+        if self._warned_unreachable or limiter.samples or self.size >= limiter.min_size_to_sample:
+            return
+        self._warned_unreachable = True
+        warnings.warn(f"table {self.name!r}: its store overwrites items while it holds {self.size}, fewer than "
+                      f"the {limiter.min_size_to_sample} its rate limiter waits for (min_size_to_sample) before "
+                      f"the first sample, so samples may never start; give the store more rows (capacity: "
+                      f"{self.store.capacity} a lane) or lower min_size_to_sample", RuntimeWarning, stacklevel=2)
 
     # ------------------------------------------------------------------ insert
     def _insert_at_once(self, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray, prios: np.ndarray,
