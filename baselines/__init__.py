@@ -275,6 +275,13 @@ def evaluate_saved(args: Any, eval_env: Any, policy: Any, learner: Any) -> rlflo
     return rlflow.RunResult(evaluations=[(0, mean, float(returns.std()))])
 
 
+def check_learning_starts(learning_starts: int, buffer_size: int) -> None:
+    """Raise ValueError unless learning can start: the replay must hold ``learning_starts`` transitions."""
+    if learning_starts > buffer_size:
+        raise ValueError(f"--learning-starts: expected at most --buffer-size ({buffer_size}) transitions (learning "
+                         f"starts once the replay holds that many), got {learning_starts}")
+
+
 def continuous_replay(args: Any, capacity: int) -> tuple[Any, ...]:
     """The off-policy set-up of the continuous-control baselines: the env and an evaluation env, the action
     bounds and sizes, and a one-step transition adder writing to a uniform table under the ratio of
@@ -286,6 +293,7 @@ def continuous_replay(args: Any, capacity: int) -> tuple[Any, ...]:
     from rlflow import adders, envs
     from rlflow.replay import Fifo, SampleToInsertRatio, StepStore, Table, Uniform
 
+    check_learning_starts(args.learning_starts, args.buffer_size)
     lanes = max(1, args.num_actors)  # one env per actor with --num-actors
     steps_at_once = 32 if args.num_actors else 1  # the window holds one sample and one env step (or block)
     env = envs.make(args.env_id, num_envs=None, seed=args.seed)

@@ -42,6 +42,7 @@ from baselines import (
     ActorParts,
     RunArgs,
     VideoArgs,
+    check_learning_starts,
     make_env,
     make_eval_env,
     policy_network,
@@ -197,6 +198,7 @@ def main(args: Args) -> rlflow.RunResult:
     if args.clip_rewards and args.n_step != 1:
         raise ValueError(f"--clip-rewards clips each reward, which an n-step return has summed: expected --n-step 1, "
                          f"got {args.n_step}")
+    check_learning_starts(args.learning_starts, args.buffer_size)
     env = make_env(args.env_id, None if args.num_envs == 1 else args.num_envs, args.seed)
     eval_env = make_eval_env(args)
     n_actions = int(env.single_action_space.n)
