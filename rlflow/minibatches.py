@@ -117,7 +117,12 @@ def feedforward_batches(
     Args:
         tree: numpy arrays or torch tensors ``[T, E, ...]`` (or longer on the time axis, e.g. ``T + 1``
             observations: steps past ``T`` are never taken) nested in dicts, lists and tuples (None stays None).
-        T, E, num_minibatches, minibatch_size, rng, mask: as :func:`feedforward`'s.
+        T: the rollout's time steps.
+        E: the rollout's envs (lanes).
+        num_minibatches: as :func:`feedforward`'s (give this or ``minibatch_size``).
+        minibatch_size: as :func:`feedforward`'s.
+        rng: a numpy Generator, or a seed for one.
+        mask: ``[T, E]`` bool (numpy or torch); only steps marked True are taken.
 
     Returns:
         An iterator of trees of ``[M, ...]`` leaves (views of one copy, made at the call).
