@@ -134,6 +134,8 @@ class TableBase(ABC):
     _items: Records
 
     _warned_unreachable = False  # warned that the store overwrites items before the first sample
+    _most_held = 0  # the most items held after an insert, until min_size_to_sample is reached
+    _evicted_early = 0  # items the store overwrote while _most_held < min_size_to_sample
 
     def __init__(self, store: StepStore, *, max_size: int | None, max_times_sampled: int | None,
                  rate_limiter: RateLimiter | None, item_spec: Spec | None, cross_episodes: bool, name: str) -> None:
@@ -583,24 +585,28 @@ class Table(TableBase):
         """Called by the store before it overwrites rows ``lo .. hi - 1`` of ``lane``."""
         slots = self._items.evict_range(lane, lo, hi)
         if slots.size:
-            self._warn_if_never_sampled()
+            self._warn_if_never_sampled(int(slots.size))
             self.sampler.delete(slots)
             self.remover.delete(slots)
             self.rate_limiter.delete(int(slots.size))
             self._wake()
 
-    def _warn_if_never_sampled(self) -> None:
-        """Warn (once) where the store overwrites items before the table ever held the rate limiter's
-        ``min_size_to_sample``: the store's rows are too few for that many items (episode ends and the rows
-        each item keeps take rows too), so its samples may never start."""
+    def _warn_if_never_sampled(self, evicted: int) -> None:
+        """Warn (once) where the store has overwritten a whole ring of items (its rows times its lanes) and the
+        table never held the rate limiter's ``min_size_to_sample``: the store's rows are too few for that many
+        items (episode ends and the rows each item keeps take rows too), so its samples never start."""
         limiter = self.rate_limiter
-        if self._warned_unreachable or limiter.samples or self.size >= limiter.min_size_to_sample:
+        if self._most_held >= limiter.min_size_to_sample or self._warned_unreachable:
+            return
+        self._evicted_early += evicted
+        if self._evicted_early < self.store.capacity * self.store.num_lanes:
             return
         self._warned_unreachable = True
-        warnings.warn(f"table {self.name!r}: its store overwrites items while it holds {self.size}, fewer than "
-                      f"the {limiter.min_size_to_sample} its rate limiter waits for (min_size_to_sample) before "
-                      f"the first sample, so samples may never start; give the store more rows (capacity: "
-                      f"{self.store.capacity} a lane) or lower min_size_to_sample", RuntimeWarning, stacklevel=2)
+        warnings.warn(f"table {self.name!r}: its store has overwritten {self._evicted_early} items and it never "
+                      f"held the {limiter.min_size_to_sample} its rate limiter waits for (min_size_to_sample) "
+                      f"before the first sample (at most {self._most_held}), so samples may never start; give the "
+                      f"store more rows (capacity: {self.store.capacity} a lane) or lower min_size_to_sample",
+                      RuntimeWarning, stacklevel=2)
 
     # ------------------------------------------------------------------ insert
     def _insert_at_once(self, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray, prios: np.ndarray,
@@ -635,6 +641,8 @@ class Table(TableBase):
         self.sampler.insert(slots, prios, seqs)
         self.remover.insert(slots, prios, seqs)
         self.rate_limiter.insert(int(slots.size))
+        if self._most_held < self.rate_limiter.min_size_to_sample:
+            self._most_held = max(self._most_held, self.size)
         self._wake()
 
     # ------------------------------------------------------------------ sample
