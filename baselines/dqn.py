@@ -52,7 +52,7 @@ from baselines import (
 )
 from baselines._nets import QNetwork, device_of
 from baselines._presets import parse
-from rlflow import adders
+from rlflow import adders, specs
 from rlflow.policies import EpsilonGreedy
 from rlflow.replay import Fifo, Prioritized, SampleToInsertRatio, StepStore, Table, Uniform
 
@@ -207,8 +207,8 @@ def main(args: Args) -> rlflow.RunResult:
     # Data: every step stored once, one n-step transition item per action, sampled under a ratio.
     lanes = args.num_envs * max(1, args.num_actors)
     # buffer_size transitions: each keeps its n later rows, and frame stacks the rows before it, stored too
-    reach = (getattr(env.observation_spec, "stack", None) or 1) - 1
-    store = StepStore(env.spec, capacity=args.buffer_size // lanes + args.n_step + reach, lanes=lanes)
+    rows = args.buffer_size // lanes + args.n_step + specs.stack_reach(env.spec)
+    store = StepStore(env.spec, capacity=rows, lanes=lanes)
     sampler = Prioritized(args.alpha, args.beta, seed=args.seed) if args.prioritized else Uniform(seed=args.seed)
     # The window holds one sample and one env step's items (one process) or one actor's block of 32 steps.
     steps_at_once = 32 if args.num_actors else 1

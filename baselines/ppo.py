@@ -420,7 +420,11 @@ def main(args: Args) -> rlflow.RunResult:
     torch.set_num_threads(1)
     # Box actions (never an Atari game's): the env clips the Gaussian's actions to its bounds; the rollout keeps
     # them as sampled
-    action_space = None if is_atari(args.env_id) else gymnasium.make(args.env_id).action_space
+    action_space = None
+    if not is_atari(args.env_id):
+        probe = gymnasium.make(args.env_id)
+        action_space = probe.action_space
+        probe.close()
     continuous = isinstance(action_space, gymnasium.spaces.Box)
     clip = [ClipAction] if continuous else []
     env = make_env(args.env_id, args.num_envs, args.seed, **({"wrappers": clip} if clip else {}))

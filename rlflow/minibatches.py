@@ -277,12 +277,13 @@ def _take(tree: Any, make_index: Any, k: int, flat_index: dict[tuple[int, ...], 
     (``flat_index`` maps leading shapes to the index's flat row positions, ``{(T, E): t * E + e}``, or None
     where numpy's indexing must decide; the caller gives those it knows, the others are added)."""
     torch = sys.modules.get("torch")
-    made: dict[Any, tuple[Any, ...]] = {}  # the index: "numpy", and per torch device
+    as_numpy: list[tuple[np.ndarray, ...]] = []  # the index as numpy arrays, once made
+    on_device: dict[Any, tuple[Any, ...]] = {}  # the index per torch device
 
     def numpy_index() -> tuple[np.ndarray, ...]:
-        if "numpy" not in made:
-            made["numpy"] = tuple(_numpy(i) for i in make_index())
-        return made["numpy"]
+        if not as_numpy:
+            as_numpy.append(tuple(_numpy(i) for i in make_index()))
+        return as_numpy[0]
 
     def gather(node: Any) -> Any:
         if isinstance(node, np.ndarray):  # the leaves first: most of the calls
@@ -305,9 +306,9 @@ def _take(tree: Any, make_index: Any, k: int, flat_index: dict[tuple[int, ...], 
         if node is None:
             return None
         if torch is not None and isinstance(node, torch.Tensor):
-            if node.device not in made:
-                made[node.device] = tuple(torch.as_tensor(i, device=node.device) for i in make_index())
-            return node[made[node.device]]
+            if node.device not in on_device:
+                on_device[node.device] = tuple(torch.as_tensor(i, device=node.device) for i in make_index())
+            return node[on_device[node.device]]
         raise TypeError(f"take: expected numpy arrays or torch tensors in nested dicts/lists/tuples, "
                         f"got {type(node).__name__}")
 

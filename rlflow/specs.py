@@ -188,6 +188,12 @@ def frame_stack(spec: Any, k: int) -> Field:
     return replace(spec, stack=int(k))
 
 
+def stack_reach(spec: Spec) -> int:
+    """The rows before a row that its frame stacks read: the largest ``stack`` of ``spec``'s fields minus one
+    (0 without stacks). A store keeps them stored with every item that starts at that row."""
+    return max((f.stack for f in flatten_spec(spec).values()), default=1) - 1
+
+
 def add_agent_axis(spec: Spec, num_agents: int) -> Spec:
     """The same spec with a leading agent axis of size ``num_agents`` on every field."""
     if num_agents < 1:

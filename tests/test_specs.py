@@ -214,3 +214,13 @@ def test_fits_compares_large_integer_bounds_exactly(low, high, values, ok):
     value = np.array(values, np.int64)
     assert specs.fits(field, value, 2) is ok  # the compiled pass
     assert specs.fits(field, value[:1], 1) is ok  # the one-value shortcut
+
+
+def test_stack_reach_is_the_largest_stack_minus_one():
+    from rlflow.specs import stack_reach
+
+    plain = {"observation": Field((3,), np.float32), "reward": Field((), np.float32)}
+    assert stack_reach(plain) == 0
+    nested = {"observation": {"pixels": Field((4, 8, 8), np.uint8, stack=4), "ram": Field((2, 5), np.uint8, stack=2)},
+              "reward": Field((), np.float32)}
+    assert stack_reach(nested) == 3

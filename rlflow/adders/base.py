@@ -158,8 +158,7 @@ class Adder:
         kept = self.rows_kept_per_lane + store.stack_reach
         most = store.num_lanes * (store.capacity - kept)
         for table in tables:
-            limiter = getattr(table, "rate_limiter", None)
-            wanted = getattr(limiter, "min_size_to_sample", 0)
+            wanted = table.rate_limiter.min_size_to_sample
             if wanted > most:
                 rows = -(-wanted // store.num_lanes) + kept
                 raise ValueError(

@@ -111,7 +111,7 @@ class StepStore:
         if outside:
             raise SpecError(f"fields {outside} declare frame stacks (stack=); only observations hold them: declare "
                             "the field without stack=, or put it under 'observation'")
-        self.stack_reach = max(self._stacks.values(), default=1) - 1  # rows before a row that its stacks read
+        self.stack_reach = _specs.stack_reach(spec)  # rows before a row that its stacks read
         self._unflatten_plan = _specs.unflatten_plan(spec)
         self.capacity = int(capacity)
         self.num_lanes = int(lanes)
