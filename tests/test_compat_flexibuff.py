@@ -60,6 +60,25 @@ def test_the_same_steps_give_the_same_arrays_and_batches():
     assert a.obs.shape == (2, 4, 3) and a.state.shape == (4, 4)  # flexibuff's layout: agents first
 
 
+def test_the_arrays_are_written_into_never_replaced():
+    fb = FlexibleBuffer(**KW)
+    fill([fb], 10)
+    fb.obs[1, 4] = [7.0, 8.0, 9.0]  # flexibuff's arrays are the storage: a write is what is sampled
+    fb.action_mask_[1][0, 4] = [0.0, 0.0, 0.0]
+    fb.terminated[4] = 1.0
+    batch = fb.sample_transitions(idx=[4])
+    np.testing.assert_array_equal(batch.obs[1, 0], [7.0, 8.0, 9.0])
+    np.testing.assert_array_equal(batch.action_mask_[1][0, 0], [0.0, 0.0, 0.0])
+    assert batch.terminated[0] == 1.0
+    before = fb.obs.copy()
+    with pytest.raises(AttributeError, match=r"fb.obs\[\.\.\.\] = values"):
+        fb.obs = np.zeros_like(before)
+    with pytest.raises(AttributeError, match="cannot be replaced"):
+        fb.action_mask = None
+    np.testing.assert_array_equal(fb.obs, before)
+    assert FlexibleBuffer(num_steps=4, obs_size=2).state is None  # not stored: None, as in flexibuff
+
+
 def test_episodes_are_flexibuffs_before_wrap_around():
     ours, theirs = FlexibleBuffer(**KW), flexibuff.FlexibleBuffer(**KW)
     fill([ours, theirs], 45, seed=1)

@@ -187,6 +187,30 @@ def _split_steps(batch: FlexiBatch, lengths: list[int], per_agent: set[str]) -> 
     return out
 
 
+def _flexibuff_view(rows: np.ndarray, name: str, per_agent: bool) -> np.ndarray:
+    """Field ``name`` of the structured ``rows`` in flexibuff's layout: a per-agent value with its agents first
+    (``[n_agents, steps, ...]``), any other ``[steps, ...]``; a view."""
+    view = rows[name]
+    return view.swapaxes(0, 1) if per_agent else view
+
+
+class _Stored:
+    """One of flexibuff's arrays on :class:`FlexibleBuffer`: a view of the buffer's rows in flexibuff's layout
+    (None where the buffer was built without it). Written into, never replaced."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name = name
+
+    def __get__(self, fb: Any, owner: type | None = None) -> Any:
+        if fb is None:
+            return self
+        return fb._columns.get(self._name)
+
+    def __set__(self, fb: Any, value: Any) -> None:
+        raise AttributeError(f"FlexibleBuffer.{self._name} is a view of the buffer's storage and cannot be replaced: "
+                             f"write into it (fb.{self._name}[...] = values) or call save_transition")
+
+
 def _device(device: Any) -> Any:
     if device is not None:
         return device
@@ -217,6 +241,15 @@ class FlexibleBuffer:
         memory_weights: store a sampling weight per step (``sample_transitions(weighted=True)``).
         seed: seeds the sampling.
     """
+
+    # flexibuff's arrays, in its layout: views of the rows that hold each step's values together
+    obs, obs_, state, state_ = _Stored(), _Stored(), _Stored(), _Stored()
+    global_rewards, global_auxiliary_rewards = _Stored(), _Stored()
+    individual_rewards, individual_auxiliary_rewards = _Stored(), _Stored()
+    discrete_actions, continuous_actions, discrete_log_probs, continuous_log_probs = (_Stored(), _Stored(),
+                                                                                      _Stored(), _Stored())
+    terminated, truncated, memory_weights, action_mask, action_mask_ = (_Stored(), _Stored(), _Stored(),
+                                                                        _Stored(), _Stored())
 
     def __init__(self, num_steps: int = 10, obs_size: int = 1, action_mask: bool = False,
                  discrete_action_cardinalities: Any = None, continuous_action_dimension: int | None = None,
@@ -257,7 +290,7 @@ class FlexibleBuffer:
         heads = c["discrete_action_cardinalities"]
         if heads is None and (c["action_mask"] or c["log_prob_discrete"]):  # a config read from a file
             raise ValueError("action_mask and log_prob_discrete need discrete_action_cardinalities")
-        # name -> (shape of one step's value, dtype, per agent)
+        # name -> (shape of one step's value, dtype, per agent): what save_transition takes
         layout: dict[str, tuple[tuple[int, ...], Any, bool]] = {
             "obs": ((c["obs_size"],), np.float32, True), "obs_": ((c["obs_size"],), np.float32, True)}
         if c["state_size"] is not None:
@@ -280,20 +313,26 @@ class FlexibleBuffer:
             layout["continuous_log_probs"] = ((c["log_prob_continuous"],), np.float32, True)
         self._layout = layout
         self._per_agent = {name for name, (_, _, per_agent) in layout.items() if per_agent}
-        for name in _ARRAYS:
-            setattr(self, name, None)
-        for name, (shape, dtype, per_agent) in layout.items():
-            fill = -1.0 if name.endswith("log_probs") else 0  # flexibuff's initial values
-            setattr(self, name, np.full(((a,) if per_agent else ()) + (n, *shape), fill, dtype))
-        self.terminated: np.ndarray = np.zeros(n, np.float32)
-        self.truncated: np.ndarray = np.zeros(n, np.float32)
-        self.memory_weights: np.ndarray | None = np.ones(n, np.float32) if c["memory_weights"] else None
+        # Every step's values are one row (a structured record), so a sample gathers whole rows: an episode's
+        # steps are consecutive bytes. flexibuff's arrays are views of the rows in its layout.
+        stored = dict(layout)
+        stored["terminated"] = stored["truncated"] = ((), np.float32, False)
+        if c["memory_weights"]:
+            stored["memory_weights"] = ((), np.float32, False)
+        masks = heads if c["action_mask"] and heads is not None else []  # heads is not None: checked above
+        for h, cardinality in enumerate(masks):
+            stored[f"action_mask{h}"] = stored[f"action_mask_{h}"] = ((cardinality,), np.float32, True)
+        self._rows = np.zeros(n, np.dtype([(name, dtype, ((a,) if per_agent else ()) + shape)
+                                           for name, (shape, dtype, per_agent) in stored.items()]))
+        self._stored = [(name, per_agent) for name, (_, _, per_agent) in stored.items()]
+        self._columns: dict[str, Any] = {name: _flexibuff_view(self._rows, name, per_agent)
+                                         for name, per_agent in self._stored}
+        for name, view in self._columns.items():  # flexibuff's initial values
+            view[...] = -1.0 if name.endswith("log_probs") else 1.0 if name.startswith(("action_mask", "memory")) else 0
+        if masks:
+            self._columns["action_mask"] = [self._columns[f"action_mask{h}"] for h in range(len(masks))]
+            self._columns["action_mask_"] = [self._columns[f"action_mask_{h}"] for h in range(len(masks))]
         self._tree: SumTree | None = SumTree(n) if c["memory_weights"] else None
-        self.action_mask: list[np.ndarray] | None = None
-        self.action_mask_: list[np.ndarray] | None = None
-        if c["action_mask"] and heads is not None:  # heads is not None: checked above
-            self.action_mask = [np.ones((a, n, h), np.float32) for h in heads]
-            self.action_mask_ = [np.ones((a, n, h), np.float32) for h in heads]
         self.rng = np.random.default_rng(seed)
         self._count = 0  # steps ever written; step k is stored at index k % num_steps while k >= count - num_steps
         self._episode_start = 0  # the first step (absolute) of the episode in progress
@@ -484,16 +523,14 @@ class FlexibleBuffer:
         return out[:size]
 
     def _batch(self, idx: np.ndarray, as_torch: bool, device: Any) -> FlexiBatch:
-        out: dict[str, Any] = {}
-        for name, (_, _, per_agent) in self._layout.items():
-            arr = getattr(self, name)
-            out[name] = arr.take(idx, axis=1 if per_agent else 0)  # take: 5x a fancy index on axis 1
-        batch = FlexiBatch(**out, terminated=self.terminated.take(idx), truncated=self.truncated.take(idx),
-                           memory_weights=None if self.memory_weights is None else self.memory_weights.take(idx))
-        masks = self._masks()
-        if masks is not None:
-            batch.action_mask = [m.take(idx, axis=1) for m in masks[0]]
-            batch.action_mask_ = [m.take(idx, axis=1) for m in masks[1]]
+        rows = self._rows.take(idx)  # one gather of whole rows
+        values: dict[str, Any] = {name: _flexibuff_view(rows, name, per_agent) for name, per_agent in self._stored
+                                  if not name.startswith("action_mask")}
+        batch = FlexiBatch(**values)
+        if self.action_mask is not None:
+            batch.action_mask = [_flexibuff_view(rows, f"action_mask{h}", True) for h in range(len(self.action_mask))]
+            batch.action_mask_ = [_flexibuff_view(rows, f"action_mask_{h}", True)
+                                  for h in range(len(self.action_mask))]
         if as_torch:
             batch.to_torch(device)
         return batch
