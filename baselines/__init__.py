@@ -121,11 +121,12 @@ def is_atari(env_id: str) -> bool:
 def make_env(env_id: str, num_envs: int | None, seed: int | None, **options: Any) -> Any:
     """The training env: ``rlflow.envs.atari`` for an Atari game (preprocessed frame stacks, ``num_envs`` lanes,
     a life lost ending an episode: the logged returns are still game scores; ``options`` may set its
-    ``autoreset_mode``), else ``rlflow.envs.make`` (``num_envs=None``: one plain env) with ``options``."""
+    ``autoreset_mode`` and ``vectorization_mode``), else ``rlflow.envs.make`` (``num_envs=None``: one plain env)
+    with ``options``."""
     from rlflow import envs
 
     if is_atari(env_id):
-        unknown = sorted(set(options) - {"autoreset_mode"})
+        unknown = sorted(set(options) - {"autoreset_mode", "vectorization_mode"})
         if unknown:
             raise ValueError(f"{env_id}: Atari envs take no {unknown} (rlflow.envs.atari preprocesses them)")
         return envs.atari(env_id, num_envs or 1, seed=seed, episodic_life=True, **options)

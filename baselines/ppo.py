@@ -58,6 +58,7 @@ class Args(RunArgs, ActorArgs, VideoArgs):
     env_id: str = "CartPole-v1"  # a Gymnasium env with discrete or Box actions
     total_steps: int = 100_000  # env steps of the run, over all envs (and actors)
     num_envs: int = 8  # envs in the vector env (with --num-actors: per actor); each update takes a rollout of each
+    async_envs: bool = False  # step each env in a process of its own (gymnasium's AsyncVectorEnv): for slow envs
     n_steps: int = 32  # actions per lane per rollout
     learning_rate: float = 1e-3  # falls linearly to 0 over the run (unless --no-anneal)
     gamma: float = 0.98  # discount per env step
@@ -427,7 +428,8 @@ def main(args: Args) -> rlflow.RunResult:
         probe.close()
     continuous = isinstance(action_space, gymnasium.spaces.Box)
     clip = [ClipAction] if continuous else []
-    env = make_env(args.env_id, args.num_envs, args.seed, **({"wrappers": clip} if clip else {}))
+    vectorization = {"vectorization_mode": "async"} if args.async_envs else {}
+    env = make_env(args.env_id, args.num_envs, args.seed, **vectorization, **({"wrappers": clip} if clip else {}))
     eval_env = make_eval_env(args, *clip)
     n_actions = int(np.prod(env.single_action_space.shape)) if continuous else int(env.single_action_space.n)
     obs_shape = env.single_observation_space.shape
@@ -448,7 +450,7 @@ def main(args: Args) -> rlflow.RunResult:
     # and networks on the CPU, each update waiting for a rollout of every lane acted by the parameters it updates.
     parts = ActorParts(args, args.num_envs, lambda a, i: SamplingPolicy(
         ActorCritic(obs_shape, n_actions, a.hidden, a.lstm, continuous, a.normalize_obs)), autoreset_mode="next_step",
-        **({"wrappers": [ClipAction]} if continuous else {}))
+        **vectorization, **({"wrappers": [ClipAction]} if continuous else {}))
     return train("PPO", args, env, eval_env, policy, learner, adder, table, actors=(parts.env, parts.policy),
                  on_policy=True)
 

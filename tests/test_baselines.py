@@ -435,6 +435,34 @@ def test_ppo_runs_and_logs(tmp_path):
     assert all(float(r["stale_rollouts"]) == 0 for r in rows)  # one process: no rollout is two updates old
 
 
+def test_ppo_async_envs_run_the_same_as_sync(tmp_path):
+    """--async-envs steps each env in its own process: the same seeded run, step for step."""
+    from baselines import ppo
+
+    import gymnasium
+
+    rows, kinds = {}, []
+    original = ppo.make_env
+
+    def make_env(*args, **kwargs):
+        env = original(*args, **kwargs)
+        kinds.append(type(env.env))
+        return env
+
+    ppo.make_env = make_env
+    try:
+        for mode in (False, True):
+            args = ppo.Args(total_steps=256, num_envs=2, n_steps=32, n_epochs=2, minibatch_size=32, hidden=(16,),
+                            eval_every=0, eval_episodes=1, async_envs=mode, logdir=str(tmp_path / str(mode)),
+                            progress=False, seed=3)
+            assert ppo.main(args).env_steps == 256
+            rows[mode] = read_csv(tmp_path / str(mode) / "learner.csv")
+    finally:
+        ppo.make_env = original
+    assert kinds == [gymnasium.vector.SyncVectorEnv, gymnasium.vector.AsyncVectorEnv]
+    assert rows[True] and rows[True] == rows[False]
+
+
 def test_ppo_drops_rollouts_acted_two_or_more_updates_ago():
     """A rollout with an action of parameters two or more updates older than the learner's is left out of the
     update and counted; one whose first action is one update old is trained on; a batch of stale rollouts
