@@ -437,9 +437,9 @@ def test_ppo_runs_and_logs(tmp_path):
 
 def test_ppo_async_envs_run_the_same_as_sync(tmp_path):
     """--async-envs steps each env in its own process: the same seeded run, step for step."""
-    from baselines import ppo
-
     import gymnasium
+
+    from baselines import ppo
 
     rows, kinds = {}, []
     original = ppo.make_env

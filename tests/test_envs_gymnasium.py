@@ -325,3 +325,27 @@ def test_cartpole_plain_env_via_make():
                 break
         else:
             pytest.fail("pushing right for 40 steps should end the episode")
+
+
+@pytest.mark.parametrize("maker", ["make", "atari"])
+def test_async_workers_let_a_ctrl_c_pass_to_the_main_process(maker):
+    """Ctrl-C signals every process of the terminal's group: the async workers ignore it (the main process's loop
+    stops the run and closes them), so the envs go on stepping."""
+    import os
+    import signal
+
+    if maker == "atari":
+        pytest.importorskip("ale_py")
+        env = envs.atari("ALE/Pong-v5", 2, seed=0, vectorization_mode="async")
+    else:
+        env = envs.make("CartPole-v1", 2, seed=0, vectorization_mode="async")
+    with env:
+        env.reset()
+        for process in env.env.processes:
+            os.kill(process.pid, signal.SIGINT)
+        try:
+            for _ in range(3):
+                ts = env.step(np.zeros(2, np.int64))
+        except KeyboardInterrupt:  # a worker's, sent back by gymnasium (it would end pytest's session)
+            pytest.fail("an async worker raised KeyboardInterrupt on SIGINT")
+        assert ts.observation.shape[0] == 2 and all(p.is_alive() for p in env.env.processes)

@@ -7,8 +7,8 @@ Importing this package imports gymnasium (PettingZoo is imported only by the Pet
 from rlflow.envs.aec import AECEnvironment, Turn
 from rlflow.envs.atari import EpisodicLife, FireReset, atari, atari_env
 from rlflow.envs.groups import make_groups
-from rlflow.envs.gymnasium import GymEnvironment, make, to_autoreset_mode
+from rlflow.envs.gymnasium import GymEnvironment, make, to_autoreset_mode, worker_ignoring_sigint
 from rlflow.envs.pettingzoo import ParallelEnvironment
 
 __all__ = ["AECEnvironment", "EpisodicLife", "FireReset", "GymEnvironment", "ParallelEnvironment", "Turn", "atari",
-           "atari_env", "make", "make_groups", "to_autoreset_mode"]
+           "atari_env", "make", "make_groups", "to_autoreset_mode", "worker_ignoring_sigint"]

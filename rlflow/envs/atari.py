@@ -28,7 +28,7 @@ import gymnasium
 from gymnasium.vector import AutoresetMode
 from gymnasium.wrappers import AtariPreprocessing, FrameStackObservation
 
-from rlflow.envs.gymnasium import GymEnvironment, to_autoreset_mode
+from rlflow.envs.gymnasium import GymEnvironment, to_autoreset_mode, worker_ignoring_sigint
 
 __all__ = ["EpisodicLife", "FireReset", "atari", "atari_env"]
 
@@ -157,6 +157,9 @@ def atari(env_id: str, num_envs: int = 1, *, seed: int | None = None, frame_stac
         raise ValueError(f"vectorization_mode: expected 'sync' or 'async', got {vectorization_mode!r}")
     make = functools.partial(atari_env, env_id, frame_stack=frame_stack, noop_max=noop_max, frame_skip=frame_skip,
                              screen_size=screen_size, episodic_life=episodic_life, **kwargs)
-    vector = gymnasium.vector.SyncVectorEnv if vectorization_mode == "sync" else gymnasium.vector.AsyncVectorEnv
-    vec = vector([make] * num_envs, autoreset_mode=to_autoreset_mode(autoreset_mode))
+    mode = to_autoreset_mode(autoreset_mode)
+    if vectorization_mode == "sync":
+        vec: gymnasium.vector.VectorEnv = gymnasium.vector.SyncVectorEnv([make] * num_envs, autoreset_mode=mode)
+    else:
+        vec = gymnasium.vector.AsyncVectorEnv([make] * num_envs, autoreset_mode=mode, worker=worker_ignoring_sigint)
     return GymEnvironment(vec, seed=seed, frame_stack=frame_stack)

@@ -31,6 +31,7 @@ built from the ended lanes' rows only).
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Mapping
 from typing import Any
 
@@ -421,6 +422,19 @@ def make(
             )
     else:
         vector_kwargs = {**(kwargs.pop("vector_kwargs", None) or {}), "autoreset_mode": mode}
+        if vectorization_mode == "async":
+            vector_kwargs.setdefault("worker", worker_ignoring_sigint)
         env = gymnasium.make_vec(env_id, int(num_envs), vectorization_mode=vectorization_mode,
                                  vector_kwargs=vector_kwargs, **kwargs)
     return GymEnvironment(env, seed=seed)
+
+
+def worker_ignoring_sigint(*args: Any) -> None:
+    """The process of one env of a gymnasium ``AsyncVectorEnv`` (its ``worker=``): gymnasium's own, with SIGINT
+    ignored. A Ctrl-C reaches every process of the terminal's group; the workers let it pass, so the main
+    process alone stops, as a one-process run does (``rlflow.run`` ends its loop, writes its last checkpoint and
+    logs), and then closes them."""
+    from gymnasium.vector.async_vector_env import _async_worker
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _async_worker(*args)
