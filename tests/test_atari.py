@@ -196,12 +196,3 @@ def _wrappers(env):
         yield env
         env = env.env
 
-
-@pytest.mark.parametrize("baseline", ["dqn", "sac", "td3"])
-def test_learning_that_could_never_start_is_refused(baseline, tmp_path):
-    import importlib
-
-    module = importlib.import_module(f"baselines.{baseline}")
-    args = module.parse_args(["--buffer-size", "1000", "--learning-starts", "5000", "--logdir", str(tmp_path)])
-    with pytest.raises(ValueError, match=r"--learning-starts: expected at most --buffer-size \(1000\) .* got 5000"):
-        module.main(args)

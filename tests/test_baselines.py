@@ -435,6 +435,16 @@ def test_ppo_runs_and_logs(tmp_path):
     assert all(float(r["stale_rollouts"]) == 0 for r in rows)  # one process: no rollout is two updates old
 
 
+@pytest.mark.parametrize("baseline", ["dqn", "sac", "td3"])
+def test_learning_that_could_never_start_is_refused(baseline, tmp_path):
+    import importlib
+
+    module = importlib.import_module(f"baselines.{baseline}")
+    args = module.parse_args(["--buffer-size", "1000", "--learning-starts", "5000", "--logdir", str(tmp_path)])
+    with pytest.raises(ValueError, match=r"--learning-starts: expected at most --buffer-size \(1000\) .* got 5000"):
+        module.main(args)
+
+
 def test_ppo_async_envs_run_the_same_as_sync(tmp_path):
     """--async-envs steps each env in its own process: the same seeded run, step for step."""
     import gymnasium

@@ -325,13 +325,11 @@ class FlexibleBuffer:
         self._rows = np.zeros(n, np.dtype([(name, dtype, ((a,) if per_agent else ()) + shape)
                                            for name, (shape, dtype, per_agent) in stored.items()]))
         self._stored = [(name, per_agent) for name, (_, _, per_agent) in stored.items()]
-        self._columns: dict[str, Any] = {name: _flexibuff_view(self._rows, name, per_agent)
-                                         for name, per_agent in self._stored}
-        for name, view in self._columns.items():  # flexibuff's initial values
-            view[...] = -1.0 if name.endswith("log_probs") else 1.0 if name.startswith(("action_mask", "memory")) else 0
-        if masks:
-            self._columns["action_mask"] = [self._columns[f"action_mask{h}"] for h in range(len(masks))]
-            self._columns["action_mask_"] = [self._columns[f"action_mask_{h}"] for h in range(len(masks))]
+        self._mask_heads = len(masks)
+        for name in stored:  # flexibuff's initial values
+            ones = name.startswith(("action_mask", "memory"))
+            self._rows[name] = -1.0 if name.endswith("log_probs") else 1.0 if ones else 0.0
+        self._columns = self._views(self._rows)
         self._tree: SumTree | None = SumTree(n) if c["memory_weights"] else None
         self.rng = np.random.default_rng(seed)
         self._count = 0  # steps ever written; step k is stored at index k % num_steps while k >= count - num_steps
@@ -437,6 +435,15 @@ class FlexibleBuffer:
             self._episode_start = self._count
         self._drop_overwritten()
 
+    def _views(self, rows: np.ndarray) -> dict[str, Any]:
+        """The fields of the structured ``rows`` in flexibuff's layout, by flexibuff's names; action masks as
+        flexibuff keeps them, a list of one array per discrete head."""
+        views: dict[str, Any] = {name: _flexibuff_view(rows, name, per_agent) for name, per_agent in self._stored}
+        if self._mask_heads:
+            for kind in ("action_mask", "action_mask_"):  # action_mask0, action_mask1, ... -> action_mask
+                views[kind] = [views.pop(f"{kind}{h}") for h in range(self._mask_heads)]
+        return views
+
     def _masks(self) -> tuple[list[np.ndarray], list[np.ndarray]] | None:
         """``(action_mask, action_mask_)``, or None when the buffer stores no action masks."""
         if self.action_mask is None:
@@ -523,14 +530,7 @@ class FlexibleBuffer:
         return out[:size]
 
     def _batch(self, idx: np.ndarray, as_torch: bool, device: Any) -> FlexiBatch:
-        rows = self._rows.take(idx)  # one gather of whole rows
-        values: dict[str, Any] = {name: _flexibuff_view(rows, name, per_agent) for name, per_agent in self._stored
-                                  if not name.startswith("action_mask")}
-        batch = FlexiBatch(**values)
-        if self.action_mask is not None:
-            batch.action_mask = [_flexibuff_view(rows, f"action_mask{h}", True) for h in range(len(self.action_mask))]
-            batch.action_mask_ = [_flexibuff_view(rows, f"action_mask_{h}", True)
-                                  for h in range(len(self.action_mask))]
+        batch = FlexiBatch(**self._views(self._rows.take(idx)))  # one gather of whole rows
         if as_torch:
             batch.to_torch(device)
         return batch
