@@ -379,13 +379,13 @@ def wandb_logger_of(name: str, args: Any) -> Any:
 
 
 def train(name: str, args: Any, env: Any, eval_env: Any, policy: Any, learner: Any, adder: Any,
-          table: Any, actors: Any = None, on_policy: bool = False) -> rlflow.RunResult:
+          table: Any, actors: Any = None, on_policy: bool = False, bursts: bool = False) -> rlflow.RunResult:
     """Run ``rlflow.run`` with the baseline's common flags, then save the learner, plot and report; with
     ``args.evaluate``, evaluate that saved learner instead (:func:`evaluate_saved`). The learner of the best
     evaluation is saved beside the final one as it happens (:class:`BestLearner`), and both results are
     printed at the end. With ``actors`` (``(make_env, make_policy)``), the run is ``rlflow.distributed.run``
     with ``args.num_actors`` actor processes on the Ray cluster at ``args.address`` (None: a local one), in
-    lockstep with the learner with ``on_policy``."""
+    lockstep with the learner with ``on_policy``; ``bursts`` is :class:`rlflow.RunConfig`'s (one process)."""
     from rlflow.run_checkpoint import save_state
 
     if args.evaluate:
@@ -400,7 +400,7 @@ def train(name: str, args: Any, env: Any, eval_env: Any, policy: Any, learner: A
         observers.append(wandb_logger)
     options = dict(steps=args.total_steps, batch_size=args.batch_size, eval_env=eval_env, eval_every=args.eval_every,
                    eval_episodes=args.eval_episodes, logdir=args.logdir, progress=args.progress, seed=args.seed,
-                   observers=observers, checkpoint_every=args.checkpoint_every, resume=args.resume)
+                   observers=observers, checkpoint_every=args.checkpoint_every, resume=args.resume, bursts=bursts)
     began = time.monotonic()
     if actors is None:
         result = rlflow.run(env, policy, learner, adder, table, **options)

@@ -65,7 +65,8 @@ def preset(algo: str, env_id: str, target: float | None, sb3: dict[str, Any]) ->
 
 
 # DQN. SB3 trains in bursts (gradient_steps every train_freq env steps); rlflow spreads the same number of
-# samples evenly (samples_per_insert = batch * gradient_steps / train_freq). SB3 counts
+# samples evenly (samples_per_insert = batch * gradient_steps / train_freq) unless its preset sets
+# train_freq (MountainCar's: the same bursts as SB3's). SB3 counts
 # target_update_interval in env steps (during a burst the target does not move); rlflow's
 # target_update_period counts learner steps.
 # CartPole: rlflow's defaults (n-step 3, double Q, a Polyak target moving 0.02 of the way every learner

@@ -10,10 +10,16 @@ One process, one thread. Each turn of the loop either trains or acts:
 
 So the learner gets exactly the samples the limiter grants per insert: ``SampleToInsertRatio(spi, ...)``
 makes one learner step per ``batch_size / spi`` inserted items, in both directions (neither side runs
-ahead of the window). A limiter that never refuses samples (``MinSize``) would starve the actor, so
-:func:`run` refuses it; it also refuses a window too narrow to take one env step's items after a
-learner step (which would deadlock), and a table nothing samples whose limiter would refuse some of the
-run's items (its inserts would wait for ever): :mod:`rlflow.run_checks`. The loop itself never waits
+ahead of the window), spread evenly over the env steps. With ``bursts`` a side keeps the turn until the
+limiter refuses it: the lanes step until the table refuses an env step's items, then the learner trains
+until it refuses a sample, so the limiter's window sets the bursts (SB3's ``train_freq`` and
+``gradient_steps``: a window of about ``train_freq * spi`` samples gives bursts of ``train_freq * spi /
+batch_size`` learner steps every ``train_freq`` inserted items; ``docs/loop.md`` has the exact bounds).
+
+A limiter that never refuses samples (``MinSize``) would starve the actor, so :func:`run` refuses it; it
+also refuses a window too narrow to take one env step's items after a learner step (which would
+deadlock), and a table nothing samples whose limiter would refuse some of the run's items (its inserts
+would wait for ever): :mod:`rlflow.run_checks`. The loop itself never waits
 inside a table; a wait for room that another writer took is made in slices that a stop request ends.
 
 Around that (:class:`RunConfig`): the policy gets the learner's parameters every ``sync_period`` env steps
@@ -82,6 +88,11 @@ class RunConfig:
             and ``docs/loop.md``.
         checkpoint_dir: where checkpoints go (default ``<logdir>/checkpoints``).
         resume: continue from the latest checkpoint in ``checkpoint_dir``, if there is one.
+        bursts: acting and training each go on until the learner's table refuses them (an env step's
+            items, a sample): learner steps in bursts that use up the limiter's window, as SB3's
+            ``train_freq`` and ``gradient_steps`` (default: a learner step whenever a sample is admitted,
+            the steps spread evenly). The learner's limiter must refuse inserts at some diff (a finite
+            ``max_diff``).
     """
 
     sync_period: int = 1
@@ -98,6 +109,7 @@ class RunConfig:
     checkpoint_every: int = 0
     checkpoint_dir: str | Path | None = None
     resume: bool = False
+    bursts: bool = False
 
     def __post_init__(self) -> None:
         for name in ("eval_every", "log_every", "checkpoint_every"):
@@ -227,7 +239,7 @@ class _Loop:
         self.lanes = env.num_envs
         self.step_items = self.lanes * adder.max_items_per_step  # the most items one env step writes
         if learner is not None:
-            check_limiter(table, self.batch_size, self.step_items)
+            check_limiter(table, self.batch_size, self.step_items, bursts=config.bursts)
         self.actor = Actor(policy, env.action_spec, self.lanes, env.single_action_space)
         self.client = VariableClient(learner, policy, config.sync_period) if learner is not None else None
         self.stats = EpisodeStats(self.lanes)
@@ -241,6 +253,7 @@ class _Loop:
         self.saved_at = -1  # env steps of the last checkpoint written or loaded
         self.unsaved = ""  # why the env's state cannot be saved (said once per run)
         self.timestep: Any = None  # what the actor acts on next (None: the envs restart)
+        self.learning = False  # with bursts: the learner has the turn (until the table refuses a sample)
         # A resumed run's variable-client state, and whether the checkpoint held a policy state.
         self.client_state: tuple[Any, bool] = (None, False)
         self.resumed = config.resume and self._resume()
@@ -266,7 +279,7 @@ class _Loop:
                 self.start()
                 next_event = self.next_event()
                 while result.env_steps < self.steps and not self.stopping():
-                    if self.learner is not None and self.table.can_sample(self.batch_size):
+                    if self.learns_now():
                         self.learn_once()
                     elif self.room_for_a_step():
                         self.act_once()
@@ -280,6 +293,18 @@ class _Loop:
             self.bar.close()
             self.logger.close()
         return result
+
+    def learns_now(self) -> bool:
+        """Whether this turn is a learner step: the table admits a sample of ``batch_size`` and, with
+        ``bursts``, the last turn was one too or the table refuses an env step's items."""
+        table = self.table
+        if self.learner is None or not table.can_sample(self.batch_size):
+            self.learning = False
+            return False
+        if self.config.bursts:
+            self.learning = self.learning or not table.can_insert(self.step_items)
+            return self.learning
+        return True
 
     def act_once(self) -> None:
         """One env step of every lane: the actor acts, the env steps, the adder writes it, the episodes count."""
@@ -456,7 +481,8 @@ class _Loop:
             "policy": self.policy.state_dict(),
             "env": env_saved, "timestep": None if env_saved is None else _timestep_state(self.timestep),
             "episode_stats": self.stats.state_dict(), "actor": self.actor.state_dict(),
-            "variable_client": self.client.state_dict() if self.client is not None else None})
+            "variable_client": self.client.state_dict() if self.client is not None else None,
+            "learning": self.learning})
         self.saved_at = result.env_steps
         return env_saved is None
 
@@ -501,6 +527,7 @@ class _Loop:
         result.evaluations = [tuple(e) for e in state["evaluations"]]
         result.learner_metrics = dict(state["learner_metrics"])
         self.counters.update({k: (math.inf if v is None else v) for k, v in state["counters"].items()})
+        self.learning = bool(state.get("learning", False))  # a run stopped in a burst goes on with it
         self.stats.load_state_dict(state["episode_stats"])
         self.actor.load_state_dict(state["actor"])
         if state["env"] is not None:

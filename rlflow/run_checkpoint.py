@@ -247,9 +247,12 @@ def check_run_state(state: dict[str, Any], where: str, lanes: int) -> None:
         "variable_client": ("None or a dict of 'last_pull' (an integer or None)", lambda v: v is None or (
             isinstance(v, dict) and set(v) == {"last_pull"} and (v["last_pull"] is None or _is_int(v["last_pull"])))),
     }
-    for key, (what, ok) in expected.items():
+    # The learner's turn of a run with bursts; checkpoints written before rlflow saved it lack it (False).
+    optional = {"learning": ("a bool (whether the learner had the turn of a run with bursts)",
+                             lambda v: isinstance(v, bool | np.bool_))}
+    for key, (what, ok) in {**expected, **optional}.items():
         value = state.get(key, _MISSING)
-        if value is _MISSING or not ok(value):
+        if (value is _MISSING and key not in optional) or (value is not _MISSING and not ok(value)):
             raise CheckpointError(f"{where}: key {key!r}: expected {what}, got {_described(value)}; this is not a "
                                   "checkpoint rlflow.run can resume from (resume from another, or start a new run)")
 

@@ -10,6 +10,11 @@ The learner's table: each loop turn either samples ``batch_size`` items or write
 - room for one env step's items with ``min_size_to_sample - 1`` items stored, when nothing can sample yet:
   ``(min_size_to_sample - 1 + items) * spi <= max_diff``.
 
+The same two keep a loop with ``bursts`` moving (its learner trains until the diff is below ``min_diff +
+batch_size``, where an env step's items enter; its lanes step until the diff is above ``max_diff - items *
+spi``, where a sample is admitted), which also needs a finite ``max_diff``: a limiter that never refuses an
+insert would never let it train.
+
 For ``SampleToInsertRatio(spi, m, e)`` (``min_diff = spi*m - e``, ``max_diff = spi*m + e``) both hold for
 ``e >= max((batch_size + items*spi) / 2, (items - 1) * spi)``; the message gives the least whole ``e`` that
 passes every check (these two and the limiter's own), e.g. ``SampleToInsertRatio(1.0, 10, e)`` with 4 lanes,
@@ -112,14 +117,19 @@ def least_error_buffer(spi: float, m: int, batch_size: int, items: int) -> int:
     return e
 
 
-def check_limiter(table: Any, batch_size: int, items: int) -> None:
+def check_limiter(table: Any, batch_size: int, items: int, bursts: bool = False) -> None:
     """Raise ValueError, naming the setting that fixes it, when the loop could deadlock on ``table`` (the
-    learner's), with batches of ``batch_size`` and up to ``items`` items an env step."""
+    learner's), with batches of ``batch_size`` and up to ``items`` items an env step, or (``bursts``: it
+    acts until the table refuses an env step) would never train."""
     limiter = table.rate_limiter
     if limiter.min_diff <= -sys.float_info.max:  # Reverb's "no lower bound" (MinSize)
         raise ValueError(f"table {table.name!r}: its rate limiter {limiter!r} never refuses a sample, so the loop "
                          "would only train; use SampleToInsertRatio(samples_per_insert, min_size, error_buffer) "
                          "to set how many samples each inserted item buys")
+    if bursts and limiter.max_diff >= sys.float_info.max:
+        raise ValueError(f"table {table.name!r}: its rate limiter {limiter!r} never refuses an insert, so a loop "
+                         "with bursts would only act; give it a finite max_diff (e.g. SampleToInsertRatio("
+                         "samples_per_insert, min_size, (min_diff, max_diff))) or run with bursts=False")
     spi, m = limiter.samples_per_insert, limiter.min_size_to_sample
     problem = _window_problem(spi, m, limiter.min_diff, limiter.max_diff, batch_size, items)
     if not problem:

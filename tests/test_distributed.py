@@ -399,6 +399,18 @@ def test_actors_start_acting_together_when_every_one_is_built(ray_local):
     assert result.env_steps >= 2_000 and min(per_actor) >= 200, per_actor
 
 
+def test_bursts_are_refused_before_anything_starts():
+    """Actor processes write while the learner trains: there are no turns for bursts to keep."""
+    env = make_tagged(0)
+    store = StepStore(env.spec, capacity=100, lanes=2)
+    table = Table(store, sampler=Uniform(seed=0), remover=Fifo(), rate_limiter=MinSize(1))
+    adder = adders.NStepTransition(store, [table], n=1)
+    with pytest.raises(ValueError, match=r"bursts: actor processes .* one-process rlflow.run \(or bursts=False\)"):
+        distributed.run(make_tagged, RandomPolicy, None, adder, table, steps=100, num_actors=2, progress=False,
+                        bursts=True)
+    assert table.size == 0 and len(store) == 0
+
+
 @pytest.mark.timeout(240)
 def test_a_collect_only_run_and_a_refused_actor(ray_local):
     """Without a learner the actors fill a table that only collects, and an evaluator process evaluates; an

@@ -100,6 +100,41 @@ def test_no_learner_step_before_min_size_and_ratio_held_throughout():
     assert result.learner_steps == len(seen)
 
 
+@pytest.mark.parametrize(("bursts", "learned_at"), [
+    # SampleToInsertRatio(4, 10, (40, 76)), batches of 16, one item an env step, 60 steps; the inserts I when
+    # each learner step ran. Spread (default): a sample is admitted from diff 4 I - S >= 56: I = 14, then
+    # every 4 inserts (each buys 16 samples) up to 58.
+    (False, list(range(14, 59, 4))),
+    # bursts: the lanes step until 4 (I + 1) - S > 76: the first 19 inserts (diff 76), then the learner until
+    # a sample is refused (76 -> 60 -> 44; 28 < 40 refuses a third), then 8 more inserts (44 + 32 = 76) and
+    # two steps, and so on: bursts of 8 * 4 / 16 = 2 every 8 inserts, as SB3's train_freq=8, gradient_steps=2.
+    (True, [i for i in range(19, 60, 8) for _ in range(2)]),
+])
+def test_bursts_use_up_the_window_each_side_in_turn(bursts, learned_at):
+    env, table, adder = setup(limiter=SampleToInsertRatio(4.0, 10, error_buffer=(40.0, 76.0)))
+    limiter = table.rate_limiter
+    seen = []
+
+    class Watch(CountingLearner):
+        def step(self, sample):
+            seen.append(limiter.inserts)
+            return super().step(sample)
+
+    result = rlflow.run(env, RandomPolicy(), Watch(16), adder, table, steps=60, batch_size=16, progress=False,
+                        bursts=bursts)
+    assert seen == learned_at and result.learner_steps == 12 and result.env_steps == 60
+
+
+def test_bursts_refuse_a_limiter_that_never_refuses_an_insert():
+    env, table, adder = setup(limiter=SampleToInsertRatio(1.0, 10, error_buffer=(0.0, math.inf)))
+    with pytest.raises(ValueError, match=r"never refuses an insert.*bursts"):
+        rlflow.run(env, RandomPolicy(), CountingLearner(4), adder, table, steps=10, batch_size=4, progress=False,
+                   bursts=True)
+    assert table.rate_limiter.inserts == 0
+    result = rlflow.run(env, RandomPolicy(), CountingLearner(4), adder, table, steps=40, batch_size=4, progress=False)
+    assert result.learner_steps > 0  # learner first, the same limiter moves
+
+
 def test_loop_refuses_a_limiter_that_never_refuses_samples():
     env, table, adder = setup(limiter=MinSize(10))
     with pytest.raises(ValueError, match="never refuses a sample"):
@@ -293,6 +328,43 @@ def test_sigterm_writes_a_checkpoint_a_new_run_resumes_from(tmp_path):
                          progress=False, seed=3, resume=True)
     assert resumed.env_steps == result.env_steps + 100
     assert resumed.episodes[:len(result.episodes)] == result.episodes  # the stopped run's, then new ones
+
+
+def test_a_run_with_bursts_stopped_in_a_burst_resumes_in_it(tmp_path):
+    """SIGTERM at the learner's 6th step, the middle of the second burst of 4 (the window of docs/loop.md's
+    example: 4 steps after every 16 items): the checkpoint written at the stop keeps the learner's turn, so the
+    resumed run ends the burst and learns at the same inserts as the uninterrupted one."""
+    def parts():
+        env = envs.make("CartPole-v1", num_envs=4)
+        store = StepStore(env.spec, capacity=2_000, lanes=4)
+        table = Table(store, sampler=Uniform(seed=1), remover=Fifo(),
+                      rate_limiter=SampleToInsertRatio(8, 100, error_buffer=(800 - 16, 800 + 19.5 * 8)))
+        return env, table, adders.NStepTransition(store, [table], n=1)
+
+    def run(logdir, stop_at=None, resume=False):
+        env, table, adder = parts()
+        seen = []
+
+        class Recorder(KeyLearner):
+            def step(self, sample):
+                seen.append(table.rate_limiter.inserts)
+                if len(seen) == stop_at:
+                    os.kill(os.getpid(), signal.SIGTERM)
+                return super().step(sample)
+
+        learner = Recorder()
+        result = rlflow.run(env, SeededPolicy(seed=5), learner, adder, table, steps=400, batch_size=32, bursts=True,
+                            checkpoint_every=1_000, logdir=logdir, tensorboard=False, progress=False, seed=2,
+                            resume=resume)
+        return result, seen, learner
+
+    whole, seen, learner = run(tmp_path / "whole")
+    assert seen[:8] == [116] * 4 + [132] * 4 and whole.learner_steps == len(seen)
+    stopped, first, _ = run(tmp_path / "parts", stop_at=6)
+    assert stopped.stopped == "SIGTERM" and first == seen[:6]
+    resumed, rest, again = run(tmp_path / "parts", resume=True)
+    assert first + rest == seen and resumed.learner_steps == whole.learner_steps
+    assert (again.steps, again.total) == (learner.steps, learner.total)
 
 
 def test_a_corrupt_run_checkpoint_is_refused_and_changes_nothing(tmp_path):

@@ -72,7 +72,7 @@ MISSING = ["env_steps", "learner_steps", "episodes", "evaluations", "learner_met
 WRONG = {
     "env_steps": "60", "learner_steps": -1, "episodes": [(1.0, 2)], "evaluations": {"a": 1},
     "learner_metrics": {"loss": "high"}, "counters": {"next_log": 10}, "adder": [1, 2], "learner": None,
-    "policy": [], "env": 7, "timestep": [1], "actor": {}, "variable_client": {"last_pull": "30"},
+    "policy": [], "env": 7, "timestep": [1], "actor": {}, "variable_client": {"last_pull": "30"}, "learning": "yes",
 }
 
 
@@ -100,6 +100,20 @@ def test_a_run_file_missing_a_key_or_of_another_type_is_refused_before_anything_
              torch.get_rng_state())
     assert_same(after, before)
     assert learner.steps == 0 and table.size == 0 and int(table.store.count.sum()) == 0
+
+
+def test_a_checkpoint_without_the_learners_turn_resumes(saved, tmp_path):
+    """``learning`` (the turn of a run with bursts) came after the other keys: a checkpoint without it resumes
+    with the actors' turn."""
+    shutil.copytree(saved, tmp_path, dirs_exist_ok=True)
+    path = run_checkpoint.latest(tmp_path) / "run.pt"
+    state = run_checkpoint.load_state(path)
+    assert state["learning"] is False  # a run without bursts never hands the learner the turn
+    run_checkpoint.save_state(path, _without("learning")(state))
+    env, table, adder, learner, policy = run_parts(2)
+    result = rlflow.run(env, policy, learner, adder, table, steps=90, batch_size=4, seed=3, progress=False,
+                        checkpoint_dir=tmp_path, resume=True)
+    assert result.env_steps == 90 and learner.steps > 0
 
 
 def test_the_unedited_checkpoint_resumes(saved, tmp_path):

@@ -128,7 +128,8 @@ def run(make_env: Callable[[int], Environment], make_policy: Callable[[int], Pol
         table: the table the learner samples; it moves into the replay server.
         steps: as :func:`rlflow.run`.
         batch_size: as :func:`rlflow.run`.
-        config: what the run does around its parts (:class:`~rlflow.RunConfig`, except its checkpoint fields).
+        config: what the run does around its parts (:class:`~rlflow.RunConfig`, except its checkpoint fields and
+            ``bursts``).
         layout: where the parts go (:class:`Layout`).
         **options: fields of ``config`` or ``layout`` as keywords; each replaces theirs.
     """
@@ -149,6 +150,9 @@ class _Launch:
                  config: RunConfig, layout: Layout) -> None:
         if steps < 1 or batch_size < 1:
             raise ValueError(f"steps and batch_size must be >= 1, got {steps} and {batch_size}")
+        if config.bursts:
+            raise ValueError("bursts: actor processes write while the learner trains, so there are no turns to "
+                             "keep; bursts of learner steps need the one-process rlflow.run (or bursts=False)")
         if table not in adder.tables:
             raise ValueError(f"table {getattr(table, 'name', table)!r} is not one of the adder's tables "
                              f"{[t.name for t in adder.tables]}")
