@@ -283,16 +283,43 @@ def check_learning_starts(learning_starts: int, buffer_size: int) -> None:
                          f"starts once the replay holds that many), got {learning_starts}")
 
 
+def replay_rate_limiter(args: Any, items: int, error_buffer: float) -> Any:
+    """The off-policy baselines' ``SampleToInsertRatio``: ``args.samples_per_insert`` samples per stored
+    transition from ``args.learning_starts`` on, with ``error_buffer`` (the learner's steps spread evenly), or,
+    with ``args.train_freq`` (the run's ``bursts``: each side goes on until refused), a burst of ``train_freq *
+    samples_per_insert / batch_size`` learner steps every ``train_freq`` transitions. From the diff ``offset =
+    samples_per_insert * learning_starts`` the lanes step ``train_freq`` times and are refused the next step's
+    up to ``items`` transitions, then the learner trains back to ``offset``, refused a sample below it:
+    ``min_diff`` and ``max_diff`` sit half a sample and half an insert beyond those diffs
+    (docs/loop.md, bursts)."""
+    from rlflow.replay import SampleToInsertRatio
+
+    spi, freq = args.samples_per_insert, args.train_freq
+    if not freq:
+        return SampleToInsertRatio(spi, args.learning_starts, error_buffer=error_buffer)
+    if freq < 0 or args.num_actors:
+        raise ValueError(f"--train-freq: expected env steps >= 0 in one process (actor processes write while the "
+                         f"learner trains), got {freq} with --num-actors {args.num_actors}")
+    burst = freq * spi / args.batch_size
+    if burst < 1 or burst != round(burst):
+        raise ValueError(f"--train-freq: each burst is train_freq * samples_per_insert / batch_size learner steps, "
+                         f"expected a whole number >= 1, got {freq} * {spi:g} / {args.batch_size} = {burst:g}; "
+                         f"set --samples-per-insert to batch_size * gradient_steps / train_freq")
+    offset = spi * args.learning_starts
+    return SampleToInsertRatio(spi, args.learning_starts, error_buffer=(
+        offset - args.batch_size / 2, offset + (freq + items - 0.5) * spi))
+
+
 def continuous_replay(args: Any, capacity: int) -> tuple[Any, ...]:
     """The off-policy set-up of the continuous-control baselines: the env and an evaluation env, the action
     bounds and sizes, and a one-step transition adder writing to a uniform table under the ratio of
-    ``args.samples_per_insert`` (from ``args.learning_starts`` stored transitions on); with
-    ``args.num_actors``, a store lane per actor.
+    ``args.samples_per_insert`` (from ``args.learning_starts`` stored transitions on; in bursts with
+    ``args.train_freq``: :func:`replay_rate_limiter`); with ``args.num_actors``, a store lane per actor.
 
     Returns ``(env, eval_env, low, high, obs_dim, act_dim, adder, table)``.
     """
     from rlflow import adders, envs
-    from rlflow.replay import Fifo, SampleToInsertRatio, StepStore, Table, Uniform
+    from rlflow.replay import Fifo, StepStore, Table, Uniform
 
     check_learning_starts(args.learning_starts, args.buffer_size)
     lanes = max(1, args.num_actors)  # one env per actor with --num-actors
@@ -305,9 +332,8 @@ def continuous_replay(args: Any, capacity: int) -> tuple[Any, ...]:
     obs_dim = int(np.prod(env.single_observation_space.shape))
     act_dim = int(np.prod(space.shape))
     store = StepStore(env.spec, capacity=capacity // lanes, lanes=lanes)
-    table = Table(store, sampler=Uniform(seed=args.seed), remover=Fifo(), rate_limiter=SampleToInsertRatio(
-        args.samples_per_insert, args.learning_starts,
-        error_buffer=args.batch_size + steps_at_once * lanes * args.samples_per_insert))
+    table = Table(store, sampler=Uniform(seed=args.seed), remover=Fifo(), rate_limiter=replay_rate_limiter(
+        args, lanes, error_buffer=args.batch_size + steps_at_once * lanes * args.samples_per_insert))
     adder = adders.NStepTransition(store, [table], n=1, discount=args.gamma)
     return env, eval_env, low, high, obs_dim, act_dim, adder, table
 

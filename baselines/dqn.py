@@ -46,6 +46,7 @@ from baselines import (
     make_env,
     make_eval_env,
     policy_network,
+    replay_rate_limiter,
     to_device,
     torch_device,
     train,
@@ -54,7 +55,7 @@ from baselines._nets import QNetwork, device_of
 from baselines._presets import parse
 from rlflow import adders, specs
 from rlflow.policies import EpsilonGreedy
-from rlflow.replay import Fifo, Prioritized, SampleToInsertRatio, StepStore, Table, Uniform
+from rlflow.replay import Fifo, Prioritized, StepStore, Table, Uniform
 
 
 @dataclass
@@ -192,33 +193,6 @@ def actor_epsilon(args: Args, actor: int) -> float:
     return max(apex_epsilon(actor, args.num_actors), args.exploration_final_eps)
 
 
-def rate_limiter(args: Args) -> SampleToInsertRatio:
-    """``samples_per_insert`` samples per stored transition from ``learning_starts`` on: the learner's steps
-    spread evenly, or, with ``train_freq`` (the run's ``bursts``: each side goes on until refused), a burst of
-    ``train_freq * samples_per_insert / batch_size`` steps every ``train_freq`` transitions. From the diff
-    ``offset = samples_per_insert * learning_starts`` the lanes step ``train_freq`` times and are refused the
-    next step (one env step may store ``num_envs * n_step`` transitions: an episode's end completes ``n_step``
-    at once), then the learner trains back to ``offset``, refused a sample below it: ``min_diff`` and
-    ``max_diff`` sit half a sample and half an insert beyond those diffs."""
-    spi, items = args.samples_per_insert, args.num_envs * args.n_step
-    if not args.train_freq:
-        # The window holds one sample and one env step's items (one process) or one actor's block of 32 steps.
-        steps_at_once = 32 if args.num_actors else 1
-        window = args.batch_size + steps_at_once * items * spi
-        return SampleToInsertRatio(spi, args.learning_starts, error_buffer=max(window, 2 * args.batch_size))
-    if args.train_freq < 0 or args.num_actors:
-        raise ValueError(f"--train-freq: expected env steps >= 0 in one process (actor processes write while the "
-                         f"learner trains), got {args.train_freq} with --num-actors {args.num_actors}")
-    burst = args.train_freq * spi / args.batch_size
-    if burst < 1 or burst != round(burst):
-        raise ValueError(f"--train-freq: each burst is train_freq * samples_per_insert / batch_size learner steps, "
-                         f"expected a whole number >= 1, got {args.train_freq} * {spi:g} / {args.batch_size} = "
-                         f"{burst:g}; set --samples-per-insert to batch_size * gradient_steps / train_freq")
-    offset = spi * args.learning_starts
-    return SampleToInsertRatio(spi, args.learning_starts, error_buffer=(
-        offset - args.batch_size / 2, offset + (args.train_freq + items - 0.5) * spi))
-
-
 def main(args: Args) -> rlflow.RunResult:
     device = torch_device(args)
     torch.manual_seed(args.seed)
@@ -238,7 +212,11 @@ def main(args: Args) -> rlflow.RunResult:
     rows = args.buffer_size // lanes + args.n_step + specs.stack_reach(env.spec)
     store = StepStore(env.spec, capacity=rows, lanes=lanes)
     sampler = Prioritized(args.alpha, args.beta, seed=args.seed) if args.prioritized else Uniform(seed=args.seed)
-    table = Table(store, sampler=sampler, remover=Fifo(), rate_limiter=rate_limiter(args))
+    # The spread window holds one sample and one env step's items (one process) or one actor's block of 32 steps.
+    items = args.num_envs * args.n_step  # an episode's end completes n_step transitions at once
+    window = args.batch_size + (32 if args.num_actors else 1) * items * args.samples_per_insert
+    table = Table(store, sampler=sampler, remover=Fifo(),
+                  rate_limiter=replay_rate_limiter(args, items, error_buffer=max(window, 2 * args.batch_size)))
     adder = adders.NStepTransition(store, [table], n=args.n_step, discount=args.gamma)
 
     # The algorithm: the learner trains the online network on the device; the policy acts with it (the loop

@@ -56,6 +56,7 @@ class Args(RunArgs, ActorArgs, VideoArgs):
     tau: float = 0.005  # each learner step moves the target critics this share of the way to the online ones
     learning_starts: int = 100  # random actions (and no learning) before this many steps
     samples_per_insert: float = 256.0  # batch_size * gradient steps per env step
+    train_freq: int = 0  # env steps between bursts of learner steps, as SB3 trains (0: the steps spread evenly)
     hidden: tuple[int, ...] = (256, 256)  # sizes of the hidden layers of the actor and of each critic
     eval_every: int = 5_000  # env steps between evaluations (0: only at the end)
     logdir: str = "runs/sac"  # directory of the run's logs, checkpoints, saved learners and learning curve
@@ -199,7 +200,7 @@ def main(args: Args) -> rlflow.RunResult:
     learner = SACLearner(actor, critics, args)
     policy = StochasticPolicy(actor, low, high, args)
     if not args.num_actors:
-        return train("SAC", args, env, eval_env, policy, learner, adder, table)
+        return train("SAC", args, env, eval_env, policy, learner, adder, table, bursts=args.train_freq > 0)
     # Actor processes on Ray, one env each, acting on the CPU with copies of the learner's actor.
     parts = ActorParts(args, None, lambda a, i: StochasticPolicy(GaussianActor(obs_dim, low, high, a.hidden), low,
                                                                  high, a))

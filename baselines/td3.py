@@ -52,6 +52,7 @@ class Args(RunArgs, ActorArgs, VideoArgs):
     tau: float = 0.005  # each actor update (every policy_delay critic updates) moves the targets this far
     learning_starts: int = 10_000  # random actions (and no learning) before this many steps
     samples_per_insert: float = 256.0  # batch_size * gradient steps per env step
+    train_freq: int = 0  # env steps between bursts of learner steps, as SB3 trains (0: the steps spread evenly)
     exploration_noise: float = 0.05  # Gaussian std, in units of the action range's half-width (2 on Pendulum)
     policy_noise: float = 0.2  # target policy smoothing noise, same units
     noise_clip: float = 0.5  # the target policy smoothing noise is clipped to +- this, same units
@@ -188,7 +189,7 @@ def main(args: Args) -> rlflow.RunResult:
     policy = GaussianExploration(actor, low, high, args)
 
     if not args.num_actors:
-        return train("TD3", args, env, eval_env, policy, learner, adder, table)
+        return train("TD3", args, env, eval_env, policy, learner, adder, table, bursts=args.train_freq > 0)
     # Actor processes on Ray, one env each, acting on the CPU with copies of the learner's actor.
     parts = ActorParts(args, None, lambda a, i: GaussianExploration(Actor(obs_dim, low, high, a.hidden), low, high, a))
     return train("TD3", args, env, eval_env, policy, learner, adder, table, actors=(parts.env, parts.policy))

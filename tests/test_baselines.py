@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from baselines import BestLearner, actor_args, dqn, ppo, sac, td3
+from baselines import BestLearner, actor_args, dqn, ppo, replay_rate_limiter, sac, td3
 from rlflow import envs, run_checkpoint
 from rlflow.actors import evaluate
 from rlflow.loggers import read_csv
@@ -75,19 +75,19 @@ def test_dqn_runs_and_logs(tmp_path, options):
     assert learner.steps == result.learner_steps
 
 
-@pytest.mark.parametrize(("train_freq", "n_step", "num_envs", "min_diff", "max_diff"), [
+@pytest.mark.parametrize(("train_freq", "items", "min_diff", "max_diff"), [
     # spi 64, batch 128, learning_starts 1000: offset 64,000. The lanes step 16 times from the offset (diff
-    # 65,024) and are refused the next step's num_envs * n_step transitions; the learner trains back down to
+    # 65,024) and are refused the next step's up to `items` transitions; the learner trains back down to
     # 64,000 and is refused below: min_diff 64,000 - 64, max_diff 64,000 + (16 + items - 0.5) * 64.
-    (16, 1, 1, 63_936.0, 65_056.0),
-    (16, 3, 1, 63_936.0, 65_184.0),
-    (16, 1, 2, 63_936.0, 65_120.0),
-    (0, 1, 1, 64_000.0 - 256, 64_000.0 + 256),  # spread: error_buffer max(128 + 64, 2 * 128)
+    (16, 1, 63_936.0, 65_056.0),
+    (16, 3, 63_936.0, 65_184.0),  # e.g. DQN's 3-step transitions
+    (16, 2, 63_936.0, 65_120.0),  # e.g. 2 envs
+    (0, 1, 64_000.0 - 300, 64_000.0 + 300),  # spread: the error_buffer given
 ])
-def test_dqn_train_freq_sets_the_window_of_its_bursts(train_freq, n_step, num_envs, min_diff, max_diff):
-    args = dqn.Args(train_freq=train_freq, n_step=n_step, num_envs=num_envs, samples_per_insert=64.0, batch_size=128,
-                    learning_starts=1000)
-    limiter = dqn.rate_limiter(args)
+def test_train_freq_sets_the_window_of_its_bursts(train_freq, items, min_diff, max_diff):
+    args = types.SimpleNamespace(train_freq=train_freq, samples_per_insert=64.0, batch_size=128, learning_starts=1000,
+                                 num_actors=0)
+    limiter = replay_rate_limiter(args, items, error_buffer=300.0)
     assert (limiter.samples_per_insert, limiter.min_size_to_sample) == (64.0, 1000)
     assert (limiter.min_diff, limiter.max_diff) == (min_diff, max_diff)
 
@@ -103,6 +103,23 @@ def test_dqn_train_freq_trains_in_bursts(tmp_path):
     assert spread.learner_steps == 151
 
 
+@pytest.mark.parametrize("baseline", ["sac", "td3"])
+def test_continuous_baselines_train_in_bursts_with_train_freq(baseline, tmp_path):
+    """Pendulum, learning from 200 stored transitions, 256 samples per transition, batches of 256: with
+    --train-freq 8, bursts of 8 learner steps at 208, 216, .., 392 stored (24 bursts, 192 steps in 400 env
+    steps); spread, one step per transition from 200 on (the error_buffer of 512 lets two run at 200: 201)."""
+    import importlib
+
+    module = importlib.import_module(f"baselines.{baseline}")
+    base = ["--env-id", "Pendulum-v1", "--total-steps", "400", "--learning-starts", "200", "--batch-size", "256",
+            "--samples-per-insert", "256", "--hidden", "16", "16", "--eval-every", "0", "--eval-episodes", "1",
+            "--no-progress"]
+    bursts = module.main(module.parse_args([*base, "--train-freq", "8", "--logdir", str(tmp_path / "b")]))
+    spread = module.main(module.parse_args([*base, "--logdir", str(tmp_path / "s")]))
+    assert (bursts.learner_steps, spread.learner_steps) == (192, 201)
+
+
+@pytest.mark.parametrize("baseline", ["dqn", "sac"])
 @pytest.mark.parametrize(("flags", "match"), [
     (["--train-freq", "16", "--samples-per-insert", "60", "--batch-size", "128"],
      r"--train-freq: .* whole number >= 1, got 16 \* 60 / 128 = 7.5; set --samples-per-insert"),
@@ -110,10 +127,13 @@ def test_dqn_train_freq_trains_in_bursts(tmp_path):
     (["--train-freq", "-4"], r"--train-freq: expected env steps >= 0 in one process .* got -4"),
     (["--train-freq", "4", "--num-actors", "2"], r"--train-freq: expected .* in one process .* --num-actors 2"),
 ])
-def test_dqn_train_freq_refuses_what_cannot_burst(flags, match, tmp_path):
-    args = dqn.parse_args([*flags, "--logdir", str(tmp_path)])
+def test_train_freq_refuses_what_cannot_burst(baseline, flags, match, tmp_path):
+    import importlib
+
+    module = importlib.import_module(f"baselines.{baseline}")
+    args = module.parse_args([*flags, "--logdir", str(tmp_path)])
     with pytest.raises(ValueError, match=match):
-        dqn.main(args)
+        module.main(args)
     assert not (tmp_path / "config.json").exists()  # refused before the run wrote anything
 
 
