@@ -283,23 +283,28 @@ def check_learning_starts(learning_starts: int, buffer_size: int) -> None:
                          f"starts once the replay holds that many), got {learning_starts}")
 
 
-def replay_rate_limiter(args: Any, items: int, error_buffer: float) -> Any:
+def replay_rate_limiter(args: Any, lanes: int, n_step: int, error_buffer: float) -> Any:
     """The off-policy baselines' ``SampleToInsertRatio``: ``args.samples_per_insert`` samples per stored
     transition from ``args.learning_starts`` on, with ``error_buffer`` (the learner's steps spread evenly), or,
     with ``args.train_freq`` (the run's ``bursts``: each side goes on until refused), a burst of ``train_freq *
-    samples_per_insert / batch_size`` learner steps every ``train_freq`` transitions. From the diff ``offset =
-    samples_per_insert * learning_starts`` the lanes step ``train_freq`` times and are refused the next step's
-    up to ``items`` transitions, then the learner trains back to ``offset``, refused a sample below it:
-    ``min_diff`` and ``max_diff`` sit half a sample and half an insert beyond those diffs
-    (docs/loop.md, bursts)."""
+    samples_per_insert / batch_size`` learner steps every ``train_freq`` transitions (over the ``lanes`` envs).
+    From the diff ``offset = samples_per_insert * learning_starts`` the lanes step ``train_freq / lanes`` times
+    and are refused the next step's up to ``lanes * n_step`` transitions, then the learner trains back to
+    ``offset``, refused a sample below it: ``min_diff`` and ``max_diff`` sit half a sample and half an insert
+    beyond those diffs (docs/loop.md, bursts: exact for one-step transitions after the first burst; an n-step
+    episode end stores up to ``n_step`` at once, so a burst may come a few transitions late)."""
     from rlflow.replay import SampleToInsertRatio
 
     spi, freq = args.samples_per_insert, args.train_freq
     if not freq:
         return SampleToInsertRatio(spi, args.learning_starts, error_buffer=error_buffer)
-    if freq < 0 or args.num_actors:
-        raise ValueError(f"--train-freq: expected env steps >= 0 in one process (actor processes write while the "
-                         f"learner trains), got {freq} with --num-actors {args.num_actors}")
+    if args.num_actors:
+        raise ValueError(f"--train-freq {freq} with --num-actors {args.num_actors}: actor processes write while the "
+                         "learner trains, so there are no bursts to make; drop --train-freq (its steps spread "
+                         "evenly) or --num-actors")
+    if freq < 0 or freq % lanes:
+        raise ValueError(f"--train-freq: expected env steps >= 0, a multiple of the {lanes} envs stepped together "
+                         f"(transitions over all of them), got {freq}")
     burst = freq * spi / args.batch_size
     if burst < 1 or burst != round(burst):
         raise ValueError(f"--train-freq: each burst is train_freq * samples_per_insert / batch_size learner steps, "
@@ -307,7 +312,7 @@ def replay_rate_limiter(args: Any, items: int, error_buffer: float) -> Any:
                          f"set --samples-per-insert to batch_size * gradient_steps / train_freq")
     offset = spi * args.learning_starts
     return SampleToInsertRatio(spi, args.learning_starts, error_buffer=(
-        offset - args.batch_size / 2, offset + (freq + items - 0.5) * spi))
+        offset - args.batch_size / 2, offset + (freq + lanes * n_step - 0.5) * spi))
 
 
 def continuous_replay(args: Any, capacity: int) -> tuple[Any, ...]:
@@ -333,7 +338,7 @@ def continuous_replay(args: Any, capacity: int) -> tuple[Any, ...]:
     act_dim = int(np.prod(space.shape))
     store = StepStore(env.spec, capacity=capacity // lanes, lanes=lanes)
     table = Table(store, sampler=Uniform(seed=args.seed), remover=Fifo(), rate_limiter=replay_rate_limiter(
-        args, lanes, error_buffer=args.batch_size + steps_at_once * lanes * args.samples_per_insert))
+        args, lanes, 1, error_buffer=args.batch_size + steps_at_once * lanes * args.samples_per_insert))
     adder = adders.NStepTransition(store, [table], n=1, discount=args.gamma)
     return env, eval_env, low, high, obs_dim, act_dim, adder, table
 

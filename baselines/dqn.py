@@ -215,8 +215,8 @@ def main(args: Args) -> rlflow.RunResult:
     # The spread window holds one sample and one env step's items (one process) or one actor's block of 32 steps.
     items = args.num_envs * args.n_step  # an episode's end completes n_step transitions at once
     window = args.batch_size + (32 if args.num_actors else 1) * items * args.samples_per_insert
-    table = Table(store, sampler=sampler, remover=Fifo(),
-                  rate_limiter=replay_rate_limiter(args, items, error_buffer=max(window, 2 * args.batch_size)))
+    table = Table(store, sampler=sampler, remover=Fifo(), rate_limiter=replay_rate_limiter(
+        args, args.num_envs, args.n_step, error_buffer=max(window, 2 * args.batch_size)))
     adder = adders.NStepTransition(store, [table], n=args.n_step, discount=args.gamma)
 
     # The algorithm: the learner trains the online network on the device; the policy acts with it (the loop

@@ -50,7 +50,7 @@ from rlflow.actors import Actor, EpisodeStats, VariableClient
 from rlflow.actors import evaluate as evaluate_policy
 from rlflow.core import Learner, Policy, learner_step
 from rlflow.loggers import MultiLogger, evaluation_line, make_logger, progress_bar
-from rlflow.run_checks import check_limiter, check_parts, check_unsampled, unsampled_tables
+from rlflow.run_checks import check_bursts, check_limiter, check_parts, check_unsampled, unsampled_tables
 
 if TYPE_CHECKING:
     from rlflow.adders.base import Adder
@@ -261,6 +261,8 @@ class _Loop:
         left = -(-max(self.steps - self.result.env_steps, 0) // self.lanes) * self.lanes
         unsampled = unsampled_tables(adder, table, learner)
         check_unsampled(unsampled, left, adder.max_items_per_step, table if learner is not None else None)
+        if learner is not None and config.bursts:
+            check_bursts(table, self.step_items, left * adder.max_items_per_step)
         self.bounded = [t for t in unsampled if t.rate_limiter.max_diff < sys.float_info.max]  # they may refuse
         self.pending: dict[str, list[float]] = {}  # learner metrics since the last row
         self.stop = StopRequest()

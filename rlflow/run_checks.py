@@ -34,7 +34,8 @@ from typing import Any
 from rlflow.environment import Environment
 from rlflow.replay.rate_limiters import Queue, SampleToInsertRatio, Stack
 
-__all__ = ["check_env", "check_limiter", "check_parts", "check_unsampled", "least_error_buffer", "unsampled_tables"]
+__all__ = ["check_bursts", "check_env", "check_limiter", "check_parts", "check_unsampled", "least_error_buffer",
+           "unsampled_tables"]
 
 _NEEDS = {
     "policy": ("act", "initial_state", "set_params", "state_dict", "load_state_dict"),
@@ -146,6 +147,19 @@ def check_limiter(table: Any, batch_size: int, items: int, bursts: bool = False)
         fix = (f"give SampleToInsertRatio(samples_per_insert={spi:g}, min_size_to_sample={m}) an error_buffer of "
                f"at least {e} (the least that passes every check), or take smaller batches")
     raise ValueError(f"table {table.name!r}: {problem} ({limiter!r}); the loop would deadlock. {fix}")
+
+
+def check_bursts(table: Any, items: int, most_items: int) -> None:
+    """Raise ValueError when the learner of a run with bursts would never get the turn: it trains once ``table``
+    refuses an env step's ``items``, and the run's up to ``most_items`` more items, with no sample, leave its
+    diff at most ``max_diff``."""
+    limiter = table.rate_limiter
+    top = (limiter.inserts + most_items + items) * limiter.samples_per_insert - limiter.samples
+    if top <= limiter.max_diff:
+        raise ValueError(f"table {table.name!r}: with bursts the learner trains once the table refuses an env step's "
+                         f"items, at a diff above max_diff={limiter.max_diff:g}, and this run's up to "
+                         f"{most_items} more items bring it to at most {top:g}: it would never train "
+                         f"({limiter!r}); lower max_diff, run more steps, or run with bursts=False")
 
 
 def unsampled_tables(adder: Any, table: Any, learner: Any) -> list[Any]:

@@ -75,29 +75,32 @@ def test_dqn_runs_and_logs(tmp_path, options):
     assert learner.steps == result.learner_steps
 
 
-@pytest.mark.parametrize(("train_freq", "items", "min_diff", "max_diff"), [
+@pytest.mark.parametrize(("train_freq", "lanes", "n_step", "min_diff", "max_diff"), [
     # spi 64, batch 128, learning_starts 1000: offset 64,000. The lanes step 16 times from the offset (diff
-    # 65,024) and are refused the next step's up to `items` transitions; the learner trains back down to
-    # 64,000 and is refused below: min_diff 64,000 - 64, max_diff 64,000 + (16 + items - 0.5) * 64.
-    (16, 1, 63_936.0, 65_056.0),
-    (16, 3, 63_936.0, 65_184.0),  # e.g. DQN's 3-step transitions
-    (16, 2, 63_936.0, 65_120.0),  # e.g. 2 envs
-    (0, 1, 64_000.0 - 300, 64_000.0 + 300),  # spread: the error_buffer given
+    # 65,024) and are refused the next step's up to lanes * n_step transitions; the learner trains back down to
+    # 64,000 and is refused below: min_diff 64,000 - 64, max_diff 64,000 + (16 + lanes * n_step - 0.5) * 64.
+    (16, 1, 1, 63_936.0, 65_056.0),
+    (16, 1, 3, 63_936.0, 65_184.0),  # DQN's 3-step transitions
+    (16, 2, 1, 63_936.0, 65_120.0),  # 2 envs
+    (0, 1, 1, 64_000.0 - 300, 64_000.0 + 300),  # spread: the error_buffer given
 ])
-def test_train_freq_sets_the_window_of_its_bursts(train_freq, items, min_diff, max_diff):
+def test_train_freq_sets_the_window_of_its_bursts(train_freq, lanes, n_step, min_diff, max_diff):
     args = types.SimpleNamespace(train_freq=train_freq, samples_per_insert=64.0, batch_size=128, learning_starts=1000,
                                  num_actors=0)
-    limiter = replay_rate_limiter(args, items, error_buffer=300.0)
+    limiter = replay_rate_limiter(args, lanes, n_step, error_buffer=300.0)
     assert (limiter.samples_per_insert, limiter.min_size_to_sample) == (64.0, 1000)
     assert (limiter.min_diff, limiter.max_diff) == (min_diff, max_diff)
 
 
-def test_dqn_train_freq_trains_in_bursts(tmp_path):
+@pytest.mark.parametrize("num_envs", [1, 2])
+def test_dqn_train_freq_trains_in_bursts(num_envs, tmp_path):
     """Bursts of 16 * 64 / 128 = 8 learner steps every 16 transitions from 1,016 stored on: at 1,016, 1,032, ..,
-    1,288 (the run's last burst; 1,300 env steps), 18 bursts, 144 steps. Spread evenly, the same ratio gives
-    151: (1,299 * 64 - 63,744) // 128, one step whenever the diff is 128 above min_diff 63,744."""
+    1,288 (the run's last burst; 1,300 env steps), 18 bursts, 144 steps, with one env or two (8 steps of both).
+    Spread evenly, the same ratio gives 151: (1,298 * 64 - 63,744) // 128, one step whenever the diff is 128
+    above min_diff 63,744."""
     args = dqn.Args(total_steps=1300, learning_starts=1000, train_freq=16, samples_per_insert=64.0, batch_size=128,
-                    n_step=1, hidden=(16,), eval_every=0, eval_episodes=1, logdir=str(tmp_path), progress=False)
+                    n_step=1, num_envs=num_envs, hidden=(16,), eval_every=0, eval_episodes=1, logdir=str(tmp_path),
+                    progress=False)
     assert dqn.main(args).learner_steps == 144
     spread = dqn.main(dataclasses.replace(args, train_freq=0, logdir=str(tmp_path / "spread")))
     assert spread.learner_steps == 151
@@ -119,13 +122,20 @@ def test_continuous_baselines_train_in_bursts_with_train_freq(baseline, tmp_path
     assert (bursts.learner_steps, spread.learner_steps) == (192, 201)
 
 
+def test_dqn_train_freq_is_a_multiple_of_its_envs(tmp_path):
+    args = dqn.parse_args(["--num-envs", "3", "--train-freq", "16", "--logdir", str(tmp_path)])
+    with pytest.raises(ValueError, match=r"--train-freq: expected .* a multiple of the 3 envs .* got 16"):
+        dqn.main(args)
+
+
 @pytest.mark.parametrize("baseline", ["dqn", "sac"])
 @pytest.mark.parametrize(("flags", "match"), [
     (["--train-freq", "16", "--samples-per-insert", "60", "--batch-size", "128"],
      r"--train-freq: .* whole number >= 1, got 16 \* 60 / 128 = 7.5; set --samples-per-insert"),
     (["--train-freq", "1", "--samples-per-insert", "16", "--batch-size", "64"], r"got 1 \* 16 / 64 = 0.25"),
-    (["--train-freq", "-4"], r"--train-freq: expected env steps >= 0 in one process .* got -4"),
-    (["--train-freq", "4", "--num-actors", "2"], r"--train-freq: expected .* in one process .* --num-actors 2"),
+    (["--train-freq", "-4"], r"--train-freq: expected env steps >= 0, a multiple of the 1 envs .* got -4"),
+    (["--train-freq", "4", "--num-actors", "2"], r"--train-freq 4 with --num-actors 2: .* drop --train-freq .* or "
+                                                 r"--num-actors"),
 ])
 def test_train_freq_refuses_what_cannot_burst(baseline, flags, match, tmp_path):
     import importlib
