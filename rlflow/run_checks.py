@@ -151,14 +151,14 @@ def check_limiter(table: Any, batch_size: int, items: int, bursts: bool = False)
 
 def check_bursts(table: Any, items: int, most_items: int) -> None:
     """Raise ValueError when the learner of a run with bursts would never get the turn: it trains once ``table``
-    refuses an env step's ``items``, and the run's up to ``most_items`` more items, with no sample, leave its
-    diff at most ``max_diff``."""
+    refuses an env step's ``items``, and before the run's last env step (its up to ``most_items`` more items
+    but that step's, then asking for that step's ``items``), with no sample, the diff is at most ``max_diff``."""
     limiter = table.rate_limiter
-    top = (limiter.inserts + most_items + items) * limiter.samples_per_insert - limiter.samples
+    top = (limiter.inserts + most_items) * limiter.samples_per_insert - limiter.samples
     if top <= limiter.max_diff:
         raise ValueError(f"table {table.name!r}: with bursts the learner trains once the table refuses an env step's "
                          f"items, at a diff above max_diff={limiter.max_diff:g}, and this run's up to "
-                         f"{most_items} more items bring it to at most {top:g}: it would never train "
+                         f"{most_items} more items ask for at most {top:g}: it would never train "
                          f"({limiter!r}); lower max_diff, run more steps, or run with bursts=False")
 
 

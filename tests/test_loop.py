@@ -137,17 +137,17 @@ def test_bursts_refuse_a_limiter_that_never_refuses_an_insert():
 
 @pytest.mark.parametrize(("steps", "top"), [
     # SampleToInsertRatio(1, 10, (0, 60)), one item an env step: the learner's first turn comes when an insert
-    # would take the diff above 60, i.e. before the 61st item. The check bounds the diff a run's steps can
-    # bring: inserts so far + every step's most items + one more step's, 58 + 1 = 59 and 59 + 1 = 60: refused.
-    (58, 59),
-    (59, 60),
+    # would take the diff above 60, i.e. before the 61st item. Before a run's last step its inserts ask for at
+    # most (inserts so far + the run's items) * 1: 59 and 60 are refused (never above 60), 61 runs.
+    (59, 59),
+    (60, 60),
     (61, None),  # refused before the 61st step: the learner takes its turn
 ])
 def test_bursts_refuse_a_run_whose_learner_would_never_get_the_turn(steps, top):
     env, table, adder = setup(limiter=SampleToInsertRatio(1.0, 10, error_buffer=(0.0, 60.0)))
     learner = CountingLearner(4)
     if top is not None:
-        with pytest.raises(ValueError, match=rf"with bursts .* at most {top}: it would never train .* lower max_diff"):
+        with pytest.raises(ValueError, match=rf"with bursts .* ask for at most {top}: it would never train .* lower"):
             rlflow.run(env, RandomPolicy(), learner, adder, table, steps=steps, batch_size=4, progress=False,
                        bursts=True)
         assert table.rate_limiter.inserts == 0
