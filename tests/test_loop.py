@@ -52,6 +52,18 @@ class CountingLearner(rlflow.Learner):
         return self.steps
 
 
+class InsertsAtEachStep(CountingLearner):
+    """Records the table's inserts at each of its steps (``seen``)."""
+
+    def __init__(self, batch_size: int, table) -> None:
+        super().__init__(batch_size)
+        self.limiter, self.seen = table.rate_limiter, []
+
+    def step(self, sample):
+        self.seen.append(self.limiter.inserts)
+        return super().step(sample)
+
+
 def setup(num_envs=1, *, limiter, n=1, capacity=10_000):
     env = envs.make("CartPole-v1", num_envs=num_envs, seed=0)
     store = StepStore(env.spec, capacity=capacity, lanes=num_envs)
@@ -112,17 +124,40 @@ def test_no_learner_step_before_min_size_and_ratio_held_throughout():
 ])
 def test_bursts_use_up_the_window_each_side_in_turn(bursts, learned_at):
     env, table, adder = setup(limiter=SampleToInsertRatio(4.0, 10, error_buffer=(40.0, 76.0)))
-    limiter = table.rate_limiter
-    seen = []
-
-    class Watch(CountingLearner):
-        def step(self, sample):
-            seen.append(limiter.inserts)
-            return super().step(sample)
-
-    result = rlflow.run(env, RandomPolicy(), Watch(16), adder, table, steps=60, batch_size=16, progress=False,
+    learner = InsertsAtEachStep(16, table)
+    result = rlflow.run(env, RandomPolicy(), learner, adder, table, steps=60, batch_size=16, progress=False,
                         bursts=bursts)
-    assert seen == learned_at and result.learner_steps == 12 and result.env_steps == 60
+    assert learner.seen == learned_at and result.learner_steps == 12 and result.env_steps == 60
+
+
+def _bursts(seen):
+    """``(inserts, learner steps)`` of each burst, from the inserts seen at each learner step."""
+    return [(i, seen.count(i)) for i in sorted(set(seen))]
+
+
+def test_bursts_with_lanes_not_dividing_min_size_are_exact_after_the_first():
+    """3 lanes, spi 8, min_size 100, batches of 32, the window of 3 learner steps after every 12 items (as
+    baselines.replay_rate_limiter builds it): min_diff 800 - 16 = 784, max_diff 800 + (12 + 3 - 0.5) * 8 = 916.
+    The lanes step 3 items at a time while (I + 3) * 8 - S <= 916: to 114 items (diff 912), then the learner
+    trains to 784: 4 steps (784 - 32 < 784). Then 5 steps of the lanes to 129 (diff 904), 3 learner steps to 808,
+    and from there on 12 items (904 again) and 3 steps: the first burst one step longer, the later ones exact."""
+    env, table, adder = setup(num_envs=3, limiter=SampleToInsertRatio(8.0, 100, error_buffer=(784.0, 916.0)))
+    learner = InsertsAtEachStep(32, table)
+    rlflow.run(env, RandomPolicy(), learner, adder, table, steps=300, batch_size=32, progress=False, bursts=True)
+    assert _bursts(learner.seen) == [(114, 4)] + [(i, 3) for i in range(129, 298, 12)]
+
+
+def test_n_step_bursts_are_at_most_one_step_longer_and_keep_the_ratio():
+    """One lane, 3-step transitions, spi 8, batches of 32, 4 learner steps after every 16 items (max_diff 800 +
+    (16 + 3 - 0.5) * 8): an episode's end stores up to 3 items at once, so a burst may pass the top by up to 2
+    items and take a 5th step; never fewer than 4, never more than 5, and the diff stays in the window."""
+    env, table, adder = setup(n=3, limiter=SampleToInsertRatio(8.0, 100, error_buffer=(784.0, 948.0)))
+    learner = InsertsAtEachStep(32, table)
+    rlflow.run(env, RandomPolicy(), learner, adder, table, steps=1_500, batch_size=32, progress=False, bursts=True)
+    sizes = [n for _, n in _bursts(learner.seen)]
+    assert len(sizes) > 50 and set(sizes) == {4, 5}  # CartPole's random episodes end every 20 steps or so
+    limiter = table.rate_limiter
+    assert 784 <= limiter.inserts * 8 - limiter.samples <= 948
 
 
 def test_bursts_refuse_a_limiter_that_never_refuses_an_insert():
