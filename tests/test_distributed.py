@@ -497,13 +497,16 @@ def test_a_killed_actor_restarts_and_the_run_completes(ray_local, tmp_path):
     learner = WindowLearner()
     rows = []
     pid_file = tmp_path / "actor-1.pid"
-    killed = kill_when(lambda: pid_file.exists() and len([r for r in rows if r[0] == "train"]) > 200,
+    # Ray reports a killed actor seconds later (up to about 11,000 of these env steps after the kill, unloaded):
+    # the kill comes early and the run lasts long enough that the report, the restart and the restarted actor's
+    # episodes come in before it ends.
+    killed = kill_when(lambda: pid_file.exists() and len([r for r in rows if r[0] == "train"]) > 50,
                        lambda: int(pid_file.read_text()))
     with pytest.warns(RuntimeWarning, match="actor 1's process died"):
-        result = distributed.run(PidFiles(str(tmp_path)), RandomPolicy, learner, adder, table, steps=12_000,
+        result = distributed.run(PidFiles(str(tmp_path)), RandomPolicy, learner, adder, table, steps=40_000,
                                  batch_size=32, num_actors=2, progress=False, seed=0,
                                  observers=[lambda *row: rows.append(row)])
-    assert killed and result.env_steps >= 12_000 and learner.bad == []
+    assert killed and result.env_steps >= 40_000 and learner.bad == []
     faults = [r[2] for r in rows if r[0] == "faults"]
     assert faults == [{"actor": 1, "restarts": 1}]
     assert int(pid_file.read_text()) != killed[0]  # the restarted actor wrote its new process id
