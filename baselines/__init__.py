@@ -163,7 +163,7 @@ class ActorArgs:
     """The flags of the baselines that also run with actor processes on Ray (``rlflow.distributed``)."""
 
     num_actors: int = 0  # actor processes on Ray, each with its own envs and policy; 0: one process
-    address: str | None = None  # with --num-actors: a running Ray cluster ("auto" or HOST:PORT); None: a local one
+    address: str | None = None  # with --num-actors: a Ray cluster ("auto" or HOST:PORT); None: a local one on 127.0.0.1
     sync_period: int = 400  # with --num-actors: an actor's env steps between parameter pulls (PPO: every update)
 
 

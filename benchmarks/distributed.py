@@ -32,8 +32,6 @@ import sys
 import tempfile
 import time
 
-os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-
 import gymnasium as gym
 import numpy as np
 import ray
@@ -266,7 +264,8 @@ sys.path.insert(0, {folder!r})
 start = time.perf_counter()
 import ray
 from distributed import startup_run
-ray.init(include_dashboard=False)  # as distributed.run starts it (here, so that its shutdown is not timed)
+from rlflow.distributed import init_local
+init_local()  # as distributed.run starts it (here, so that its shutdown is not timed)
 startup_run()
 print(time.perf_counter() - start)
 ray.shutdown()
@@ -322,8 +321,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"ray {ray.__version__}, numpy {np.__version__}, torch {torch.__version__}, {os.cpu_count()} cores")
     for name in args.cases:
         if name != "startup" and not ray.is_initialized():
-            ray.init(num_cpus=4, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False,
-                     object_store_memory=500 * 2**20, _temp_dir=tempfile.mkdtemp(prefix="rlflow-ray-"))
+            distributed.init_local(num_cpus=4, log_to_driver=False, object_store_memory=500 * 2**20,
+                                   _temp_dir=tempfile.mkdtemp(prefix="rlflow-ray-"))
         if name == "startup" and ray.is_initialized():
             ray.shutdown()
         figures = CASES[name](args)

@@ -25,6 +25,7 @@ from rlflow.core import Learner, Policy
 from rlflow.distributed.actor import ActorWorker
 from rlflow.distributed.evaluator import Evaluator
 from rlflow.distributed.learning import LearnerReport, LearnerWorker
+from rlflow.distributed.local_ray import connect, import_ray
 from rlflow.distributed.retry import until_answered
 from rlflow.distributed.server import Progress, ReplayServer
 from rlflow.distributed.variables import VariableSource
@@ -45,8 +46,9 @@ class Layout:
 
     Attributes:
         num_actors: actor processes; the adder's store has the same number of lanes for each.
-        address: None starts a local Ray instance (or uses the one this process started); ``"auto"`` or
-            ``"HOST:PORT"`` joins a running cluster.
+        address: None starts a local Ray instance that listens on 127.0.0.1 only (:func:`init_local`) and
+            shuts it down at the end; ``"auto"`` or ``"HOST:PORT"`` joins a running cluster (so does None
+            with ``RAY_ADDRESS`` set). A Ray this process already started is used as it is, whatever this is.
         block_steps: env steps an actor puts in a block before it ships it; fewer where the learner's
             rate limiter could not admit a block's items at once.
         max_in_flight: blocks an actor has shipped and not had answered, at most (then it waits).
@@ -185,10 +187,8 @@ class _Launch:
         self.incarnation: int | None = None  # of the replay server, as last seen (another: it restarted)
 
     def run(self) -> RunResult:
-        ray = self.ray = _ray()
-        started = not ray.is_initialized()
-        if started:
-            ray.init(address=self.layout.address, include_dashboard=False, log_to_driver=True)
+        started = connect(self.layout.address)
+        ray = self.ray = import_ray()
         self.server = self.source = self.evaluator = self.trainer = None
         self.workers: list[Any] = []
         try:
@@ -528,11 +528,3 @@ def _this_node() -> Any:
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     return NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-
-
-def _ray() -> Any:
-    try:
-        import ray
-    except ImportError:
-        raise ImportError("rlflow.distributed needs Ray: pip install \"rlflow[ray]\"") from None
-    return ray
