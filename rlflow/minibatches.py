@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from rlflow.kernels import minibatches as kernels
+from rlflow import _core
 from rlflow.replay.sample import map_structure
 
 __all__ = ["Chunks", "chunk_resets", "feedforward", "feedforward_batches", "naive_recurrent", "recurrent_chunks",
@@ -51,9 +51,9 @@ def _numpy(x: Any) -> np.ndarray:
 
 def _permutation(values: int | np.ndarray, rng: np.random.Generator | int | None) -> np.ndarray:
     """``values`` (an int64 array, or ``arange(n)`` for an int) in a random order drawn from ``rng``: the
-    generator's uniforms drive a compiled Fisher-Yates shuffle (:func:`rlflow.kernels.minibatches.shuffle`)."""
+    generator's uniforms drive the compiled core's Fisher-Yates shuffle (``csrc/shuffle.h``)."""
     out = np.arange(values, dtype=np.int64) if isinstance(values, int) else np.array(values, np.int64)
-    kernels.shuffle(out, np.random.default_rng(rng).random(out.size))
+    _core.shuffle(out, np.random.default_rng(rng).random(out.size))
     return out
 
 

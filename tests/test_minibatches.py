@@ -288,3 +288,22 @@ def test_the_shuffle_kernel_draws_every_order_equally_often():
     assert mb._permutation(np.array([5, 7, 9]), 3).tolist() in ([5, 7, 9], [5, 9, 7], [7, 5, 9], [7, 9, 5],
                                                                   [9, 5, 7], [9, 7, 5])
     np.testing.assert_array_equal(mb._permutation(6, 11), mb._permutation(6, np.random.default_rng(11)))
+
+
+def test_the_shuffle_checks_its_draws_and_never_shuffles_a_copy():
+    """A draw outside [0, 1) would pick a position outside the array: refused before any value moves. The values
+    are shuffled in place, so an array of another dtype (which would be converted, and the copy shuffled) is
+    refused rather than left as it was."""
+    from rlflow import _core
+
+    values = np.arange(5, dtype=np.int64)
+    for bad in (1.0, -0.25, np.nan):
+        with pytest.raises(ValueError, match=r"uniforms must lie in \[0, 1\), got .* at position 3"):
+            _core.shuffle(values, np.array([0.5, 0.5, 0.5, bad, 0.5]))
+        np.testing.assert_array_equal(values, np.arange(5))
+    with pytest.raises(ValueError, match="uniforms must have 5 entries, got 4"):
+        _core.shuffle(values, np.full(4, 0.5))
+    with pytest.raises(TypeError):
+        _core.shuffle(np.arange(5, dtype=np.int32), np.full(5, 0.5))
+    _core.shuffle(values, np.array([0.0, 0.0, 0.0, 0.0, 0.0]))  # every j = 0: a rotation, computed by hand
+    assert values.tolist() == [1, 2, 3, 4, 0]

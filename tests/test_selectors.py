@@ -182,6 +182,47 @@ def test_sum_tree_has_no_drift():
     assert tree.total == pytest.approx(tree.leaves.sum(), rel=1e-12)
 
 
+@pytest.mark.parametrize("bad", [[0, 3, 10], [2, -1], [10**12]])
+def test_sum_tree_checks_every_slot_before_changing_a_leaf(bad):
+    tree = SumTree(10)
+    tree.update(np.arange(10), np.arange(1.0, 11.0))
+    sums, mins = tree.sums.copy(), tree.mins.copy()
+    outside = next(s for s in bad if not 0 <= s < 10)
+    message = rf"slot {outside} \(entry {bad.index(outside)}\) is outside the tree's 10 leaves"
+    with pytest.raises(IndexError, match=message):
+        tree.update(np.array(bad), np.zeros(len(bad)))
+    with pytest.raises(IndexError, match="outside the tree's 10 leaves"):
+        tree.sequential(np.array(bad), np.ones(len(bad), bool), beta=0.4)
+    np.testing.assert_array_equal(tree.sums, sums)  # nothing changed, not even the slots before the bad one
+    np.testing.assert_array_equal(tree.mins, mins)
+    with pytest.raises(ValueError, match="values must have 2 entries, got 1"):
+        tree.update(np.array([1, 2]), np.array([1.0]))
+    with pytest.raises(ValueError, match="values must have 10 entries, got 9"):
+        tree.set_leaves(np.ones(9))
+    with pytest.raises(ValueError, match="capacity must be >= 1, got 0"):
+        SumTree(0)
+    assert not tree.leaves.flags.writeable  # changed only through update and set_leaves
+
+
+def test_sum_tree_pickles_bit_for_bit_and_its_views_outlive_it():
+    import pickle
+
+    tree = SumTree(1000)
+    rng = np.random.default_rng(1)
+    tree.update(rng.integers(0, 1000, 3000), rng.random(3000), 0.6)
+    copy = pickle.loads(pickle.dumps(tree))
+    np.testing.assert_array_equal(copy.sums, tree.sums)
+    np.testing.assert_array_equal(copy.mins, tree.mins)
+    u = rng.random(64)
+    for a, b in zip(copy.sample(u, stratified=True, beta=0.4), tree.sample(u, stratified=True, beta=0.4),
+                    strict=True):
+        np.testing.assert_array_equal(a, b)
+    leaves = tree.leaves
+    expect = leaves.copy()
+    del tree, copy
+    np.testing.assert_array_equal(leaves, expect)  # a view keeps its tree alive
+
+
 def test_duplicate_slots_in_one_update_last_wins():
     sel = Prioritized(alpha=1.0, seed=0)
     sel.bind(4)

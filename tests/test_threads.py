@@ -326,3 +326,37 @@ def test_items_whose_rows_are_overwritten_while_an_insert_waits_are_skipped():
     assert keys[0] == -1 and keys[1] >= 0
     assert table.items()["start"].tolist() == [10, 11, 12, 13, 20]
     assert limiter.inserts == 5
+
+
+def test_the_sum_tree_releases_the_gil_while_it_works():
+    """A second thread, woken just before a long sum-tree call, runs while the call works. Python is told not
+    to take the GIL from a thread for 100 s (``sys.setswitchinterval``), so the second thread can only run
+    during the call if the call gives the GIL up; one that kept it would let it run only at the ``join``
+    after it. The order is read from what the threads recorded, never from a duration."""
+    import sys
+
+    from rlflow.replay.sum_tree import SumTree
+
+    tree = SumTree(1 << 20)
+    tree.update(np.arange(1 << 20), np.random.default_rng(0).random(1 << 20))
+    uniforms = np.random.default_rng(1).random(1 << 21)
+    interval = sys.getswitchinterval()
+    orders = []
+    try:
+        sys.setswitchinterval(100.0)
+        for _ in range(10):  # a busy machine may not run the woken thread within one call: try again
+            log: list[str] = []
+            go = threading.Event()
+            thread = threading.Thread(target=lambda log=log, go=go: (go.wait(), log.append("other")))
+            thread.start()
+            go.set()
+            log.append("call")
+            tree.sample(uniforms, stratified=False, beta=0.4)
+            log.append("returned")
+            thread.join()
+            orders.append(log)
+            if log == ["call", "other", "returned"]:
+                break
+    finally:
+        sys.setswitchinterval(interval)
+    assert orders[-1] == ["call", "other", "returned"], orders

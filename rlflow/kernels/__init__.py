@@ -7,8 +7,6 @@
 - :mod:`~rlflow.kernels.rows`: a RowTable's placements, evictions and draws.
 - :mod:`~rlflow.kernels.steps`: the block writer (rows of a :class:`~rlflow.adders.StepBlock`) and the
   n-step item maker.
-- :mod:`~rlflow.kernels.minibatches`: the on-policy epoch's shuffle.
-- :mod:`~rlflow.kernels.sum_tree`: the prioritized selectors' sum tree (:class:`~rlflow.replay.sum_tree.SumTree`).
 
 Every kernel is compiled with :data:`compiled` (cached on disk, releasing the GIL), or :data:`per_step` for the
 calls made once per env step, too short to gain from releasing the GIL.

@@ -15,10 +15,9 @@ of the total mass), and gives importance weights ``w_i = (N P(i))^-beta / max_j 
 = (P_min / P(i))^beta``, normalised by the largest weight of any item in the table (``P_min`` from a min
 tree over items with positive priority). Items with priority 0 are never sampled. Draws that retire
 items (``max_times_sampled``) report, for each later draw, ``P`` and the weight over the items left
-(:meth:`Selector.sequential_weights`). The trees are compiled with numba: a Python loop per item (or a
-tree rebuilt per update) costs 10x more than the data gather itself, and numba is the compiled path
-other RL libraries already depend on, installs from a wheel on every platform, and needs no build step
-of ours.
+(:meth:`Selector.sequential_weights`). The sum tree is part of rlflow's compiled core
+(:class:`~rlflow.replay.sum_tree.SumTree`): a Python loop per item (or a tree rebuilt per update) costs 10x
+more than the data gather itself.
 """
 
 from __future__ import annotations

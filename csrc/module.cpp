@@ -1,0 +1,12 @@
+// rlflow._core: the compiled core's Python binding. Thin: it converts arrays, checks their shapes, releases
+// the GIL around the work, and turns C++ exceptions into Python's (invalid_argument -> ValueError,
+// out_of_range -> IndexError). The semantics are documented on the Python objects that call it.
+#include <nanobind/nanobind.h>
+
+#include "bind.h"
+
+NB_MODULE(_core, m) {
+  m.doc() = "rlflow's compiled core (an implementation detail: use rlflow.replay and rlflow.adders).";
+  rlflow::bind_shuffle(m);
+  rlflow::bind_sum_tree(m);
+}

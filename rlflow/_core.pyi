@@ -1,0 +1,49 @@
+"""
+rlflow's compiled core (an implementation detail: use rlflow.replay and rlflow.adders).
+"""
+
+from typing import Annotated
+
+import numpy
+from numpy.typing import NDArray
+
+
+def shuffle(values: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu')], uniforms: Annotated[NDArray[numpy.float64], dict(shape=(None,), order='C', device='cpu', writable=False)]) -> None: ...
+
+class SumTree:
+    def __init__(self, capacity: int) -> None: ...
+
+    @property
+    def capacity(self) -> int: ...
+
+    @property
+    def total(self) -> float: ...
+
+    @property
+    def min(self) -> float: ...
+
+    @property
+    def sums(self) -> Annotated[NDArray[numpy.float64], dict(shape=(None,), writable=False)]: ...
+
+    @property
+    def mins(self) -> Annotated[NDArray[numpy.float64], dict(shape=(None,), writable=False)]: ...
+
+    @property
+    def leaves(self) -> Annotated[NDArray[numpy.float64], dict(shape=(None,), writable=False)]: ...
+
+    @property
+    def offsets(self) -> Annotated[NDArray[numpy.int64], dict(shape=(None,), writable=False)]: ...
+
+    def update(self, slots: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], values: Annotated[NDArray[numpy.float64], dict(shape=(None,), order='C', device='cpu', writable=False)], exponent: float = 1.0) -> None: ...
+
+    def set_leaves(self, values: Annotated[NDArray[numpy.float64], dict(shape=(None,), order='C', device='cpu', writable=False)]) -> None: ...
+
+    def find(self, targets: Annotated[NDArray[numpy.float64], dict(shape=(None,), order='C', device='cpu', writable=False)]) -> Annotated[NDArray[numpy.int64], dict(shape=(None,))]: ...
+
+    def sample(self, uniforms: Annotated[NDArray[numpy.float64], dict(shape=(None,), order='C', device='cpu', writable=False)], stratified: bool, beta: float) -> tuple[Annotated[NDArray[numpy.int64], dict(shape=(None,))], Annotated[NDArray[numpy.float64], dict(shape=(None,))], Annotated[NDArray[numpy.float32], dict(shape=(None,))]]: ...
+
+    def sequential(self, leaves: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], retires: Annotated[NDArray[numpy.bool_], dict(shape=(None,), order='C', device='cpu', writable=False)], beta: float) -> tuple[Annotated[NDArray[numpy.float64], dict(shape=(None,))], Annotated[NDArray[numpy.float32], dict(shape=(None,))]]: ...
+
+    def draws_left(self, times: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], limit: int, enough: int) -> int: ...
+
+SUM_TREE_BRANCH: int = 8
