@@ -4,10 +4,13 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace rlflow {
 
@@ -29,6 +32,13 @@ Out1<T> new_array(std::size_t n) {
   return Out1<T>(data.release(), {n}, owner);
 }
 
+// A read-only numpy view of n values of an object's memory, with no owner of its own: returned from a
+// property (whose reference_internal policy then keeps the object alive as long as the view).
+template <class T>
+nb::ndarray<nb::numpy, const T, nb::ndim<1>> view(const T* data, int64_t n) {
+  return nb::ndarray<nb::numpy, const T, nb::ndim<1>>(data, {static_cast<std::size_t>(n)}, nb::handle());
+}
+
 // Throws ValueError unless `array` has `expected` entries.
 template <class A>
 void check_size(const A& array, std::size_t expected, const char* name) {
@@ -38,6 +48,7 @@ void check_size(const A& array, std::size_t expected, const char* name) {
   }
 }
 
+void bind_selection(nb::module_& m);
 void bind_shuffle(nb::module_& m);
 void bind_sum_tree(nb::module_& m);
 

@@ -7,6 +7,10 @@
 
 NB_MODULE(_core, m) {
   m.doc() = "rlflow's compiled core (an implementation detail: use rlflow.replay and rlflow.adders).";
+  // Objects that a program's globals still hold when Python shuts down are not freed by its finalisation;
+  // nanobind would list them on stderr at every such exit. The binding takes no references by hand.
+  nanobind::set_leak_warnings(false);
+  rlflow::bind_selection(m);
   rlflow::bind_shuffle(m);
   rlflow::bind_sum_tree(m);
 }

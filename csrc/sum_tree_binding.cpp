@@ -7,16 +7,6 @@
 
 namespace rlflow {
 
-namespace {
-
-// A read-only view of n values of the tree; the property's reference_internal policy keeps the tree alive.
-template <class T>
-nb::ndarray<nb::numpy, const T, nb::ndim<1>> view(const T* data, int64_t n) {
-  return nb::ndarray<nb::numpy, const T, nb::ndim<1>>(data, {static_cast<std::size_t>(n)}, nb::handle());
-}
-
-}  // namespace
-
 void bind_sum_tree(nb::module_& m) {
   nb::class_<SumTree>(m, "SumTree")
       .def(nb::init<int64_t>(), nb::arg("capacity"))

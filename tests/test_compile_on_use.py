@@ -1,6 +1,6 @@
 """Kernels are compiled (or loaded from numba's cache) when a program first calls them, never on import, and
-only those its path calls: a uniform ReplayBuffer reaches no sum-tree or insertion-ring kernel, and a
-prioritized one compacts its FIFO ring (and so compiles that kernel) only once the ring has filled.
+only those its path calls: a uniform ReplayBuffer (a RowTable) reaches no item-table or selector kernel, and a
+prioritized one (a Table) no RowTable kernel.
 
 Each case runs in a fresh interpreter, which knows only what that program called: a numba dispatcher
 lists a signature once it was compiled or loaded from the cache for a call.
@@ -62,9 +62,8 @@ def test_import_compiles_nothing_and_a_buffer_only_what_it_calls(kind):
     assert called["imported"] == []
     used = called["used"]
     assert "rlflow.kernels.steps.write_block" in used  # the program did reach the kernels
-    assert "rlflow.kernels.selection.ring_compact" not in used  # the ring never filled
-    if kind == "uniform":
-        assert not [k for k in used if k.startswith("rlflow.kernels.selection.")]
-    else:
-        assert {"rlflow.kernels.selection.ring_push"} <= set(used)
+    if kind == "uniform":  # a RowTable: no item table, no selector kernel
+        assert not [k for k in used if k.startswith(("rlflow.kernels.selection.", "rlflow.kernels.items.add"))]
+    else:  # a Table of items (its sum tree and FIFO ring are the compiled core's, not numba kernels)
+        assert {"rlflow.kernels.items.add_items", "rlflow.kernels.selection.draw_rows"} <= set(used)
         assert not [k for k in used if k.startswith("rlflow.kernels.rows.")]

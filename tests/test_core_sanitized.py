@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-# the tests of the parts that call the core (selectors, tables, buffers, minibatches, threads)
-CALLERS = ["tests/test_selectors.py", "tests/test_sequential_draws.py", "tests/test_minibatches.py",
-           "tests/test_threads.py", "tests/test_priority_fns.py", "tests/test_compat_flexibuff.py"]
+# the tests of the parts that call the core (selectors, tables, minibatches, threads, the flexibuff facade)
+CALLERS = ["tests/test_selectors.py", "tests/test_sequential_draws.py", "tests/test_table.py",
+           "tests/test_minibatches.py", "tests/test_threads.py", "tests/test_priority_fns.py",
+           "tests/test_compat_flexibuff.py"]
 
 
 def _runtime(name: str) -> str:

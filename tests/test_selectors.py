@@ -380,3 +380,51 @@ def test_uniform_draw_rows_is_sample_then_each_draws_row(live, ops, n):
     # each row is the slot's row as of its draw: a slot drawn twice shows one more sample the second time
     for j, s in enumerate(slots.tolist()):
         assert rows[j, 5] == s * 42 + 35 + 1 + slots[:j].tolist().count(s)
+
+
+@settings(max_examples=100, deadline=None)
+@given(ops=st.lists(st.tuples(st.integers(0, 2), st.integers(0, CAP - 1), st.just(1.0)), min_size=100, max_size=400),
+       cls=st.sampled_from([Fifo, Lifo]))
+def test_insertion_ring_keeps_insertion_order_through_long_churn(ops, cls):
+    """Hundreds of inserts and deletes on 16 slots: the ring (32 entries) wraps and compacts many times, with
+    its head anywhere (the live entries then straddle the ring's end), and still gives insertion order."""
+    sel = cls()
+    sel.bind(CAP)
+    ref = apply(sel, ops)
+    order = sorted(ref, key=lambda s: ref[s][1])
+    assert sel.sample(CAP)[0].tolist() == (order if cls is Fifo else order[::-1])
+    assert sel.size == len(ref)
+
+
+@pytest.mark.parametrize("cls", [Fifo, Lifo, MinHeap, MaxHeap])
+def test_ordered_selectors_check_every_slot_before_changing_anything(cls):
+    sel = cls()
+    sel.bind(CAP)
+    sel.insert(np.array([1, 2, 3]), np.array([3.0, 1.0, 2.0]), np.array([0, 1, 2]))
+    state = sel.state_dict()
+    with pytest.raises(IndexError, match=rf"slot {CAP} \(entry 1\) is outside the selector's {CAP} slots"):
+        sel.insert(np.array([4, CAP]), np.array([1.0, 1.0]), np.array([3, 4]))
+    with pytest.raises(IndexError, match=r"slot -1 \(entry 0\)"):
+        sel.delete(np.array([-1]))
+    after = sel.state_dict()
+    for k, v in state.items():
+        np.testing.assert_array_equal(after[k], v) if isinstance(v, np.ndarray) else None
+    assert sel.sample(CAP)[0].tolist() == {Fifo: [1, 2, 3], Lifo: [3, 2, 1], MinHeap: [2, 3, 1],
+                                            MaxHeap: [1, 3, 2]}[cls]
+
+
+def test_the_core_refuses_more_items_than_slots_and_a_bad_heap_leaf():
+    from rlflow import _core
+
+    ring = _core.InsertionRing(3)  # a ring of 8 entries
+    ring.push(np.array([0, 1, 2]), np.array([0, 1, 2]))
+    with pytest.raises(ValueError, match="pushing 6 items after the 3 held would hold more than the selector's 3"):
+        ring.push(np.array([0, 1, 2, 0, 1, 2]), np.arange(3, 9))
+    assert ring.first(5, False).tolist() == [0, 1, 2] and ring.seq_of.tolist() == [0, 1, 2]
+    tree = _core.TournamentTree(3)
+    tree.set(np.array([0, 2]), np.array([2.0, 1.0]), np.array([0, 1]))
+    with pytest.raises(ValueError, match="leaf 1 must hold its slot or -1, got 2"):
+        tree.load(np.array([0, 2, -1, -1]), np.zeros(3), np.zeros(3, np.int64))
+    with pytest.raises(ValueError, match="leaf 3 must hold its slot or -1, got 3"):  # a padding leaf
+        tree.load(np.array([0, -1, -1, 3]), np.zeros(3), np.zeros(3, np.int64))
+    assert tree.top(5).tolist() == [2, 0] and tree.leaves.tolist() == [0, -1, 2, -1]

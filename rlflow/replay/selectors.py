@@ -29,14 +29,11 @@ from typing import Any
 
 import numpy as np
 
+from rlflow import _core
 from rlflow.kernels import selection as K
 from rlflow.replay.sum_tree import SumTree
 
 __all__ = ["Fifo", "Lifo", "MaxHeap", "MinHeap", "Prioritized", "Selector", "Uniform"]
-
-
-def _pow2(n: int) -> int:
-    return 1 << max(0, (int(n) - 1).bit_length())
 
 
 class Selector(ABC):
@@ -334,92 +331,94 @@ class Prioritized(Selector):
         self.tree.set_leaves(state["leaves"])
 
 
-class _Ordered(Selector):
-    """A deterministic selector: a tournament tree over keys ``(k1, k2)``, smallest first."""
+class _InCore(Selector):
+    """A selector whose items live in an object of the compiled core (``_structure``, made by :meth:`allocate`):
+    pickled as :meth:`arrays`, rebuilt from them."""
+
+    _structure: Any
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_structure"] = self.arrays() if self.capacity else None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        arrays = state.pop("_structure")
+        self.__dict__.update(state)
+        if arrays is not None:
+            self.allocate()
+            self.load_arrays(arrays)
+
+
+class _Ordered(_InCore):
+    """A deterministic selector: a tournament tree over keys ``(k1, k2)``, smallest first (the compiled core's
+    ``TournamentTree``, ``csrc/tournament_tree.h``)."""
 
     deterministic = True
 
     def allocate(self) -> None:
-        self._tree_size = _pow2(self.capacity)
-        self._win = np.full(2 * self._tree_size, -1, np.int64)
-        self._k1 = np.zeros(self.capacity, np.float64)
-        self._k2 = np.zeros(self.capacity, np.int64)
+        self._structure = _core.TournamentTree(self.capacity)
 
     @abstractmethod
     def _keys(self, priorities: np.ndarray, seqs: np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...
 
     def insert(self, slots: np.ndarray, priorities: np.ndarray, seqs: np.ndarray) -> None:
         k1, k2 = self._keys(np.asarray(priorities, np.float64), np.asarray(seqs, np.int64))
-        K.tt_set(self._win, self._k1, self._k2, self._tree_size, slots, k1, k2)
+        self._structure.set(np.asarray(slots, np.int64), k1, k2)
         self.size += slots.size
 
     def update(self, slots: np.ndarray, priorities: np.ndarray) -> None:
         pass
 
     def delete(self, slots: np.ndarray) -> None:
-        K.tt_clear(self._win, self._k1, self._k2, self._tree_size, slots)
+        self._structure.clear(np.asarray(slots, np.int64))
         self.size -= slots.size
 
     def sample(self, n: int) -> tuple[np.ndarray, np.ndarray]:
-        slots = K.tt_top(self._win, self._k1, self._k2, self._tree_size, n)
+        slots = self._structure.top(int(n))
         return slots, np.ones(slots.size)
 
     def arrays(self) -> dict[str, np.ndarray]:
-        return {"leaves": self._win[self._tree_size:].copy(), "k1": self._k1.copy(), "k2": self._k2.copy()}
+        tree = self._structure
+        return {"leaves": tree.leaves.copy(), "k1": tree.k1.copy(), "k2": tree.k2.copy()}
 
     def load_arrays(self, state: dict[str, Any]) -> None:
-        self._win[:] = -1
-        self._win[self._tree_size:] = state["leaves"]
-        self._k1[:] = state["k1"]
-        self._k2[:] = state["k2"]
-        K.tt_rebuild(self._win, self._k1, self._k2, self._tree_size)
+        self._structure.load(np.asarray(state["leaves"], np.int64), np.asarray(state["k1"], np.float64),
+                        np.asarray(state["k2"], np.int64))
 
 
-class _Insertion(Selector):
-    """Insertion order: a ring of (slot, seq) entries; deletes only mark the slot (O(1) each)."""
+class _Insertion(_InCore):
+    """Insertion order: a ring of (slot, seq) entries; deletes only mark the slot (O(1) each). The compiled
+    core's ``InsertionRing`` (``csrc/insertion_ring.h``)."""
 
     deterministic = True
     newest = False
 
     def allocate(self) -> None:
-        # At least twice the capacity, so compaction (when the ring fills with dead entries) is amortised
-        # O(1); a power of two, so positions wrap with a mask. Written in full here (np.full, not np.zeros):
-        # the pushes go round the ring only once per two capacities of inserts, so memory committed lazily
-        # would page-fault every 512 pushes through the second half of the first round.
-        self._ring_slot = np.full(_pow2(2 * self.capacity), 0, np.int64)
-        self._ring_seq = np.full(_pow2(2 * self.capacity), 0, np.int64)
-        self._ht = np.zeros(2, np.int64)
-        self._seq_of = np.full(self.capacity, -1, np.int64)
+        self._structure = _core.InsertionRing(self.capacity)
 
     def insert(self, slots: np.ndarray, priorities: np.ndarray, seqs: np.ndarray) -> None:
-        self._push(slots, seqs)
+        self._structure.push(np.asarray(slots, np.int64), np.asarray(seqs, np.int64))
         self.size += slots.size
-
-    def _push(self, slots: np.ndarray, seqs: np.ndarray) -> None:
-        """Append entries ``(slot, seq)``, compacting the ring first when it is full of dead entries."""
-        if not K.ring_push(self._ring_slot, self._ring_seq, self._ht, self._seq_of, slots, seqs):
-            K.ring_compact(self._ring_slot, self._ring_seq, self._ht, self._seq_of)
-            K.ring_push(self._ring_slot, self._ring_seq, self._ht, self._seq_of, slots, seqs)
 
     def update(self, slots: np.ndarray, priorities: np.ndarray) -> None:
         pass
 
     def delete(self, slots: np.ndarray) -> None:
-        K.ring_delete(self._ring_slot, self._ring_seq, self._ht, self._seq_of, slots)
+        self._structure.remove(np.asarray(slots, np.int64))
         self.size -= slots.size
 
     def sample(self, n: int) -> tuple[np.ndarray, np.ndarray]:
-        slots = K.ring_first(self._ring_slot, self._ring_seq, self._ht, self._seq_of, n, self.newest)
+        slots = self._structure.first(int(n), self.newest)
         return slots, np.ones(slots.size)
 
     def arrays(self) -> dict[str, np.ndarray]:
-        order = K.ring_first(self._ring_slot, self._ring_seq, self._ht, self._seq_of, self.size, False)
-        return {"order": order, "seqs": self._seq_of[order]}
+        order = self._structure.first(self.size, False)
+        return {"order": order, "seqs": self._structure.seq_of[order]}
 
     def load_arrays(self, state: dict[str, Any]) -> None:
-        self._seq_of[:] = -1
-        self._ht[:] = 0
-        self._push(np.asarray(state["order"], np.int64), np.asarray(state["seqs"], np.int64))
+        self._structure.clear()
+        self._structure.push(np.asarray(state["order"], np.int64), np.asarray(state["seqs"], np.int64))
 
 
 class Fifo(_Insertion):
@@ -439,9 +438,7 @@ class _Heap(_Ordered):
         return self.sign * priorities, seqs
 
     def update(self, slots: np.ndarray, priorities: np.ndarray) -> None:
-        seqs = self._k2[slots]
-        K.tt_set(self._win, self._k1, self._k2, self._tree_size, slots,
-                 self.sign * np.asarray(priorities, np.float64), seqs)
+        self._structure.set_k1(np.asarray(slots, np.int64), self.sign * np.asarray(priorities, np.float64))
 
 
 class MinHeap(_Heap):
