@@ -4,35 +4,22 @@
 #include <stdexcept>
 #include <string>
 
+#include "slots.h"
+
 namespace rlflow {
 
 namespace {
 
 constexpr int64_t kAhead = 16;  // how far ahead a walk over scattered slots requests their cache lines
 
-int64_t power_of_two_at_least(int64_t n) {
-  int64_t p = 1;
-  while (p < n) p <<= 1;
-  return p;
-}
-
 }  // namespace
 
 InsertionRing::InsertionRing(int64_t capacity) {
-  if (capacity < 1) throw std::invalid_argument("capacity must be >= 1, got " + std::to_string(capacity));
+  check_capacity(capacity);
   // Written in full now (not committed lazily): pushes go round the ring once per two capacities of inserts.
   ring_slot_.assign(static_cast<std::size_t>(power_of_two_at_least(2 * capacity)), 0);
   ring_seq_.assign(ring_slot_.size(), 0);
   seq_of_.assign(static_cast<std::size_t>(capacity), -1);
-}
-
-void InsertionRing::check(const int64_t* slots, int64_t n) const {
-  for (int64_t j = 0; j < n; ++j) {
-    if (slots[j] < 0 || slots[j] >= capacity()) {
-      throw std::out_of_range("slot " + std::to_string(slots[j]) + " (entry " + std::to_string(j) +
-                              ") is outside the selector's " + std::to_string(capacity()) + " slots");
-    }
-  }
 }
 
 void InsertionRing::trim_head() {
@@ -61,7 +48,7 @@ void InsertionRing::compact() {
 }
 
 void InsertionRing::push(const int64_t* slots, const int64_t* seqs, int64_t n) {
-  check(slots, n);
+  check_slots(slots, n, capacity(), "selector", "slots");
   if (tail_ - head_ + n > ring_size()) {
     trim_head();
     if (tail_ - head_ + n > ring_size()) compact();  // leaves at most capacity entries, all live
@@ -79,9 +66,9 @@ void InsertionRing::push(const int64_t* slots, const int64_t* seqs, int64_t n) {
 }
 
 void InsertionRing::remove(const int64_t* slots, int64_t n) {
-  check(slots, n);
+  check_slots(slots, n, capacity(), "selector", "slots");
   for (int64_t j = 0; j < n; ++j) {
-    if (j + kAhead < n) __builtin_prefetch(&seq_of_[slots[j + kAhead]], 1, 3);  // cells far apart
+    if (j + kAhead < n) prefetch_write(&seq_of_[slots[j + kAhead]]);  // cells far apart
     seq_of_[slots[j]] = -1;
   }
   trim_head();

@@ -36,7 +36,6 @@ class InsertionRing {
   int64_t at(int64_t position) const { return position & (ring_size() - 1); }
   int64_t ring_size() const { return static_cast<int64_t>(ring_slot_.size()); }
   bool live(int64_t position) const { return seq_of_[ring_slot_[at(position)]] == ring_seq_[at(position)]; }
-  void check(const int64_t* slots, int64_t n) const;
   void trim_head();
   void trim_tail();
   void compact();

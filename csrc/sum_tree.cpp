@@ -1,9 +1,10 @@
 #include "sum_tree.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
-#include <stdexcept>
-#include <string>
+
+#include "slots.h"
 
 namespace rlflow {
 
@@ -11,14 +12,10 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-inline void prefetch(const void* address) { __builtin_prefetch(address, 0, 3); }
-
 }  // namespace
 
 SumTree::SumTree(int64_t capacity) : capacity_(capacity) {
-  if (capacity < 1) {
-    throw std::invalid_argument("capacity must be >= 1, got " + std::to_string(capacity));
-  }
+  check_capacity(capacity);
   // Levels top-down: the root's level padded to kBranch, then kBranch children for every node in use above.
   int64_t depth = 1;
   for (int64_t span = 1; span < capacity; span *= kBranch) ++depth;
@@ -33,15 +30,6 @@ SumTree::SumTree(int64_t capacity) : capacity_(capacity) {
   }
   sums_ = AlignedArray<double>(static_cast<std::size_t>(offsets_.back()), 0.0);
   mins_ = AlignedArray<double>(static_cast<std::size_t>(leaf0()), kInf);
-}
-
-void SumTree::check_slots(const int64_t* slots, int64_t n) const {
-  for (int64_t i = 0; i < n; ++i) {
-    if (slots[i] < 0 || slots[i] >= capacity_) {
-      throw std::out_of_range("slot " + std::to_string(slots[i]) + " (entry " + std::to_string(i) +
-                              ") is outside the tree's " + std::to_string(capacity_) + " leaves");
-    }
-  }
 }
 
 // Node j of level d from its children; leaves count in the min only when positive.
@@ -67,7 +55,7 @@ void SumTree::recompute(int64_t d, int64_t j) {
 
 void SumTree::update(const int64_t* slots, const double* values, int64_t n, double exponent) {
   std::lock_guard<std::mutex> lock(mutex_);
-  check_slots(slots, n);
+  check_slots(slots, n, capacity_, "tree", "leaves");
   update_locked(slots, values, n, exponent);
 }
 
@@ -175,7 +163,7 @@ void SumTree::sample(const double* uniforms, int64_t n, bool stratified, double 
 void SumTree::sequential(const int64_t* leaves, const bool* retires, int64_t n, double beta,
                          double* probabilities, float* weights) {
   std::lock_guard<std::mutex> lock(mutex_);
-  check_slots(leaves, n);
+  check_slots(leaves, n, capacity_, "tree", "leaves");
   std::vector<double> masses(static_cast<std::size_t>(n));
   for (int64_t j = 0; j < n; ++j) masses[j] = sums_[leaf0() + leaves[j]];
   std::vector<int64_t> retired;

@@ -73,7 +73,6 @@ class SumTree {
 
  private:
   int64_t leaf0() const { return offsets_[offsets_.size() - 2]; }
-  void check_slots(const int64_t* slots, int64_t n) const;
   void update_locked(const int64_t* slots, const double* values, int64_t n, double exponent);
   void find_locked(const double* targets, int64_t n, int64_t* leaves_out) const;
   void recompute(int64_t d, int64_t j);

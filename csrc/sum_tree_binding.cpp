@@ -3,6 +3,7 @@
 #include <tuple>
 
 #include "bind.h"
+#include "slots.h"
 #include "sum_tree.h"
 
 namespace rlflow {
@@ -10,6 +11,21 @@ namespace rlflow {
 void bind_sum_tree(nb::module_& m) {
   nb::class_<SumTree>(m, "SumTree")
       .def(nb::init<int64_t>(), nb::arg("capacity"))
+      // pickled as (capacity, leaves): the tree is a pure function of its leaves
+      .def("__getstate__",
+           [](const SumTree& t) {
+             auto leaves = new_array<double>(static_cast<std::size_t>(t.capacity()));
+             std::copy(t.leaves(), t.leaves() + t.capacity(), leaves.data());
+             return std::make_tuple(t.capacity(), leaves);
+           })
+      .def("__setstate__",
+           [](SumTree& t, std::tuple<int64_t, In1<double>> state) {
+             const auto& [capacity, leaves] = state;
+             check_capacity(capacity);
+             check_size(leaves, static_cast<std::size_t>(capacity), "leaves");
+             new (&t) SumTree(capacity);
+             t.set_leaves(leaves.data());
+           })
       .def_prop_ro("capacity", &SumTree::capacity)
       .def_prop_ro("total", &SumTree::total)
       .def_prop_ro("min", &SumTree::min)
@@ -37,8 +53,10 @@ void bind_sum_tree(nb::module_& m) {
           "find",
           [](const SumTree& t, In1<double> targets) {
             auto leaves = new_array<int64_t>(targets.shape(0));
-            nb::gil_scoped_release release;
-            t.find(targets.data(), static_cast<int64_t>(targets.shape(0)), leaves.data());
+            {
+              nb::gil_scoped_release release;
+              t.find(targets.data(), static_cast<int64_t>(targets.shape(0)), leaves.data());
+            }
             return leaves;
           },
           nb::arg("targets"))

@@ -4,23 +4,15 @@
 #include <stdexcept>
 #include <string>
 
+#include "slots.h"
+
 namespace rlflow {
 
-TournamentTree::TournamentTree(int64_t capacity) : size_(1) {
-  if (capacity < 1) throw std::invalid_argument("capacity must be >= 1, got " + std::to_string(capacity));
-  while (size_ < capacity) size_ <<= 1;
+TournamentTree::TournamentTree(int64_t capacity) : size_(power_of_two_at_least(capacity)) {
+  check_capacity(capacity);
   win_.assign(static_cast<std::size_t>(2 * size_), -1);
   k1_.assign(static_cast<std::size_t>(capacity), 0.0);
   k2_.assign(static_cast<std::size_t>(capacity), 0);
-}
-
-void TournamentTree::check(const int64_t* slots, int64_t n) const {
-  for (int64_t j = 0; j < n; ++j) {
-    if (slots[j] < 0 || slots[j] >= capacity()) {
-      throw std::out_of_range("slot " + std::to_string(slots[j]) + " (entry " + std::to_string(j) +
-                              ") is outside the selector's " + std::to_string(capacity()) + " slots");
-    }
-  }
 }
 
 int64_t TournamentTree::better(int64_t a, int64_t b) const {
@@ -33,33 +25,32 @@ void TournamentTree::fix(int64_t node) {
   for (int64_t i = node >> 1; i >= 1; i >>= 1) win_[i] = better(win_[2 * i], win_[2 * i + 1]);
 }
 
+// Leaf of slot s holds `value` (s, or -1), and its ancestors are recomputed.
+void TournamentTree::put(int64_t s, int64_t value) {
+  win_[size_ + s] = value;
+  fix(size_ + s);
+}
+
 void TournamentTree::set(const int64_t* slots, const double* k1, const int64_t* k2, int64_t n) {
-  check(slots, n);
+  check_slots(slots, n, capacity(), "selector", "slots");
   for (int64_t j = 0; j < n; ++j) {
-    const int64_t s = slots[j];
-    k1_[s] = k1[j];
-    k2_[s] = k2[j];
-    win_[size_ + s] = s;
-    fix(size_ + s);
+    k1_[slots[j]] = k1[j];
+    k2_[slots[j]] = k2[j];
+    put(slots[j], slots[j]);
   }
 }
 
 void TournamentTree::set_k1(const int64_t* slots, const double* k1, int64_t n) {
-  check(slots, n);
+  check_slots(slots, n, capacity(), "selector", "slots");
   for (int64_t j = 0; j < n; ++j) {
-    const int64_t s = slots[j];
-    k1_[s] = k1[j];
-    win_[size_ + s] = s;
-    fix(size_ + s);
+    k1_[slots[j]] = k1[j];
+    put(slots[j], slots[j]);
   }
 }
 
 void TournamentTree::clear(const int64_t* slots, int64_t n) {
-  check(slots, n);
-  for (int64_t j = 0; j < n; ++j) {
-    win_[size_ + slots[j]] = -1;
-    fix(size_ + slots[j]);
-  }
+  check_slots(slots, n, capacity(), "selector", "slots");
+  for (int64_t j = 0; j < n; ++j) put(slots[j], -1);
 }
 
 // Takes the winner out n times, then puts every one back: the tree is left as it was.
@@ -68,13 +59,9 @@ int64_t TournamentTree::top(int64_t n, int64_t* out) {
   while (m < n && win_[1] >= 0) {
     const int64_t s = win_[1];
     out[m++] = s;
-    win_[size_ + s] = -1;
-    fix(size_ + s);
+    put(s, -1);
   }
-  for (int64_t j = 0; j < m; ++j) {
-    win_[size_ + out[j]] = out[j];
-    fix(size_ + out[j]);
-  }
+  for (int64_t j = 0; j < m; ++j) put(out[j], out[j]);
   return m;
 }
 

@@ -39,7 +39,7 @@ class TournamentTree {
  private:
   int64_t better(int64_t a, int64_t b) const;
   void fix(int64_t node);  // recomputes the ancestors of `node`
-  void check(const int64_t* slots, int64_t n) const;
+  void put(int64_t s, int64_t value);
 
   int64_t size_;
   std::vector<int64_t> win_;
