@@ -48,8 +48,12 @@ void check_size(const A& array, std::size_t expected, const char* name) {
   }
 }
 
+void bind_block_writer(nb::module_& m);
+void bind_call_classifier(nb::module_& m);
 void bind_selection(nb::module_& m);
 void bind_shuffle(nb::module_& m);
+void bind_step_block(nb::module_& m);
+void bind_store_rings(nb::module_& m);
 void bind_sum_tree(nb::module_& m);
 
 }  // namespace rlflow

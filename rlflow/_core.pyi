@@ -2,11 +2,118 @@
 rlflow's compiled core (an implementation detail: use rlflow.replay and rlflow.adders).
 """
 
+from collections.abc import Sequence
+import enum
 from typing import Annotated
 
 import numpy
 from numpy.typing import NDArray
 
+
+class StepKind(enum.Enum):
+    """What a step does on a lane."""
+
+    CONTINUE = 0
+
+    END = 1
+
+    END_START = 2
+
+    START = 3
+
+class PlanFault(enum.Enum):
+    """What BlockWriter.plan says of a block."""
+
+    OK = 0
+
+    FLOW = 1
+
+    STACK_BREAK = 2
+
+    STACK_START = 3
+
+class BlockWriter:
+    """The block writer over a store's columns and an adder's lane state."""
+
+    def __init__(self, *, act: Sequence[object], obs: Sequence[object], frames: Sequence[int], flags: Sequence[object], rings: object, open_rows: object, episode_start: object) -> None: ...
+
+    def plan(self, block: StepBlockCore, a: int, steps: int, codes: object, new_rows: object, ranges: object) -> PlanFault:
+        """
+        Plan steps a .. a + steps - 1 of the block: step kinds, rows per lane, stack checks, overwritten rows.
+        """
+
+    def write(self, block: StepBlockCore, a: int, steps: int, codes: object, rows: object) -> None:
+        """Write the planned steps lane after lane; the rows each step wrote."""
+
+    @property
+    def fault_step(self) -> int:
+        """The step of the last plan's fault (-1: none)."""
+
+    @property
+    def fault_lane(self) -> int:
+        """The block lane of the last plan's fault."""
+
+    @property
+    def fault_column(self) -> int:
+        """The observation column of a stack fault."""
+
+    @property
+    def overwritten_lanes(self) -> int:
+        """The entries of the last plan's ranges."""
+
+class NStepItems:
+    """The n-step rule over a store's rewards."""
+
+    def __init__(self, *, rewards: object, capacity: int, powers: object) -> None: ...
+
+    def set_out(self, *, lanes: object, starts: object, lengths: object, returns: object, discounts: object) -> None:
+        """Where the items go."""
+
+    def make(self, a: int, steps: int, codes: object, rows: object, terminated: object, lanes: object, final_was_open: bool) -> int:
+        """The items the written steps complete; their count."""
+
+class CallState(enum.Enum):
+    """What an env's last ReplayBuffer.add call left."""
+
+    NO_EPISODE_YET = 0
+
+    IN_EPISODE = 1
+
+    ENDED = 2
+
+class CallRow(enum.Enum):
+    """The rows of the call classifier's output."""
+
+    TERMINATED = 0
+
+    TRUNCATED = 1
+
+    LAST = 2
+
+    RESET = 3
+
+    STARTS = 4
+
+CALL_ANY_START: int = 1
+
+CALL_ANY_LAST: int = 2
+
+CALL_CONVERT: int = -1
+
+class CallClassifier:
+    """ReplayBuffer.add's call classifier (one call a step)."""
+
+    def __init__(self, *, last: Sequence[object], state: object, was: object, calls: object) -> None: ...
+
+    def classify(self, obs: object | None, terminated: object, truncated: object, reward: object | None) -> int:
+        """
+        Sort each env's call and advance the states; the CALL_ANY_* bits, or CALL_CONVERT.
+        """
+
+    def remember(self, next_obs: object | None) -> bool:
+        """
+        Keep next_obs as each env's last (False: a leaf to convert, nothing kept).
+        """
 
 class InsertionRing:
     def __init__(self, capacity: int) -> None: ...
@@ -45,6 +152,109 @@ class TournamentTree:
     def load(self, leaves: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], k1: Annotated[NDArray[numpy.float64], dict(shape=(None,), order='C', device='cpu', writable=False)], k2: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)]) -> None: ...
 
 def shuffle(values: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu')], uniforms: Annotated[NDArray[numpy.float64], dict(shape=(None,), order='C', device='cpu', writable=False)]) -> None: ...
+
+class ValueCheck(enum.Enum):
+    """How a block column's values are checked."""
+
+    NONE = 0
+
+    FINITE = 1
+
+    BOUNDS = 2
+
+class Part(enum.Enum):
+    """A part of a step row."""
+
+    ACTION = 0
+
+    REWARD = 1
+
+    EXTRAS = 2
+
+    OBSERVATION = 3
+
+    FINAL = 4
+
+class Put(enum.Enum):
+    """What StepBlockCore.put says of a step."""
+
+    OK = 0
+
+    CONVERT = 1
+
+    FLAGS = 2
+
+    LAST_MISMATCH = 3
+
+    NO_EPISODE = 4
+
+    STARTS_IN_EPISODE = 5
+
+    ENDS_NO_EPISODE = 6
+
+    FINAL_MISSING = 7
+
+    VALUE = 8
+
+    STACK_BREAK = 9
+
+    STACK_START = 10
+
+class BlockColumn:
+    """One column of a StepBlock ([T, E, *shape]) and its value check."""
+
+    def __init__(self, values: object, *, exact: bool, check: ValueCheck, low: float = 0.0, high: float = 0.0) -> None: ...
+
+class StepBlockCore:
+    """The block filler: one step of every lane, checked and copied."""
+
+    def __init__(self, *, action: Sequence[BlockColumn], reward: Sequence[BlockColumn], extras: Sequence[BlockColumn], observation: Sequence[BlockColumn], final: Sequence[BlockColumn], lanes: object, first: object, terminated: object, truncated: object, is_open: object) -> None: ...
+
+    def add_stack(self, column: int, open: object) -> None:
+        """
+        Observation column ``column`` holds frame stacks; ``open`` ([E, k, ...]) the lanes' open-row stacks.
+        """
+
+    def set_agents(self, column: int, active: object, zeroed: Sequence[int]) -> None:
+        """
+        Multi-agent rows: the active flags' observation column, the flags at the open rows, and the action columns zeroed for the agents not active.
+        """
+
+    def put(self, s: int, action: object | None, reward: object | None, extras: object | None, observation: object | None, final: object | None, first: object | None, last: object | None, terminated: object | None, truncated: object | None) -> Put:
+        """
+        Check step ``s`` and put it (each part a tuple of its leaves, or None: written to row ``s`` and checked already; ``final`` an empty tuple when there are no final observations).
+        """
+
+    def put_steps(self, s: int, count: int, action: object | None, reward: object | None, extras: object | None, observation: object | None, final: object | None, first: object | None, last: object | None, terminated: object | None, truncated: object | None) -> Put:
+        """
+        put for ``count`` steps from ``s`` at once: each leaf and flag array leads with the steps ([count, E, ...], or for one lane [count, ...]); a step that fails leaves the lanes' states as they were.
+        """
+
+    @property
+    def fault_step(self) -> int:
+        """The step of the last fault."""
+
+    @property
+    def fault_lane(self) -> int:
+        """The lane of the last fault (-1: none)."""
+
+    @property
+    def fault_column(self) -> int:
+        """The column (in its part) of the last fault."""
+
+    @property
+    def fault_part(self) -> Part:
+        """The part of the last fault."""
+
+class StoreRings:
+    """A StepStore's ring cursors and episode marks."""
+
+    def __init__(self, *, written: object, episode_id: object, episode_step: object, next_episode: object, next_step: object, reach: int) -> None: ...
+
+    def overwritten(self, lanes: object, new_rows: object, ranges: object) -> int:
+        """
+        The rows that writing new_rows[i] rows to each of lanes overwrites, as ranges (lane, lo, hi); how many.
+        """
 
 class SumTree:
     def __init__(self, capacity: int) -> None: ...

@@ -31,11 +31,11 @@ from typing import Any
 
 import numpy as np
 
+from rlflow import _core
 from rlflow import specs as _specs
 from rlflow.adders.block import StepBlock, stack_breaks, stack_not_repeated
 from rlflow.adders.multiagent import MultiAgentTransition
 from rlflow.adders.transition import NStepTransition
-from rlflow.kernels import steps as KS
 from rlflow.replay.rate_limiters import MinSize
 from rlflow.replay.row_table import RowTable
 from rlflow.replay.sample import Sample
@@ -46,6 +46,9 @@ from rlflow.specs import AgentGroup, Field, Spec, SpecError
 from rlflow.types import TimeStep, step_spec
 
 __all__ = ["ReplayBuffer"]
+
+# What each env's last call left (the call classifier's states, as int8).
+_NO_EPISODE_YET, _IN_EPISODE, _ENDED = (state.value for state in _core.CallState)
 
 
 def _as_spec(value: Any) -> Spec:
@@ -107,16 +110,29 @@ class ReplayBuffer:
         self._lanes = np.arange(self.num_envs)
         self._no = np.zeros(self.num_envs, bool)
         self._reward_dtype = self.store.fields["reward"].dtype
-        self._state = np.zeros(self.num_envs, np.int8)  # what each env's last call left (KS.IN_EPISODE, ...)
+        self._state = np.zeros(self.num_envs, np.int8)  # what each env's last call left (_IN_EPISODE, ...)
         self._was = self._state.copy()  # the state before the call in progress (restored if it fails)
         self._reward_in = np.zeros(1, self.store.fields["reward"].dtype)  # an unbatched call's float reward
-        self._calls = np.zeros((5, self.num_envs), bool)  # classify_calls's rows (KS.CALL_*)
-        self._same = np.zeros(self.num_envs, bool)
+        self._calls = np.zeros((5, self.num_envs), bool)  # the call classifier's rows (_core.CallRow)
         self._term_in, self._trunc_in = np.zeros((2, 1), bool)  # an unbatched call's flags
-        self._call_rows = [self._calls[k] for k in (KS.CALL_TERMINATED, KS.CALL_TRUNCATED, KS.CALL_RESET,
-                                                   KS.CALL_LAST)]
-        self._no_reward = np.zeros((self.num_envs, 0), np.float32)
         self._last_next = {n: np.zeros((self.num_envs, *f.shape), f.dtype) for n, f in self._obs_fields.items()}
+        self._bind()
+
+    def _bind(self) -> None:
+        """The call classifier over the envs' states and last next_obs, and the views of its output rows (at
+        construction and unpickling)."""
+        self._classifier = _core.CallClassifier(last=list(self._last_next.values()), state=self._state,
+                                                was=self._was, calls=self._calls)
+        self._call_rows = [self._calls[row.value] for row in (_core.CallRow.TERMINATED, _core.CallRow.TRUNCATED,
+                                                              _core.CallRow.RESET, _core.CallRow.LAST)]
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The buffer, less what :meth:`_bind` derives (unpickling binds it again over the unpickled arrays)."""
+        return {k: v for k, v in self.__dict__.items() if k not in ("_classifier", "_call_rows")}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._bind()
 
     def add(self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any, truncated: Any,
             extras: Any = None, infos: Any = None) -> None:
@@ -148,17 +164,20 @@ class ReplayBuffer:
             reward = np.asarray(reward)
         if reward.dtype != self._reward_dtype and reward.dtype.kind in "fiu":
             reward = reward.astype(self._reward_dtype)  # the cast the spec allows (same kind, or int to float)
-        calls = self._calls
-        rewards = reward.reshape(e, -1) if reward.shape[:1] == (e,) else self._no_reward  # the adder names it
-        bits = KS.classify_calls(self._state, self._was, self._same_as_last_next(obs), terminated, truncated,
-                                 rewards, calls)
+        # Each env's call sorted against its last next_obs (a reward not [E, ...] counts as zero here; the adder
+        # names it), and the envs' states advanced.
+        bits = self._classifier.classify(self._checks.leaves("observation", obs), terminated, truncated, reward)
+        if bits == _core.CALL_CONVERT:
+            bits = self._classifier.classify(self._converted(obs), terminated, truncated, np.ascontiguousarray(
+                reward, reward.dtype.newbyteorder("=")))
         try:
             if infos is not None:
-                next_obs, from_infos = self._with_final_observations(next_obs, infos, calls[KS.CALL_LAST], batched)
-                self._state[from_infos] = KS.NO_EPISODE_YET  # no reset step follows a final observation from infos
+                last = self._calls[_core.CallRow.LAST.value]
+                next_obs, from_infos = self._with_final_observations(next_obs, infos, last, batched)
+                self._state[from_infos] = _NO_EPISODE_YET  # no reset step follows a final observation from infos
             term, trunc, reset, last = self._call_rows
-            ts = TimeStep(next_obs, reward, term, trunc, reset, last, next_obs if bits & KS.ANY_LAST else None)
-            if bits & KS.ANY_START:
+            ts = TimeStep(next_obs, reward, term, trunc, reset, last, next_obs if bits & _core.CALL_ANY_LAST else None)
+            if bits & _core.CALL_ANY_START:
                 self._start_episodes(obs, action, ts, extras)
             # One env's transitions are staged and written in blocks (sample and len write them first); several
             # envs' are written at once, so that a sampler waiting in another thread sees them.
@@ -172,18 +191,18 @@ class ReplayBuffer:
         """Start an episode at ``obs`` for the envs that start one before their transition (ending the one they
         break off, truncated at its last next_obs), having checked the whole call first."""
         e = self.num_envs
-        starts = self._calls[KS.CALL_STARTS]
+        starts = self._calls[_core.CallRow.STARTS.value]
         lanes = self._lanes[starts]
         first = self._checks.columns("observation", _take_rows(obs, lanes, e), lanes.size, "obs")
         stacks = self.adder.open_stacks()
         if stacks is not None:  # lanes that start here continue from their first observation
             for name, stack in stacks.items():
                 stack[lanes] = first[name]
-        self._checks.start(~self._calls[KS.CALL_RESET], None, stacks)
+        self._checks.start(~self._calls[_core.CallRow.RESET.value], None, stacks)
         self._checks.check(action, ts, extras)
         adder = self.adder
         with self.store.lock:
-            broken = self._lanes[starts & (self._was == KS.IN_EPISODE)]
+            broken = self._lanes[starts & (self._was == _IN_EPISODE)]
             if broken.size:
                 adder.truncate(broken)
             no = self._no[starts]
@@ -202,38 +221,18 @@ class ReplayBuffer:
             return False
         return np.ndim(leaf) == self._first_ndim
 
-    def _same_as_last_next(self, obs: Any) -> np.ndarray:
-        """Per env: whether ``obs`` is, bit for bit, the env's last ``next_obs`` (whatever it holds where there is
-        none: :func:`rlflow.kernels.steps.classify_calls` reads the env's state too)."""
-        same = self._same
-        if self._single:
-            flat = {"observation": obs}
-        else:
-            try:
-                flat = _specs.flatten_data(self._obs_spec, obs, "observation")
-            except SpecError:
-                same[:] = False
-                return same
-        same[:] = True
-        for name, leaf in flat.items():
-            last = self._last_next[name]
-            arr = leaf if type(leaf) is np.ndarray else np.asarray(leaf)
-            if arr.dtype != last.dtype or arr.shape != last.shape:
-                try:
-                    arr = _specs.validate({name: self._obs_fields[name]}, {name: arr}, last.shape[:1])[name]
-                except SpecError:
-                    same[:] = False
-                    return same
-            if self.num_envs == 1:
-                same[0] = same[0] and arr.tobytes() == last.tobytes()
-            else:
-                same &= ~_rows_differ(arr, last)
-        return same
+    def _converted(self, obs: Any) -> tuple[np.ndarray, ...] | None:
+        """``obs``'s leaves as the call classifier compares them (each cast to its column's dtype where the spec
+        allows), or None where they cannot be: no env's ``obs`` is then its last ``next_obs``."""
+        try:
+            cols = self._checks.columns("observation", obs, self.num_envs, "obs")
+        except SpecError:
+            return None
+        return tuple(np.ascontiguousarray(cols[name]) for name in self._obs_fields)
 
     def _remember(self, next_obs: Any) -> None:
         """Keep each env's ``next_obs`` (checked by the adder already) for the next call's continuity check."""
-        if self._single:
-            self._last_next["observation"][...] = next_obs
+        if self._classifier.remember(self._checks.leaves("observation", next_obs)):
             return
         for name, leaf in _specs.flatten_data(self._obs_spec, next_obs, "observation").items():
             self._last_next[name][...] = leaf
@@ -340,7 +339,7 @@ class ReplayBuffer:
             self._write_lane(lane, t, obs, nxt, cols, terminated, truncated)
             for name, v in nxt.items():
                 self._last_next[name][lane] = v[-1]
-            self._state[lane] = KS.ENDED if terminated[-1] | truncated[-1] else KS.IN_EPISODE
+            self._state[lane] = _ENDED if terminated[-1] | truncated[-1] else _IN_EPISODE
         if first is not None:
             self._start(lane, first)
 
@@ -354,7 +353,7 @@ class ReplayBuffer:
             return
         keep = ~self._reset_steps(lane, obs, nxt, reward, terminated, truncated)
         starts = np.zeros(keep.size, bool)
-        starts[0] = not self._is_last_next(lane, obs) or self._state[lane] == KS.ENDED
+        starts[0] = not self._is_last_next(lane, obs) or self._state[lane] == _ENDED
         starts[1:] = (terminated | truncated)[:-1]
         for name in obs:
             starts[1:] |= _rows_differ(obs[name][1:], nxt[name][:-1])
@@ -380,9 +379,9 @@ class ReplayBuffer:
         t = terminated.size
         ended = terminated | truncated
         reset = np.zeros(t, bool)
-        if not (self._state[lane] == KS.ENDED or ended[:-1].any()):
+        if not (self._state[lane] == _ENDED or ended[:-1].any()):
             return reset  # no step follows an episode end
-        reset[0] = self._state[lane] == KS.ENDED
+        reset[0] = self._state[lane] == _ENDED
         reset[1:] = ended[:-1]
         reset &= (reward.reshape(t, -1) == 0).all(axis=1) & ~ended
         if reset.any():
@@ -393,7 +392,7 @@ class ReplayBuffer:
 
     def _is_last_next(self, lane: int, obs: dict[str, np.ndarray]) -> bool:
         """Whether the first of ``obs`` (checked columns) is, bit for bit, ``lane``'s last next_obs."""
-        return self._state[lane] != KS.NO_EPISODE_YET and all(
+        return self._state[lane] != _NO_EPISODE_YET and all(
             v[0].tobytes() == self._last_next[name][lane].tobytes() for name, v in obs.items())
 
     def _start(self, lane: int, first: dict[str, np.ndarray]) -> None:
@@ -403,7 +402,7 @@ class ReplayBuffer:
                                  self._no[:1], ~self._no[:1], self._no[:1]), lanes=[lane])
         for name, v in first.items():
             self._last_next[name][lane] = v[0]
-        self._state[lane] = KS.IN_EPISODE
+        self._state[lane] = _IN_EPISODE
 
     def _write_lane(self, lane: int, t: int, obs: dict[str, np.ndarray], nxt: dict[str, np.ndarray],
                     cols: dict[str, np.ndarray], terminated: np.ndarray, truncated: np.ndarray) -> None:
@@ -414,9 +413,9 @@ class ReplayBuffer:
             starts[1:] |= _rows_differ(obs[name][1:], nxt[name][:-1])
         starts[1:] |= terminated[:-1] | truncated[:-1]
         cut = np.append(starts[1:] & ~(terminated[:-1] | truncated[:-1]), False)  # the step before a jump
-        if not (self._state[lane] == KS.IN_EPISODE and self._is_last_next(lane, obs)):
+        if not (self._state[lane] == _IN_EPISODE and self._is_last_next(lane, obs)):
             with self.store.lock:
-                if self._state[lane] == KS.IN_EPISODE:
+                if self._state[lane] == _IN_EPISODE:
                     adder.truncate([lane])
                 self._start(lane, {name: v[:1] for name, v in obs.items()})
         k = np.flatnonzero(starts)
@@ -428,7 +427,7 @@ class ReplayBuffer:
     def end_episodes(self) -> None:
         """Close every episode in progress as truncated, so its last transitions become sampleable."""
         self.adder.truncate()
-        self._state[:] = KS.NO_EPISODE_YET
+        self._state[:] = _NO_EPISODE_YET
 
     def __len__(self) -> int:
         """Transitions held."""

@@ -11,10 +11,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-# the tests of the parts that call the core (selectors, tables, minibatches, threads, the flexibuff facade)
+# the tests of the parts that call the core (selectors, tables, minibatches, threads, the flexibuff facade, the
+# block filler and writer with frame stacks and multi-agent rows, the n-step items, ReplayBuffer and its call
+# classifier)
 CALLERS = ["tests/test_selectors.py", "tests/test_sequential_draws.py", "tests/test_table.py",
            "tests/test_minibatches.py", "tests/test_threads.py", "tests/test_priority_fns.py",
-           "tests/test_compat_flexibuff.py"]
+           "tests/test_compat_flexibuff.py", "tests/test_step_block.py", "tests/test_frame_stacks.py",
+           "tests/test_multiagent.py", "tests/test_replay_buffer.py", "tests/test_replay_buffer_streams.py",
+           "tests/test_adders.py", "tests/test_storage.py"]
 
 
 def _runtime(name: str) -> str:

@@ -92,13 +92,13 @@ def rewritten(docstring: str, path: str) -> str:
 
 def test_roles_become_links_to_what_the_reference_shows_and_code_otherwise():
     got = rewritten(":class:`~rlflow.replay.Table`, :class:`rlflow.replay.Table`, :meth:`sample`, "
-                    ":meth:`insert_many`, :func:`rlflow.run`, :meth:`_draw`, :mod:`rlflow.kernels.steps`, "
+                    ":meth:`insert_many`, :func:`rlflow.run`, :meth:`_draw`, :mod:`rlflow.kernels.items`, "
                     ":class:`~rlflow.replay.table.Table`, :class:`Nothing`",
                     "rlflow.replay.table.TableBase.insert")
     assert got == ("[`Table`][rlflow.replay.Table], [`rlflow.replay.Table`][rlflow.replay.Table], "
                    "[`sample`][rlflow.replay.TableBase.sample], "
                    "[`insert_many`][rlflow.replay.TableBase.insert_many], [`rlflow.run`][rlflow.run], "
-                   "`_draw`, `rlflow.kernels.steps`, [`Table`][rlflow.replay.Table], `Nothing`")
+                   "`_draw`, `rlflow.kernels.items`, [`Table`][rlflow.replay.Table], `Nothing`")
 
 
 @pytest.mark.parametrize(("target", "want"), [

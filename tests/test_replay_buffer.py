@@ -27,8 +27,8 @@ def all_transitions(buf):
                    round(float(b.discount[i]), 5), tuple(b.next_observation[i])) for i in range(it["key"].size))
 
 
-# How a one-env caller may pass an action and a reward (the compiled path takes the first three of each;
-# the others go through the general path, which converts them).
+# How a one-env caller may pass an action and a reward (the block filler copies the first three of each as they
+# come; the others are converted first).
 ACTION_FORMS = [int, np.int64, lambda a: np.array(a, np.int64), np.int32, np.uint8]
 REWARD_FORMS = [float, np.float32, np.float64, lambda r: np.array(r, np.float32), int]
 
@@ -297,9 +297,9 @@ def all_dict_transitions(buf):
     (dict(next_obs=np.zeros(3, np.float64) + 0.5, action=9), "<= 3"),
     (dict(terminated=2), "terminated"),
 ])
-def test_bad_input_on_the_compiled_path_changes_nothing(bad, match):
-    """A transition continuing from the last next_obs object takes the one-call path: bad values raise the
-    general path's error and stage nothing (the buffer then equals one that never saw the call)."""
+def test_bad_input_after_a_partly_filled_block_changes_nothing(bad, match):
+    """A transition continuing from the last next_obs object, with bad values, raises the spec's error and stages
+    nothing (the buffer then equals one that never saw the call)."""
     bufs = [ReplayBuffer(OBS, ACT, capacity=64, n_step=2) for _ in range(2)]
     last = []
     for buf in bufs:
@@ -327,7 +327,8 @@ def test_bad_input_on_the_compiled_path_changes_nothing(bad, match):
         np.testing.assert_array_equal(buf.table.items()[k], v, err_msg=k)
 
 
-def test_float16_observations_take_the_general_path():
+def test_float16_observations_are_converted_and_kept():
+    """float16 observations (which the block filler leaves to the spec's checks) are stored, not refused."""
     from rlflow import specs
 
     buf = ReplayBuffer(specs.Field((3,), np.float16), ACT, capacity=100)
@@ -339,6 +340,63 @@ def test_float16_observations_take_the_general_path():
     assert len(buf) == 5 and buf.sample(4).data.next_observation.dtype == np.float16
 
 
+def test_a_pickled_buffer_goes_on_as_the_original():
+    """A buffer pickled right after an episode end (its envs' states, last next_obs and staged steps inside) and
+    the original, fed the same calls afterwards (a NEXT_STEP reset step first, which both must leave out), hold
+    the same rows and transitions."""
+    import pickle
+
+    buf = ReplayBuffer(OBS, ACT, capacity=128, n_step=2, num_envs=2)
+    rng = np.random.default_rng(3)
+    obs = rng.integers(-9, 9, (2, 3)).astype(np.float32)
+    for t in range(12):
+        nxt = rng.integers(-9, 9, (2, 3)).astype(np.float32)
+        end = np.array([t == 11, t % 5 == 4])
+        buf.add(obs, np.array([t % 4, 1]), np.ones(2, np.float32), nxt, end, np.zeros(2, bool))
+        obs = nxt
+    twin = pickle.loads(pickle.dumps(buf))
+    for b in (buf, twin):
+        o = obs
+        b.add(o, np.array([0, 2]), np.array([0.0, 0.5], np.float32), o + 1, np.zeros(2, bool), np.zeros(2, bool))
+        for t in range(6):
+            b.add(o + 1 + t, np.array([t % 4, 3]), np.full(2, t, np.float32), o + 2 + t, np.array([t == 5, False]),
+                  np.zeros(2, bool))
+    # 24 transitions, then 7 a env less env 0's reset step; env 1's newest waits for its second reward (n=2)
+    assert all_transitions(buf) == all_transitions(twin) and len(buf) == len(twin) == 24 + 6 + 7 - 1
+    for k, v in buf.store.state_dict().items():
+        np.testing.assert_array_equal(twin.store.state_dict()[k], v, err_msg=k)
+
+
 def test_the_old_import_path_names_the_new_one():
     with pytest.raises(ImportError, match="from rlflow import ReplayBuffer"):
         from rlflow.replay import ReplayBuffer  # noqa: F401
+
+
+def test_the_call_classifier_refuses_arrays_it_cannot_keep():
+    """The compiled call classifier checks the arrays it keeps (ValueError naming what it expected) and the flags
+    of each call; an observation or reward it cannot compare as it is comes back to be converted, nothing
+    changed."""
+    from rlflow import _core
+
+    state, was, calls = np.zeros(2, np.int8), np.zeros(2, np.int8), np.zeros((5, 2), bool)
+    last = [np.zeros((2, 3), np.float32)]
+    with pytest.raises(ValueError, match="state"):
+        _core.CallClassifier(last=last, state=np.zeros(2, np.int64), was=was, calls=calls)
+    with pytest.raises(ValueError, match="calls"):
+        _core.CallClassifier(last=last, state=state, was=was, calls=np.zeros((4, 2), bool))
+    with pytest.raises(ValueError, match="one row per env"):
+        _core.CallClassifier(last=[np.zeros((3, 3), np.float32)], state=state, was=was, calls=calls)
+    classifier = _core.CallClassifier(last=last, state=state, was=was, calls=calls)
+    no = np.zeros(2, bool)
+    with pytest.raises(ValueError, match="bool arrays of one flag per env"):
+        classifier.classify((last[0],), no.astype(np.int8), no, np.zeros(2, np.float32))
+    state[:] = 1
+    for obs, reward in (((np.zeros((2, 3)),), np.zeros(2, np.float32)), ((np.zeros((2, 4), np.float32),), None),
+                        ((last[0],), np.zeros((2, 2), np.float32)[:, 0])):
+        assert classifier.classify(obs, no, no, reward) == _core.CALL_CONVERT
+        assert state.tolist() == [1, 1] and not calls.any()
+    assert classifier.classify((last[0],), no, no, np.zeros(2, np.float32)) == 0
+    assert not calls[_core.CallRow.STARTS.value].any()  # both envs go on from their last next_obs
+    assert not classifier.remember((np.zeros((2, 3), np.float64),))
+    assert classifier.remember((np.ones((2, 3), np.float32),))
+    np.testing.assert_array_equal(last[0], 1.0)

@@ -299,3 +299,49 @@ def test_a_cleared_block_goes_on_from_the_lanes_state():
         block.put(np.array([1, 2]), TimeStep(obs, r, z, z, z, z))  # lane 0 has no episode in progress
     block.put(np.array([0, 2]), TimeStep(obs, r, z, z, ended, z))  # lane 0 starts, lane 1 goes on
     assert block.steps == 1 and block.state_dict()["open"].all()
+
+
+def test_the_block_filler_refuses_arrays_that_are_not_a_blocks():
+    """The compiled block filler checks what it is handed: ValueError naming what it expected for arrays that are
+    not a block's columns, flags or lane states, IndexError for a step or column outside the block."""
+    from rlflow import _core
+
+    flags, lanes = np.zeros((2, 3), bool), np.zeros(3, bool)
+
+    def column(values):
+        return _core.BlockColumn(values, exact=True, check=_core.ValueCheck.FINITE)
+
+    def filler(**kw):
+        parts = {"action": [column(np.zeros((2, 3, 4), np.float32))], "reward": [], "extras": [], "observation": [],
+                 "final": [], "lanes": np.arange(3), "first": flags, "terminated": flags.copy(),
+                 "truncated": flags.copy(), "is_open": lanes}
+        return _core.StepBlockCore(**{**parts, **kw})
+
+    with pytest.raises(ValueError, match="numpy array"):
+        column([[1.0]])
+    with pytest.raises(ValueError, match="C-contiguous"):
+        column(np.zeros((2, 3, 4), np.float32)[:, :, ::2])
+    with pytest.raises(ValueError, match="differs from the flags"):
+        filler(reward=[column(np.zeros((3, 3), np.float32))])
+    with pytest.raises(ValueError, match="is_open: expected 3 entries"):
+        filler(is_open=np.zeros(2, bool))
+    with pytest.raises(ValueError, match="first: expected 6 entries"):
+        filler(first=flags.astype(np.int8))
+    obs = [column(np.zeros((2, 3, 2), np.float32))]
+    with pytest.raises(ValueError, match="one final column like each observation column"):
+        filler(observation=obs, final=[column(np.zeros((2, 3, 2), np.float64))])
+    core = filler(observation=obs, final=[column(np.zeros((2, 3, 2), np.float32))])
+    with pytest.raises(IndexError, match="holds no stacks"):
+        core.add_stack(1, np.zeros((3, 2), np.float32))
+    with pytest.raises(IndexError, match="is not"):
+        core.set_agents(0, np.zeros((3, 2), bool), [])
+    leaves = (np.zeros((3, 4), np.float32),)
+    for s in (-1, 2):
+        with pytest.raises(IndexError, match=f"steps {s}..{s + 1} outside the block's 2"):
+            core.put(s, leaves, (), (), (), (), lanes, lanes, lanes, lanes)
+    # A leaf of another dtype, shape or layout is not copied: the caller converts it.
+    for leaf in (np.zeros((3, 4), np.float64), np.zeros((3, 5), np.float32), np.zeros((4, 3), np.float32).T, [0.0]):
+        assert core.put(0, (leaf,), (), (), (), (), lanes, lanes, lanes, lanes) is _core.Put.CONVERT
+        assert core.fault_part is _core.Part.ACTION and core.fault_column == 0
+    assert core.put(0, leaves, (), (), (), (), lanes, lanes, lanes, lanes.astype(np.int8)) is _core.Put.FLAGS
+    assert core.put(0, leaves, (), (), (), (), lanes, lanes, lanes, lanes) is _core.Put.NO_EPISODE

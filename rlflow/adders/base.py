@@ -26,10 +26,9 @@ from typing import Any
 
 import numpy as np
 
+from rlflow import _core
 from rlflow import specs as _specs
 from rlflow.adders.block import StepBlock, bool_lanes
-from rlflow.kernels import steps as KS
-from rlflow.kernels.packed import pack
 from rlflow.replay.storage import StepStore
 from rlflow.replay.table import TableBase, check_priorities
 from rlflow.replay.views import ItemView, other_setting
@@ -39,6 +38,8 @@ from rlflow.types import TimeStep
 __all__ = ["Adder", "PriorityFn", "StepEvents"]
 
 PriorityFn = Callable[[Any], Any]
+# What a written step did on a lane (the block writer's codes, _core.StepKind).
+_CONTINUE, _END, _END_START, _START = (kind.value for kind in _core.StepKind)
 _ROW_KEYS = ("observation", "action", "reward", "terminated", "truncated", "first", "last")
 
 
@@ -132,7 +133,6 @@ class Adder:
         self.num_lanes = store.num_lanes
         self._open = np.full(self.num_lanes, -1, np.int64)  # the lane's open row (action pending), or -1
         self._episode_start = np.full(self.num_lanes, -1, np.int64)
-        self._state = KS.LaneState(self._open, self._episode_start)
         self._lanes = np.arange(self.num_lanes)
         fields = store.fields
         self._act_names = [n for n in fields if _under(n, "action") or n == "reward" or _under(n, "extras")]
@@ -146,7 +146,6 @@ class Adder:
         self._plan = _Plan(self.num_lanes, self.stage_steps)
         self._multi_agent = self._block.multi_agent
         self._ones = np.ones(self.num_lanes, np.float64)  # priority 1 for new items (read only)
-        self._stack_at = np.zeros(3, np.int64)  # where a block's frame stacks fail: block lane, step, column
 
     def _check_reachable_sizes(self, store: StepStore, tables: Sequence[TableBase]) -> None:
         """Raise ValueError if a table's rate limiter waits for more items than the store can hold at once
@@ -174,9 +173,8 @@ class Adder:
         self._bind_store()
 
     def _bind_store(self) -> None:
-        """The compiled writer's views of the store's columns."""
-        self._columns = self.store.row_columns(self._act_names, self._obs_names)
-        self._packed_store = pack(KS.Store(self._state, self.store.rings(), self._columns))
+        """The compiled block writer over the store's columns and this adder's lane state."""
+        self._writer = self.store.block_writer(self._act_names, self._obs_names, self._open, self._episode_start)
 
     def __getstate__(self) -> dict[str, Any]:
         """The adder with its store and tables (see :class:`~rlflow.replay.StepStore`'s pickling), less what
@@ -187,7 +185,7 @@ class Adder:
         self.__dict__.update(state)
         self._bind()
 
-    _derived: tuple[str, ...] = ("_columns", "_packed_store")
+    _derived: tuple[str, ...] = ("_writer",)
 
     # ------------------------------------------------------------------ the Acme-style interface
     def add_first(self, timestep: TimeStep, lanes: Any = None) -> None:
@@ -289,28 +287,28 @@ class Adder:
         plan = self._plan.fit(block.num_lanes, steps)
         if block.num_lanes == self.num_lanes:
             self._plan = plan  # kept for the next block of every lane
+        writer = self._writer
         with store.lock:
-            bad = KS.plan_block(a, steps, block.packed, self._packed_store, plan.codes, plan.new_rows)
-            if bad >= 0:  # the block checked each step against the one before: a broken invariant
-                raise RuntimeError(f"write: step {a + bad} of {block!r} does not follow from its lanes' state")
-            if store.stack_reach:
-                fault = KS.check_stacks(a, steps, block.packed, plan.codes, self._packed_store, self._stack_at)
-                if fault:  # each step's stacks were checked when put: a block made elsewhere (a remote actor's)
-                    raise RuntimeError(f"write: {self._stack_error(fault, block)}")
-            store.before_write(block.lanes, plan.new_rows)
-            KS.write_block(a, steps, block.packed, plan.codes, self._packed_store, plan.rows)
+            fault = writer.plan(block.filler, a, steps, plan.codes, plan.new_rows, plan.ranges)
+            if fault is _core.PlanFault.FLOW:  # each step was checked against the one before: a broken invariant
+                raise RuntimeError(f"write: step {writer.fault_step} of {block!r} does not follow from its lanes' "
+                                   "state")
+            if fault is not _core.PlanFault.OK:  # each step's stacks were checked when put: a block made elsewhere
+                raise RuntimeError(f"write: {self._stack_error(fault, block)}")
+            store.notify_overwrite(plan.ranges[:writer.overwritten_lanes])
+            writer.write(block.filler, a, steps, plan.codes, plan.rows)
             if z == block.steps:  # the rows are written: the block is spent, whatever its items do
                 block.steps = 0
             self._make_items(a, steps, plan.codes, plan.rows, block.terminated, block.lanes)
 
-    def _stack_error(self, fault: int, block: StepBlock) -> SpecError:
-        """The error of :func:`rlflow.kernels.steps.check_stacks`' ``fault`` (where: ``self._stack_at``)."""
-        e, j = int(self._stack_at[0]), int(self._stack_at[2])
-        name = self._obs_names[j]
+    def _stack_error(self, fault: _core.PlanFault, block: StepBlock) -> SpecError:
+        """The error of the block writer's stack ``fault`` (where: the writer's ``fault_*``)."""
+        name = self._obs_names[self._writer.fault_column]
         k = self.store.fields[name].stack
-        where = f"timestep.observation: field {name!r} (stacks of {k} frames) of lane {int(block.lanes[e])}"
+        where = (f"timestep.observation: field {name!r} (stacks of {k} frames) of lane "
+                 f"{int(block.lanes[self._writer.fault_lane])}")
         dropped = "; nothing was written"
-        if fault == KS.STACK_START:
+        if fault is _core.PlanFault.STACK_START:
             return SpecError(f"{where} starts an episode with a stack that is not its first frame repeated {k} times, "
                              f"as gymnasium's FrameStackObservation(env, {k}) (padding_type='reset', its default) "
                              f"gives it{dropped}")
@@ -321,13 +319,13 @@ class Adder:
     def _make_items(self, a: int, steps: int, codes: np.ndarray, rows: np.ndarray, terminated: np.ndarray,
                     lanes: np.ndarray) -> None:
         """Turn the written steps ``a .. a + steps - 1`` (codes and rows of
-        :func:`rlflow.kernels.steps.write_block`, from step ``a`` on; ``terminated`` the block's; block lanes
+        the block writer's ``write``, from step ``a`` on; ``terminated`` the block's; block lanes
         ``lanes``) into items: here each step as :class:`StepEvents` for :meth:`on_step`."""
         for s in range(steps):
             code, final, episode, new = codes[s], rows[s, 0], rows[s, 1], rows[s, 2]
-            ended = np.flatnonzero((code == KS.END) | (code == KS.END_START))
-            continued = np.flatnonzero(code == KS.CONTINUE)
-            started = np.flatnonzero((code == KS.START) | (code == KS.END_START))
+            ended = np.flatnonzero((code == _END) | (code == _END_START))
+            continued = np.flatnonzero(code == _CONTINUE)
+            started = np.flatnonzero((code == _START) | (code == _END_START))
             self.on_step(StepEvents(ended=lanes[ended], final_rows=final[ended], episode_starts=episode[ended],
                                     terminated=terminated[a + s, ended], continued=lanes[continued],
                                     continued_rows=new[continued], continued_starts=episode[continued],
@@ -548,9 +546,10 @@ class _Plan:
     each lane writes, and per step and lane the final, episode-start and new rows."""
 
     def __init__(self, lanes: int, steps: int) -> None:
-        self.codes = np.zeros((steps, lanes), np.int8)
+        self.codes = np.zeros((steps, lanes), np.int8)  # _core.StepKind values
         self.new_rows = np.zeros(lanes, np.int64)
         self.rows = np.zeros((steps, 3, lanes), np.int64)
+        self.ranges = np.zeros((lanes, 3), np.int64)  # (lane, lo, hi) of the rows the block overwrites
 
     def fit(self, lanes: int, steps: int) -> _Plan:
         """These outputs when they fit a block of ``lanes`` x ``steps``, else new ones of that size."""

@@ -33,16 +33,16 @@ from typing import Any
 
 import numpy as np
 
+from rlflow import _core
 from rlflow import specs as _specs
-from rlflow.kernels import steps as KS
-from rlflow.kernels.packed import Packed, pack
-from rlflow.kernels.steps import BlockData
 from rlflow.specs import Field, SpecError
 
 __all__ = ["StepBlock"]
 
 _PARTS = ("action", "reward", "extras")  # the parts an action fills in (in this order)
 _BOOL = np.dtype(np.bool_)
+_OK = _core.Put.OK
+_BAD = (None,)  # the leaves of a value whose structure is not its part's (the block filler converts it)
 
 
 def _under(name: str, prefix: str) -> bool:
@@ -76,47 +76,27 @@ class _Part:
         self.spec = spec
         self.fields = {name: f for name, f in fields.items() if _under(name, key)}
         self.single = isinstance(spec, Field)
-        self._fast: dict[str, tuple[np.ndarray, tuple[int, ...]] | None] = {}
         self._dest: dict[str, np.ndarray] = {}
-        self._only: tuple[np.ndarray, tuple[int, ...]] | None = None
 
     def bind(self, dest: dict[str, np.ndarray]) -> None:
-        """Copy :meth:`copy`'s rows into the block columns ``dest`` (``[T, E, *shape]`` per field)."""
-        # Per field: its column and a row's shape ([E, *shape]), or None where the field is not copied as is
-        # (its values are checked by rlflow.specs.validate only).
-        self._fast = {name: (dest[name], dest[name].shape[1:]) if _value_check(f)[1] else None
-                      for name, f in self.fields.items()}
+        """Write :meth:`put_checked`'s rows into the block columns ``dest`` (``[T, E, *shape]`` per field)."""
         self._dest = dest
-        self._only = self._fast[self.key] if self.single else None
 
-    def value_checks(self) -> KS.ValueChecks:
-        """The compiled checks of the fields' values (:class:`rlflow.kernels.steps.ValueChecks`), in column
-        order."""
-        kinds, sizes, low, high = zip(*(_value_check(f)[0] for f in self.fields.values()), strict=True)
-        return KS.ValueChecks(np.array(kinds, np.int64), np.array(sizes, np.int64), np.array(low, np.float64),
-                              np.array(high, np.float64))
+    def core_columns(self, cols: dict[str, np.ndarray]) -> list[_core.BlockColumn]:
+        """The part's block columns of ``cols`` as the block filler takes them, with their value checks."""
+        return [_core.BlockColumn(cols[name], exact=exact, check=check, low=low, high=high)
+                for name, f in self.fields.items() for (check, low, high), exact in [_value_check(f)]]
 
-    def copy(self, value: Any, s: int) -> bool:
-        """Copy ``value`` (one step of every block lane) to row ``s`` of the bound columns if every leaf is
-        already an array of its column's dtype and shape (its values unchecked: the block's compiled put
-        checks them); whether it did (False: nothing or part of it copied)."""
-        only = self._only
-        if only is not None:
-            col, shape = only
-            if type(value) is np.ndarray and value.dtype == col.dtype and value.shape == shape:
-                col[s] = value
-                return True
-            return False
+    def leaves(self, value: Any) -> tuple[Any, ...]:
+        """``value``'s leaves in column order, as the block filler takes them (``(None,)``, which it converts,
+        when the structure is not the part's: :meth:`put_checked` then names the fault)."""
+        if self.single:
+            return (value,)
         try:
             flat = _specs.flatten_data(self.spec, value, self.key)
-        except SpecError:
-            return False
-        for name, v in flat.items():
-            fast = self._fast[name]
-            if fast is None or type(v) is not np.ndarray or v.dtype != fast[0].dtype or v.shape != fast[1]:
-                return False
-            fast[0][s] = v
-        return True
+            return tuple(flat[name] for name in self.fields)
+        except (SpecError, KeyError):
+            return _BAD
 
     def put_checked(self, value: Any, s: int, what: str) -> None:
         """Check ``value`` (one step of every block lane) through :func:`rlflow.specs.validate` (casts where
@@ -198,20 +178,9 @@ class StepBlock:
         self._has_extras = "extras" in self._parts
         self._action, self._reward, self._observation = (self._parts[k] for k in ("action", "reward", "observation"))
         self._extras = self._parts.get("extras")
-        self._flag_shape = (e,)
         self.final = columns(("observation",))
         self.first, self.terminated, self.truncated = np.zeros((3, t, e), np.bool_)
         self._open = np.zeros(e, np.bool_)  # each lane's state after the steps put: an episode in progress
-        self._was_open = np.zeros(e, np.bool_)  # the state before the last step put (restored if it fails)
-        act_parts = [self._parts[key] for key in _PARTS if key in self._parts]
-        self._act_columns = [part for part in act_parts for _ in part.fields]  # the part of each action column
-        act_checks = [part.value_checks() for part in act_parts]
-        self.data = BlockData(_bytes(self.act, t, e), _bytes(self.observation, t, e), _bytes(self.final, t, e),
-                              self.first, self.terminated, self.truncated, self.lanes,
-                              KS.ValueChecks(*(np.concatenate(c) for c in zip(*act_checks, strict=True))),
-                              self._observation.value_checks(), self._open, self._was_open)
-        self._packed: Packed | None = None
-        self._at = np.zeros(2, np.int64)  # where a bad step faults: its lane (and column)
         # Multi-agent rows (rlflow.envs.ParallelEnvironment): an agent not active at its open row takes no
         # action there; its action is zero-filled before it is checked.
         active, flags = fields.get("observation/active"), fields.get("observation/terminated")
@@ -221,18 +190,39 @@ class StepBlock:
         # Frame stacks (Field stack=k): each lane's open-row stack, which the lane's next row must continue.
         self._stacks = {name: np.zeros((e, *f.shape), f.dtype) for name, f in self._parts["observation"].fields.items()
                         if f.stack > 1}
+        self._core = self._filler()
+
+    def _filler(self) -> _core.StepBlockCore:
+        """The block filler (:meth:`put`'s checks and copies) over this block's columns, flags and lane states."""
+        parts = self._parts
+        extras = parts["extras"].core_columns(self.act) if "extras" in parts else []
+        core = _core.StepBlockCore(
+            action=parts["action"].core_columns(self.act), reward=parts["reward"].core_columns(self.act),
+            extras=extras, observation=self._observation.core_columns(self.observation),
+            final=self._observation.core_columns(self.final), lanes=self.lanes, first=self.first,
+            terminated=self.terminated, truncated=self.truncated, is_open=self._open)
+        obs_names = list(self.observation)
+        for name, stack in self._stacks.items():
+            core.add_stack(obs_names.index(name), stack)
+        if self._agents:
+            agents = self._active.shape[1:]
+            zeroed = [j for j, name in enumerate(parts["action"].fields) if self.act[name].shape[2:3] == agents]
+            core.set_agents(obs_names.index("observation/active"), self._active, zeroed)
+        return core
 
     @property
-    def packed(self) -> Packed:
-        """:attr:`data` as the block writer's one argument (made on first use)."""
-        if self._packed is None:
-            self._packed = pack(self.data)
-        return self._packed
+    def filler(self) -> _core.StepBlockCore:
+        """The compiled block filler over this block's columns, which the block writer reads."""
+        return self._core
 
     def columns(self, key: str, value: Any, n: int, what: str) -> dict[str, np.ndarray]:
         """``n`` rows of part ``key`` of a step (``observation``, ``action``, ``reward``, ``extras``) as checked
         flat columns (cast where allowed); SpecError naming ``what``."""
         return self._parts[key].columns(value, n, what)
+
+    def leaves(self, key: str, value: Any) -> tuple[Any, ...]:
+        """Part ``key``'s leaves of ``value`` in column order (``(None,)`` when its structure is not the part's)."""
+        return self._parts[key].leaves(value)
 
     def leading_rows(self, observations: Any, what: str) -> int:
         """How many observations ``observations`` holds (the leading axis of its first leaf); SpecError naming
@@ -291,48 +281,32 @@ class StepBlock:
         if s >= self.max_steps:
             raise ValueError(f"the block is full ({self.max_steps} steps): write it before putting more")
         ts = timestep
-        first, last, terminated, truncated = ts.first, ts.last, ts.terminated, ts.truncated
-        shape = self._flag_shape
-        if not (type(first) is np.ndarray and first.dtype is _BOOL and first.shape == shape
-                and type(last) is np.ndarray and last.dtype is _BOOL and last.shape == shape
-                and type(terminated) is np.ndarray and terminated.dtype is _BOOL and terminated.shape == shape
-                and type(truncated) is np.ndarray and truncated.dtype is _BOOL and truncated.shape == shape):
-            n, sub = shape[0], self._subset
-            first, last = bool_lanes("first", first, n, subset=sub), bool_lanes("last", last, n, subset=sub)
-            terminated = bool_lanes("terminated", terminated, n, subset=sub)
-            truncated = bool_lanes("truncated", truncated, n, subset=sub)
         if (extras is None) == self._has_extras:
             self._action_parts(actions, ts.reward, extras, "add")  # raises, naming what is missing
-        if self._agents:
-            actions = _zero_inactive(actions, self._active)
-        # Values are copied as they come where they are arrays of the columns' dtypes and shapes, and checked
-        # with the flags in one compiled call; others are checked (and cast) here first.
-        if not self._action.copy(actions, s):
-            self._action.put_checked(actions, s, "add")
-        if not self._reward.copy(ts.reward, s):
-            self._reward.put_checked(ts.reward, s, "add")
-        if extras is not None and self._extras is not None and not self._extras.copy(extras, s):
-            self._extras.put_checked(extras, s, "add")
-        obs_copied = self._observation.copy(ts.observation, s)
-        needs = -1 - KS.put_step(self.packed, s, first, last, terminated, truncated, obs_copied, self._at)
-        if needs < 0:
-            self._step_fault(-1 - needs, s, actions, ts, extras)
-        try:
-            if needs & KS.NEEDS_OBSERVATION and not obs_copied:
-                self._observation.put_checked(ts.observation, s, "timestep.observation")
-            if needs & KS.NEEDS_FINAL:
-                self._put_final(s, last, ts.final_observation)
-            if self._stacks:
-                self._check_stacks(s, first, last)
-        except BaseException:
-            self._open[:] = self._was_open
-            raise
-        if self._agents:
-            opened = first | ~last
-            self._active[opened] = self.observation["observation/active"][s, opened]
-        for name, stack in self._stacks.items():  # the lanes' new open rows
-            opened = first | ~last
-            stack[opened] = self.observation[name][s, opened]
+        # The block filler copies the leaves that are arrays of their columns' dtypes and shapes and checks the
+        # step in one call; a part it cannot take as it is gets converted here (cast where the spec allows,
+        # SpecError otherwise), written to row s, and the step is put again without it.
+        final = ts.final_observation
+        obs = self._observation
+        parts: list[tuple[Any, ...] | None] = [
+            self._action.leaves(actions), self._reward.leaves(ts.reward),
+            () if self._extras is None else self._extras.leaves(extras), obs.leaves(ts.observation),
+            () if final is None else obs.leaves(final)]
+        flags = [ts.first, ts.last, ts.terminated, ts.truncated]
+        while True:
+            status = self._core.put(s, *parts, *flags)
+            if status is _OK:
+                break
+            if status is _core.Put.CONVERT:
+                part = self._core.fault_part
+                self._convert(part, s, actions, ts, extras, flags[1])
+                parts[part.value] = None
+            elif status is _core.Put.FLAGS:
+                n, sub = self.lanes.size, self._subset
+                flags = [bool_lanes(name, flag, n, subset=sub)
+                         for name, flag in zip(("first", "last", "terminated", "truncated"), flags, strict=True)]
+            else:
+                self._step_fault(status, s, actions, ts, extras, flags[1])
         self.steps = s + 1
 
     def check(self, actions: Any, timestep: Any, extras: Any = None) -> None:
@@ -348,33 +322,38 @@ class StepBlock:
             for name, stack in stacks.items():
                 self._stacks[name][:] = stack
 
-    def _check_stacks(self, s: int, first: np.ndarray, last: np.ndarray) -> None:
-        """SpecError unless the frame stacks of step ``s`` follow from the lanes' open rows: a row that goes on
-        from the open row (the next observation, or the final one of an ending episode) holds its stack shifted
-        by one frame, and an episode's first row its newest frame repeated."""
-        goes_on, ending, starting = np.flatnonzero(~first & ~last), np.flatnonzero(last), np.flatnonzero(first)
-        for name, prev in self._stacks.items():
-            obs, final = self.observation[name][s], self.final[name][s]
-            for lanes, rows, what in ((goes_on, obs, "timestep.observation"), (ending, final,
-                                                                                "timestep.final_observation")):
-                bad = lanes[stack_breaks(rows[lanes], prev[lanes])]
-                if bad.size:
-                    raise SpecError(_stack_break(what, name, rows.shape[1], self.lanes[bad]))
-            bad = starting[stack_not_repeated(obs[starting])]
-            if bad.size:
-                raise SpecError(_stack_start(name, obs.shape[1], self.lanes[bad]))
-
-    def _step_fault(self, status: int, s: int, actions: Any, ts: Any, extras: Any) -> None:
-        """Raise the error of :func:`rlflow.kernels.steps.put_step`'s fault ``status``."""
-        if status == KS.ACTION_VALUE:
-            part = self._act_columns[int(self._at[1])]
-            value = {"action": actions, "reward": ts.reward, "extras": extras}[part.key]
-            part.put_checked(value, s, "add")  # raises, naming the field and value
-        elif status == KS.OBSERVATION_VALUE:
+    def _convert(self, part: _core.Part, s: int, actions: Any, ts: Any, extras: Any, last: np.ndarray) -> None:
+        """Check part ``part`` of step ``s`` (casting where the spec allows) and write it to row ``s``; SpecError
+        naming what does not fit."""
+        if part is _core.Part.FINAL:
+            self._put_final(s, last, ts.final_observation)
+        elif part is _core.Part.OBSERVATION:
             self._observation.put_checked(ts.observation, s, "timestep.observation")
+        elif part is _core.Part.ACTION:
+            self._action.put_checked(_zero_inactive(actions, self._active) if self._agents else actions, s, "add")
+        elif part is _core.Part.REWARD:
+            self._reward.put_checked(ts.reward, s, "add")
         else:
-            self._flow_error(status)
-        raise RuntimeError(f"put_step: fault {status} at lane {int(self._at[0])} that the spec's checks pass")
+            self._parts["extras"].put_checked(extras, s, "add")
+
+    def _step_fault(self, status: _core.Put, s: int, actions: Any, ts: Any, extras: Any, last: np.ndarray) -> None:
+        """Raise the error of the block filler's fault ``status`` (where: the filler's ``fault_*``)."""
+        core = self._core
+        lanes = self.lanes[[core.fault_lane]]
+        if status is _core.Put.VALUE:
+            self._convert(core.fault_part, s, actions, ts, extras, last)  # raises, naming the field and value
+        elif status is _core.Put.FINAL_MISSING:
+            raise SpecError(f"timestep: lanes {np.flatnonzero(last).tolist()} are last but final_observation is None")
+        elif status in (_core.Put.STACK_BREAK, _core.Put.STACK_START):
+            name = list(self.observation)[core.fault_column]
+            k = self._fields[name].stack
+            if status is _core.Put.STACK_START:
+                raise SpecError(_stack_start(name, k, lanes))
+            what = "timestep.final_observation" if core.fault_part is _core.Part.FINAL else "timestep.observation"
+            raise SpecError(_stack_break(what, name, k, lanes))
+        else:
+            self._flow_error(status, lanes)
+        raise RuntimeError(f"put: fault {status} at lane {int(lanes[0])} that the spec's checks pass")
 
     def _put_final(self, s: int, last: np.ndarray, final_observation: Any) -> None:
         """Check the final observations of the lanes ending at step ``s`` and copy them to row ``s``."""
@@ -396,22 +375,23 @@ class StepBlock:
         parts = [(self._parts["action"], actions), (self._parts["reward"], rewards)]
         return parts if extras is None else [*parts, (self._parts["extras"], extras)]
 
-    def _flow_error(self, status: int) -> None:
-        """Raise the error of a flag ``status`` of :func:`rlflow.kernels.steps.put_step` (its lane in ``_at``)."""
-        lane = [int(self.lanes[self._at[0]])]
-        if status == KS.LAST_MISMATCH:
+    def _flow_error(self, status: _core.Put, lanes: np.ndarray) -> None:
+        """Raise the error of a flag fault ``status`` of the block filler at store lanes ``lanes``."""
+        lane = lanes.tolist()
+        if status is _core.Put.LAST_MISMATCH:
             raise SpecError("timestep: expected last == terminated | truncated on every lane")
-        if status == KS.NO_EPISODE:
+        if status is _core.Put.NO_EPISODE:
             raise ValueError(f"add: lanes {lane} have no episode in progress and the timestep does not start one "
                              "(call add_first with the reset timestep first)")
-        if status == KS.STARTS_IN_EPISODE:
+        if status is _core.Put.STARTS_IN_EPISODE:
             raise ValueError(f"add: lanes {lane} start a new episode while one is in progress and did not end "
                              "(last=False); call reset() to abandon an episode")
         raise ValueError(f"add: lanes {lane} have no episode in progress, so it cannot end")
 
     def put_steps(self, actions: Any, rewards: Any, next_observations: Any, ends: np.ndarray, terminated: np.ndarray,
                   first_observations: Any, extras: Any = None) -> None:
-        """Check ``T`` consecutive steps of a one-lane block and add them (the block must be empty).
+        """Check ``T`` consecutive steps of a one-lane block and add them (the block must be empty): the steps
+        :meth:`put` would take one at a time, checked and copied by the same block filler in one call.
 
         Step ``i`` takes ``actions[i]`` and gets ``rewards[i]`` and ``next_observations[i]``; where
         ``ends[i]`` its episode ends there (``terminated[i]``, else truncated) with ``next_observations[i]``
@@ -425,60 +405,69 @@ class StepBlock:
             raise ValueError(f"put_steps: {t} steps exceed the block's {self.max_steps}")
         if not self._open[0]:
             raise ValueError(f"add_steps: lane {int(self.lanes[0])} has no episode in progress")
-        cols = self._action_columns(actions, rewards, extras, t, "add_steps")
-        nxt = self._parts["observation"].columns(next_observations, t, "add_steps: next_observations")
-        ended = np.flatnonzero(ends)
-        restarts = ended[:0]
-        firsts: dict[str, np.ndarray] = {}
-        if first_observations is not None:
-            k = _leading(first_observations, self._parts["observation"], "add_steps: first_observations")
-            restarts = ended[:k]
-            firsts = self._parts["observation"].columns(first_observations, k, "add_steps: first_observations")
-        for name, prev in self._stacks.items():
-            self._check_lane_stacks(name, prev[0], nxt[name], restarts, firsts.get(name))
-        if self._agents:  # an agent acts only from the rows where it is active
-            active = np.concatenate([self._active[:1], nxt["observation/active"][:-1]])
-            if restarts.size:
-                active[restarts[restarts + 1 < t] + 1] = firsts["observation/active"][restarts + 1 < t]
-            cols = {**cols, **_zero_columns(cols, active)}
-        for name, value in cols.items():
-            self.act[name][:t, 0] = value
-        for name, value in nxt.items():
-            self.observation[name][:t, 0] = value
-            if ended.size:  # the block writer reads a step's final observation where its episode ends
-                self.final[name][ended, 0] = value[ended]
-            if restarts.size:
-                self.observation[name][restarts, 0] = firsts[name]
-        for name, prev in self._stacks.items():  # the lane's open row after the steps
-            if not ends[t - 1]:
-                prev[0] = nxt[name][t - 1]
-            elif restarts.size and restarts[-1] == t - 1:
-                prev[0] = firsts[name][-1]
-        self.first[:t, 0] = False
-        self.first[restarts, 0] = True
-        self.terminated[:t, 0] = ends & terminated
-        self.truncated[:t, 0] = ends & ~terminated
-        self._open[0] = not ends[t - 1] or bool(restarts.size and restarts[-1] == t - 1)
+        if (extras is None) == self._has_extras:
+            self._action_parts(actions, rewards, extras, "add_steps")  # raises, naming what is missing
+        obs = self._observation
+        restarts = np.flatnonzero(ends)[:0]
+        opened: dict[str, np.ndarray] | None = None  # the rows the steps open, where some restart
+        if first_observations is not None:  # each restart's observation is its first observation
+            restarts = np.flatnonzero(ends)[:_leading(first_observations, obs, "add_steps: first_observations")]
+            firsts = obs.columns(first_observations, restarts.size, "add_steps: first_observations")
+            opened = {name: np.array(v) for name, v in
+                      obs.columns(next_observations, t, "add_steps: next_observations").items()}
+            for name, v in firsts.items():
+                opened[name][restarts] = v
+        first = np.zeros(t, bool)
+        first[restarts] = True
+        flags = [first, ends, ends & terminated, ends & ~terminated]
+        parts: list[tuple[Any, ...] | None] = [
+            self._action.leaves(actions), self._reward.leaves(rewards),
+            () if self._extras is None else self._extras.leaves(extras),
+            obs.leaves(next_observations) if opened is None else tuple(opened[name] for name in obs.fields),
+            obs.leaves(next_observations)]
+        while True:
+            status = self._core.put_steps(0, t, *parts, *flags)
+            if status is _OK:
+                break
+            core = self._core
+            if status is _core.Put.CONVERT or status is _core.Put.VALUE:
+                cols = self._steps_columns(core.fault_part, t, actions, rewards, extras, next_observations, opened)
+                if status is _core.Put.VALUE:
+                    raise RuntimeError(f"put_steps: fault {status} at step {core.fault_step} that the spec's checks "
+                                       "pass")
+                dest = {_core.Part.FINAL: self.final, _core.Part.OBSERVATION: self.observation}.get(core.fault_part,
+                                                                                                    self.act)
+                for name, v in cols.items():
+                    dest[name][:t, 0] = v
+                parts[core.fault_part.value] = None
+            elif status in (_core.Put.STACK_BREAK, _core.Put.STACK_START):
+                name = list(self.observation)[core.fault_column]
+                k, i = self._fields[name].stack, core.fault_step
+                if status is _core.Put.STACK_START:
+                    raise SpecError(_stack_start(name, k, self.lanes[:1]).replace(
+                        "timestep.observation", f"add_steps: first_observations[{int(np.searchsorted(restarts, i))}]"))
+                raise SpecError(_stack_break(f"add_steps: next_observations[{i}]", name, k, self.lanes[:1]))
+            else:
+                raise RuntimeError(f"put_steps: fault {status} at step {core.fault_step} of a one-lane block")
         self.steps = t
 
-    def _check_lane_stacks(self, name: str, prev: np.ndarray, nxt: np.ndarray, restarts: np.ndarray,
-                           firsts: np.ndarray | None) -> None:
-        """SpecError unless the stacks of :meth:`put_steps`' ``T`` steps of one lane follow from its open row
-        ``prev``: each next observation ``nxt[i]`` (the final one where the step ends an episode) continues the
-        open row before it (``prev``, ``nxt[i - 1]``, or the first observation of the episode that started
-        after step ``i - 1``), and each such first observation ``firsts[j]`` is its first frame repeated."""
-        k = nxt.shape[1]
-        before = np.concatenate([prev[None], nxt[:-1]])
-        if restarts.size and firsts is not None:
-            bad = np.flatnonzero(stack_not_repeated(firsts))
-            if bad.size:
-                raise SpecError(_stack_start(name, k, self.lanes[:1]).replace(
-                    "timestep.observation", f"add_steps: first_observations[{int(bad[0])}]"))
-            after = restarts + 1 < len(nxt)  # (an end at the last step starts an episode no step continues here)
-            before[restarts[after] + 1] = firsts[after]
-        bad = np.flatnonzero(stack_breaks(nxt, before))
-        if bad.size:
-            raise SpecError(_stack_break(f"add_steps: next_observations[{int(bad[0])}]", name, k, self.lanes[:1]))
+    def _steps_columns(self, part: _core.Part, t: int, actions: Any, rewards: Any, extras: Any,
+                       next_observations: Any, opened: dict[str, np.ndarray] | None) -> dict[str, np.ndarray]:
+        """Part ``part`` of :meth:`put_steps`' ``t`` steps as checked columns (cast where the spec allows; an
+        agent's action zeroed where it is not active at its open row); SpecError naming what does not fit."""
+        obs = self._observation
+        if part is _core.Part.FINAL or (part is _core.Part.OBSERVATION and opened is None):
+            return obs.columns(next_observations, t, "add_steps: next_observations")
+        if part is _core.Part.OBSERVATION:
+            return opened  # type: ignore[return-value]
+        key = part.name.lower()
+        cols = self._parts[key].columns({"action": actions, "reward": rewards, "extras": extras}[key], t,
+                                        f"add_steps: {key}")
+        if self._agents and part is _core.Part.ACTION:  # each step's open row: the lane's, then the rows opened
+            rows = opened if opened is not None else obs.columns(next_observations, t, "add_steps: next_observations")
+            active = np.concatenate([self._active[:1], rows["observation/active"][:-1]])
+            cols = {**cols, **_zero_columns(cols, active)}
+        return cols
 
     def ended_last(self, lanes: np.ndarray) -> np.ndarray:
         """Per block lane of ``lanes`` (indices): whether its episode ended at the last step put, with no
@@ -515,13 +504,6 @@ class StepBlock:
             self._active[lanes] = obs["observation/active"]
 
     # ------------------------------------------------------------------ helpers
-    def _action_columns(self, actions: Any, rewards: Any, extras: Any, n: int, what: str) -> dict[str, np.ndarray]:
-        """The checked columns an action fills in (action, reward, extras) of ``n`` rows."""
-        cols: dict[str, np.ndarray] = {}
-        for part, value in self._action_parts(actions, rewards, extras, what):
-            cols.update(part.columns(value, n, f"{what}: {part.key}"))
-        return cols
-
     # ------------------------------------------------------------------ checkpoint state
     def state_dict(self) -> dict[str, Any]:
         """The steps put, as plain arrays (copies)."""
@@ -581,7 +563,7 @@ class StepBlock:
         self._active[:] = state["active"]
         self.steps = s
 
-    def __getstate__(self) -> dict[str, Any]:  # arrays only (a Packed holds compiled-code state)
+    def __getstate__(self) -> dict[str, Any]:  # arrays only (the block filler is built again from them)
         return {"spec": self.spec, "lanes": self.lanes, "max_steps": self.max_steps, "subset": self._subset,
                 "state": self.state_dict()}
 
@@ -621,28 +603,21 @@ def _stack_start(name: str, k: int, lanes: np.ndarray) -> str:
             f"FrameStackObservation(env, {k}) (padding_type='reset', its default) gives it; nothing was added")
 
 
-def _value_check(field: Field) -> tuple[tuple[int, int, float, float], bool]:
-    """The compiled check of ``field``'s values (``rlflow.kernels.steps.ValueChecks``' kind, bytes per value,
-    low, high), and whether a value of its dtype and shape may be copied as is and left to that check (False:
-    :func:`rlflow.specs.validate` checks it)."""
+def _value_check(field: Field) -> tuple[tuple[_core.ValueCheck, float, float], bool]:
+    """The block filler's check of ``field``'s values (check, low, high), and whether a value of its dtype and
+    shape may be copied as is and left to that check (False: :func:`rlflow.specs.validate` checks it)."""
     dtype = field.dtype
     typed = sys.byteorder == "little" and dtype.isnative and (
         dtype.kind in "iu" or (dtype.kind == "f" and dtype.itemsize in (4, 8)))
     mode = _specs.check_mode(field) if typed else None
     if mode is None:
-        return (KS.VALUE_NONE, 1, 0.0, 0.0), False
+        return (_core.ValueCheck.NONE, 0.0, 0.0), False
     kind, low, high = mode
     if kind == _specs.FINITE:
-        return (KS.FINITE, dtype.itemsize, 0.0, 0.0), True
+        return (_core.ValueCheck.FINITE, 0.0, 0.0), True
     if kind == _specs.BOUNDS:
-        return (KS.BOUNDS_SIGNED if dtype.kind == "i" else KS.BOUNDS_UNSIGNED, dtype.itemsize, low, high), True
-    return (KS.VALUE_NONE, 1, 0.0, 0.0), True
-
-
-def _bytes(cols: dict[str, np.ndarray], t: int, e: int) -> tuple[np.ndarray, ...]:
-    """Each column as ``(T, E, row_bytes)`` uint8 (a view), for the block writer."""
-    return tuple(c.reshape(t, e, -1).view(np.uint8) if c[0, 0].size else np.zeros((t, e, 0), np.uint8)
-                 for c in cols.values())
+        return (_core.ValueCheck.BOUNDS, low, high), True
+    return (_core.ValueCheck.NONE, 0.0, 0.0), True
 
 
 def _leading(value: Any, part: _Part, what: str) -> int:

@@ -27,14 +27,13 @@ Had the episode been truncated instead, the last three discounts would be ``.729
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
+from rlflow import _core
 from rlflow.adders.base import Adder, PriorityFn, StepEvents
 from rlflow.adders.block import StepBlock
-from rlflow.kernels import steps as KS
-from rlflow.kernels.packed import pack
 from rlflow.replay.storage import StepStore
 from rlflow.replay.table import TableBase
 from rlflow.replay.views import TransitionView
@@ -85,17 +84,17 @@ class NStepTransition(Adder):
         self._bind_rule()
         self._one_lane: StepBlock | None = None  # add_steps's block
 
-    _derived = ("_columns", "_packed_store", "_rule", "_packed_items")
+    _derived = ("_writer", "_rule")
 
     def _bind(self) -> None:
         super()._bind()
         self._bind_rule()
 
     def _bind_rule(self) -> None:
-        """The n-step rule on the store's rewards (a view), packed with the items' output buffers."""
-        self._rule = KS.NStep(self.n, self.discount ** np.arange(self.n + 1), self.store.column_rows("reward"),
-                              self.store.capacity)
-        self._packed_items = pack(KS.NStepItems(self._rule, self._out))
+        """The compiled n-step rule on the store's rewards (a view), writing into the items' output buffers."""
+        self._rule = _core.NStepItems(rewards=self.store.column_rows("reward"), capacity=self.store.capacity,
+                                      powers=self.discount ** np.arange(self.n + 1))
+        self._rule.set_out(**self._out._asdict())
 
     def waiting_actions(self) -> np.ndarray:
         """Per lane (int64 ``[E]``): the actions of the episode in progress that no item holds yet. Each becomes
@@ -164,13 +163,13 @@ class NStepTransition(Adder):
     def on_step(self, events: StepEvents) -> None:
         # truncate(): the events of one step as the item maker takes them.
         n = self.num_lanes
-        codes = np.full((1, n), KS.START, np.int8)  # lanes that only start an episode complete no window
+        codes = np.full((1, n), _core.StepKind.START.value, np.int8)  # lanes that only start one complete no window
         rows = np.full((1, 3, n), -1, np.int64)  # final row, its episode's first row, new open row
         terminated = np.zeros((1, n), bool)
-        codes[0, events.continued] = KS.CONTINUE
+        codes[0, events.continued] = _core.StepKind.CONTINUE.value
         rows[0, 2, events.continued] = events.continued_rows
         rows[0, 1, events.continued] = events.continued_starts
-        codes[0, events.ended] = KS.END
+        codes[0, events.ended] = _core.StepKind.END.value
         rows[0, 0, events.ended] = events.final_rows
         rows[0, 1, events.ended] = events.episode_starts
         terminated[0, events.ended] = events.terminated
@@ -182,22 +181,32 @@ class NStepTransition(Adder):
 
     def _items(self, a: int, steps: int, codes: np.ndarray, rows: np.ndarray, terminated: np.ndarray,
                lanes: np.ndarray, final_was_open: bool) -> None:
-        """The n-step items of written steps (:func:`rlflow.kernels.steps.nstep_items`), into every table."""
+        """The n-step items of written steps (the compiled n-step rule), into every table."""
         size = self.n * lanes.size * steps
         if self._out.lanes.size < size:
-            self._out = _items_out(size, self._rule.rewards.shape[1])
-            self._packed_items = pack(KS.NStepItems(self._rule, self._out))
+            self._out = _items_out(size, self._out.returns.shape[1])
+            self._rule.set_out(**self._out._asdict())
         out = self._out
-        m = KS.nstep_items(a, steps, codes, rows, terminated, lanes, final_was_open, self._packed_items)
+        m = self._rule.make(a, steps, codes, rows, terminated, lanes, final_was_open)
         if m:
             # Views of the outputs: every table copies what it keeps before the next write.
             fields = {"return": out.returns[:m].reshape(m, *self._reward_shape), "discount": out.discounts[:m]}
             self.insert_items(out.lanes[:m], out.starts[:m], out.lengths[:m], fields)
 
 
-def _items_out(size: int, reward_size: int) -> KS.ItemsOut:
-    lanes, starts, lengths = np.zeros((3, size), np.int64)
-    return KS.ItemsOut(lanes, starts, lengths, np.zeros((size, reward_size), np.float32), np.zeros(size, np.float32))
+class _ItemsOut(NamedTuple):
+    """Where the n-step rule writes its items (one entry per item)."""
+
+    lanes: np.ndarray
+    starts: np.ndarray
+    lengths: np.ndarray
+    returns: np.ndarray  # [items, reward values] float32
+    discounts: np.ndarray  # [items] float32
+
+
+def _items_out(size: int, reward_size: int) -> _ItemsOut:
+    return _ItemsOut(np.zeros(size, np.int64), np.zeros(size, np.int64), np.zeros(size, np.int64),
+                     np.zeros((size, reward_size), np.float32), np.zeros(size, np.float32))
 
 
 def _end_flags(name: str, flag: Any, t: int) -> np.ndarray:

@@ -5,14 +5,12 @@
 - :mod:`~rlflow.kernels.items`: item records, windows, episode marks, gathers.
 - :mod:`~rlflow.kernels.selection`: the selectors' structures (dense arrays, insertion rings, top-k).
 - :mod:`~rlflow.kernels.rows`: a RowTable's placements, evictions and draws.
-- :mod:`~rlflow.kernels.steps`: the block writer (rows of a :class:`~rlflow.adders.StepBlock`) and the
-  n-step item maker.
 
-Every kernel is compiled with :data:`compiled` (cached on disk, releasing the GIL), or :data:`per_step` for the
-calls made once per env step, too short to gain from releasing the GIL.
+Every kernel is compiled with :data:`compiled` (cached on disk, releasing the GIL). The write path (the block
+filler, the block writer, the n-step item maker, ReplayBuffer's call classifier) is in the compiled core,
+``rlflow._core``.
 """
 
 from numba import njit
 
 compiled = njit(cache=True, nogil=True)
-per_step = njit(cache=True)

@@ -38,12 +38,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from rlflow import _core
 from rlflow import specs as _specs
 from rlflow.kernels import items as KI
-from rlflow.kernels import steps as KS
 from rlflow.kernels.items import LANE, LENGTH, START, VALID, Rings
 from rlflow.kernels.packed import Packed, pack
-from rlflow.kernels.steps import RowColumns
 from rlflow.specs import Field, Spec, SpecError
 
 # bytes: rows up to this size are gathered by the compiled, prefetching kernel; np.take copies larger rows
@@ -65,7 +64,7 @@ class OverwriteListener(Protocol):
 
 # What StepStore._bind derives, and what a pickle leaves out (the lock and the subscribed tables).
 _DERIVED = frozenset({"lock", "_listeners", "_flat", "_small_rows", "_row_bytes", "_prefetch_cols", "_all_lanes",
-                      "_ranges", "_rings", "_packed_rings", "_flat_steps"})
+                      "_ranges", "_rings", "_packed_rings", "_flat_steps", "_core_rings"})
 
 
 class StepStore:
@@ -154,6 +153,9 @@ class StepStore:
         self._rings = Rings(self.count, self.episode_id, self.episode_step, self._next_episode, self._next_step,
                             self.capacity, self.stack_reach)
         self._packed_rings = pack(self._rings)
+        self._core_rings = _core.StoreRings(written=self.count, episode_id=self.episode_id,
+                                            episode_step=self.episode_step, next_episode=self._next_episode,
+                                            next_step=self._next_step, reach=self.stack_reach)
         self._flat_steps = self.episode_step.reshape(-1)
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -198,21 +200,20 @@ class StepStore:
             self._listeners.remove(listener)
 
     # ------------------------------------------------------------------ the block writer's view
-    def rings(self) -> Rings:
-        """The ring cursors the block writer (:func:`rlflow.kernels.steps.write_block`) reads and advances."""
-        return self._rings
-
     def packed_rings(self) -> Packed:
-        """:meth:`rings` packed, as the window checks (:func:`rlflow.kernels.items.check_windows`) take them."""
+        """The ring cursors as the window checks (:func:`rlflow.kernels.items.check_windows`) take them."""
         return self._packed_rings
 
-    def row_columns(self, act: list[str], obs: list[str]) -> RowColumns:
-        """Columns ``act`` (what an action fills in) and ``obs`` (observations), and the flag columns, as the
-        block writer takes them (raw-byte views of the live data)."""
+    def block_writer(self, act: list[str], obs: list[str], open_rows: np.ndarray,
+                     episode_start: np.ndarray) -> _core.BlockWriter:
+        """The compiled block writer over columns ``act`` (what an action fills in, in a block's order), ``obs``
+        (the observations), the flag columns and the ring cursors of this store, and an adder's lane state
+        (``open_rows``, ``episode_start``: ``[lanes]`` int64, the adder's)."""
         flat = self._flat
-        return RowColumns(tuple(self._row_bytes[k] for k in act), tuple(self._row_bytes[k] for k in obs),
-                          np.array([self.fields[k].stack for k in obs], np.int64),
-                          flat["terminated"], flat["truncated"], flat["first"], flat["last"])
+        return _core.BlockWriter(act=[flat[k] for k in act], obs=[flat[k] for k in obs],
+                                 frames=[self.fields[k].stack for k in obs],
+                                 flags=[flat[k] for k in ("terminated", "truncated", "first", "last")],
+                                 rings=self._core_rings, open_rows=open_rows, episode_start=episode_start)
 
     def flat_columns(self) -> dict[str, np.ndarray]:
         """Every column as ``(lanes * capacity, *shape)`` (views of the live data, by column name): row ``r``
@@ -232,8 +233,14 @@ class StepStore:
             return
         if self._ranges.shape[0] < lanes.size:
             self._ranges = np.zeros((lanes.size, 3), np.int64)
-        m = KS.overwritten(self._packed_rings, lanes, rows, self._ranges)
-        for lane, lo, hi in self._ranges[:m].tolist():
+        self.notify_overwrite(self._ranges[:self._core_rings.overwritten(lanes, rows, self._ranges)])
+
+    def notify_overwrite(self, ranges: np.ndarray) -> None:
+        """Tell every listener that rows ``lo .. hi - 1`` of ``lane`` are about to be overwritten, for each
+        ``(lane, lo, hi)`` of ``ranges`` (the block writer's plan computes them as :meth:`before_write` does)."""
+        if not self._listeners or not len(ranges):
+            return
+        for lane, lo, hi in ranges.tolist():
             for listener in self._listeners:
                 listener.on_overwrite_range(lane, lo, hi)
 

@@ -1,0 +1,123 @@
+#include "call_classifier.h"
+
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "arrays.h"
+
+namespace rlflow {
+
+namespace nb = nanobind;
+
+CallClassifier::CallClassifier(const std::vector<nb::handle>& last, nb::handle state, nb::handle was,
+                               nb::handle calls) {
+  PyArrayObject* s = checked_array(state, NPY_INT8, -1, "state");
+  envs_ = PyArray_SIZE(s);
+  state_ = static_cast<int8_t*>(PyArray_DATA(s));
+  was_ = static_cast<int8_t*>(PyArray_DATA(checked_array(was, NPY_INT8, envs_, "was")));
+  calls_ = static_cast<bool*>(PyArray_DATA(checked_array(calls, NPY_BOOL, 5 * envs_, "calls")));
+  nb::handle arrays[3] = {state, was, calls};
+  for (int i = 0; i < 3; ++i) owned_[i] = nb::borrow(arrays[i]);
+  for (nb::handle h : last) {
+    PyArrayObject* a = checked_array(h, -1, -1, "last");
+    if (PyArray_NDIM(a) < 1 || PyArray_DIM(a, 0) != envs_) {
+      throw std::invalid_argument("last: expected arrays [" + std::to_string(envs_) + ", ...], one row per env");
+    }
+    LastColumn c;
+    c.array = nb::borrow(h);
+    c.data = static_cast<uint8_t*>(PyArray_DATA(a));
+    c.type_num = PyArray_TYPE(a);
+    c.row_bytes = PyArray_ITEMSIZE(a);
+    for (int i = 1; i < PyArray_NDIM(a); ++i) {
+      c.shape.push_back(PyArray_DIM(a, i));
+      c.row_bytes *= PyArray_DIM(a, i);
+    }
+    last_.push_back(std::move(c));
+  }
+}
+
+bool CallClassifier::fits(PyObject* leaf, const LastColumn& c) const {
+  return has_layout(leaf, c.type_num, {envs_}, c.shape);
+}
+
+int CallClassifier::classify(PyObject* obs, PyObject* terminated, PyObject* truncated, PyObject* reward) {
+  const bool* term = one_flag_each(terminated, envs_);
+  const bool* trunc = one_flag_each(truncated, envs_);
+  if (term == nullptr || trunc == nullptr) {
+    throw std::invalid_argument("classify: terminated and truncated must be bool arrays of one flag per env");
+  }
+  const bool compare = obs != Py_None;
+  if (compare) {
+    if (!PyTuple_Check(obs) || PyTuple_GET_SIZE(obs) != static_cast<Py_ssize_t>(last_.size())) return Convert;
+    for (std::size_t j = 0; j < last_.size(); ++j) {
+      if (!fits(PyTuple_GET_ITEM(obs, j), last_[j])) return Convert;
+    }
+  }
+  // The reward's bytes per env, when it is an array [E, ...] (a float's sign bit aside, zero bytes: zero).
+  const uint8_t* rewards = nullptr;
+  int64_t reward_bytes = 0;
+  bool is_float = false;
+  if (PyArray_Check(reward)) {
+    auto* r = reinterpret_cast<PyArrayObject*>(reward);
+    if (PyArray_NDIM(r) >= 1 && PyArray_DIM(r, 0) == envs_ && PyArray_ISNUMBER(r) && !PyArray_ISCOMPLEX(r)) {
+      if (!PyArray_IS_C_CONTIGUOUS(r) || !PyArray_ISNOTSWAPPED(r)) return Convert;
+      rewards = static_cast<const uint8_t*>(PyArray_DATA(r));
+      reward_bytes = envs_ ? PyArray_NBYTES(r) / envs_ : 0;
+      is_float = PyArray_ISFLOAT(r);
+    }
+  }
+  const int64_t itemsize =
+      rewards != nullptr ? PyArray_ITEMSIZE(reinterpret_cast<PyArrayObject*>(reward)) : 1;
+  int bits = 0;
+  bool* row[5];
+  for (int k = 0; k < 5; ++k) row[k] = calls_ + k * envs_;
+  for (int64_t e = 0; e < envs_; ++e) {
+    const bool t = term[e], u = trunc[e] && !t, last = t || u;
+    bool zero = true;
+    for (int64_t b = 0; rewards != nullptr && b < reward_bytes; ++b) {
+      uint8_t v = rewards[e * reward_bytes + b];
+      if (is_float && (b + 1) % itemsize == 0) v &= 0x7F;  // the sign bit (little-endian): -0.0 is zero
+      if (v != 0) {
+        zero = false;
+        break;
+      }
+    }
+    const auto state = static_cast<CallState>(state_[e]);
+    bool same = compare && state != CallState::NoEpisodeYet;
+    for (std::size_t j = 0; same && j < last_.size(); ++j) {
+      const LastColumn& c = last_[j];
+      const auto* leaf = static_cast<const uint8_t*>(PyArray_DATA(reinterpret_cast<PyArrayObject*>(
+          PyTuple_GET_ITEM(obs, j))));
+      same = c.row_bytes == 0 || std::memcmp(leaf + e * c.row_bytes, c.data + e * c.row_bytes, c.row_bytes) == 0;
+    }
+    const bool reset = state == CallState::Ended && same && !last && zero;
+    const bool starts = !(state == CallState::InEpisode && same) && !reset;
+    row[static_cast<int>(CallRow::Terminated)][e] = t;
+    row[static_cast<int>(CallRow::Truncated)][e] = u;
+    row[static_cast<int>(CallRow::Last)][e] = last;
+    row[static_cast<int>(CallRow::Reset)][e] = reset;
+    row[static_cast<int>(CallRow::Starts)][e] = starts;
+    if (starts) bits |= AnyStart;
+    if (last) bits |= AnyLast;
+    was_[e] = state_[e];
+    state_[e] = static_cast<int8_t>(last ? CallState::Ended : CallState::InEpisode);
+  }
+  return bits;
+}
+
+bool CallClassifier::remember(PyObject* next_obs) {
+  if (!PyTuple_Check(next_obs) || PyTuple_GET_SIZE(next_obs) != static_cast<Py_ssize_t>(last_.size())) return false;
+  for (std::size_t j = 0; j < last_.size(); ++j) {
+    if (!fits(PyTuple_GET_ITEM(next_obs, j), last_[j])) return false;
+  }
+  for (std::size_t j = 0; j < last_.size(); ++j) {
+    const LastColumn& c = last_[j];
+    if (c.row_bytes == 0) continue;
+    std::memcpy(c.data, PyArray_DATA(reinterpret_cast<PyArrayObject*>(PyTuple_GET_ITEM(next_obs, j))),
+                envs_ * c.row_bytes);
+  }
+  return true;
+}
+
+}  // namespace rlflow

@@ -1,0 +1,63 @@
+// ReplayBuffer.add's call classifier: sorts each env's call (a transition that goes on from the env's last
+// next_obs, one that starts an episode, gymnasium's NEXT_STEP reset step) in one call, against the env's last
+// next_obs it keeps (rlflow.buffer.ReplayBuffer documents the semantics).
+#pragma once
+
+#include <nanobind/nanobind.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace rlflow {
+
+// What an env's last call left: no episode in progress, one in progress (its last next_obs is the open row),
+// or one that ended at that call (a NEXT_STEP reset step may follow).
+enum class CallState : int8_t { NoEpisodeYet = 0, InEpisode = 1, Ended = 2 };
+
+// The rows of the classifier's output ([5, E] bool): the flags as taken (termination wins over truncation),
+// `last`, a reset step (next_obs starts the env's next episode, no transition), and an episode that starts at
+// obs before the transition.
+enum class CallRow : int { Terminated = 0, Truncated = 1, Last = 2, Reset = 3, Starts = 4 };
+
+// classify's bits: some env starts an episode before its transition, some env's episode ends. Convert: an
+// observation leaf is not a C-contiguous array of its column's dtype and shape [E, ...], or the reward not a
+// C-contiguous native one: the caller converts them and classifies again (nothing changed).
+enum CallBits : int { AnyStart = 1, AnyLast = 2, Convert = -1 };
+
+struct LastColumn {  // one observation column's last next_obs of every env, [E, *shape]
+  nanobind::object array;
+  uint8_t* data = nullptr;
+  int type_num = 0;
+  int64_t row_bytes = 0;
+  std::vector<int64_t> shape;
+};
+
+class CallClassifier {
+ public:
+  // `last`: per observation column, an array [E, *shape] of the envs' last next_obs; `state`, `was`: int8
+  // [E]; `calls`: bool [5, E] (arrays the Python side owns and reads).
+  CallClassifier(const std::vector<nanobind::handle>& last, nanobind::handle state, nanobind::handle was,
+                 nanobind::handle calls);
+
+  // Sort each env's call (obs: a tuple of leaves, or None: not any env's last next_obs; terminated and
+  // truncated: bool [E]; reward: [E, ...] of the reward's dtype, or anything else: judged zero) and advance
+  // the states (the states before go to `was`). Returns the CallBits, or Convert.
+  int classify(PyObject* obs, PyObject* terminated, PyObject* truncated, PyObject* reward);
+  // Keep next_obs (a tuple of leaves) as each env's last; false (nothing kept) where a leaf is not an array of
+  // its column's dtype and shape.
+  bool remember(PyObject* next_obs);
+
+  int64_t envs() const { return envs_; }
+
+ private:
+  bool fits(PyObject* leaf, const LastColumn& c) const;
+
+  int64_t envs_ = 0;
+  std::vector<LastColumn> last_;
+  nanobind::object owned_[3];
+  int8_t* state_ = nullptr;
+  int8_t* was_ = nullptr;
+  bool* calls_ = nullptr;
+};
+
+}  // namespace rlflow

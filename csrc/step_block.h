@@ -1,0 +1,135 @@
+// The block filler: one env step of every lane of a StepBlock, checked and copied into the block's columns in
+// one call (rlflow.adders.StepBlock documents the semantics; the Python side converts what is not already an
+// array of a column's dtype and shape, and words the errors).
+#pragma once
+
+#include <nanobind/nanobind.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace rlflow {
+
+// How a column's values are checked: not at all, finite (floats), or within [low, high] (integers).
+enum class ValueCheck : int { None = 0, Finite = 1, Bounds = 2 };
+
+// The parts of a step, in the order a step row holds them.
+enum class Part : int { Action = 0, Reward = 1, Extras = 2, Observation = 3, Final = 4 };
+
+// What put says of a step. Ok: it is in the block. Convert: a part's leaves are not arrays of its columns'
+// dtypes and shapes (or a column's values are checked by Python): Python converts the part, writes it to the
+// step's row and puts the step again with that part as None. Flags: the flags are not bool arrays of one
+// entry per lane. The flag faults name a lane; the value faults a part, a column and a lane; the stack faults
+// (frame stacks) a column and a lane.
+enum class Put : int {
+  Ok = 0,
+  Convert,
+  Flags,
+  LastMismatch,
+  NoEpisode,
+  StartsInEpisode,
+  EndsNoEpisode,
+  FinalMissing,
+  Value,
+  StackBreak,
+  StackStart,
+};
+
+// One block column: values [T, E, *shape] in a numpy array the block owns (the object holds a reference).
+struct BlockColumn {
+  nanobind::object array;  // keeps the array alive
+  uint8_t* data = nullptr;
+  int type_num = 0;
+  char kind = 0;              // 'f', 'i', 'u', 'b', ...
+  int64_t itemsize = 1;
+  int64_t row_bytes = 0;      // one lane's value
+  std::vector<int64_t> shape;  // one lane's value shape
+  bool exact = true;          // a leaf of this dtype and shape is copied as is and checked here
+  ValueCheck check = ValueCheck::None;
+  double low = 0.0, high = 0.0;
+
+  uint8_t* row(int64_t s, int64_t lanes) const { return data + s * lanes * row_bytes; }
+};
+
+// A frame-stacked observation column: the open row's stack of each lane ([E, k, *frame]), which the lane's
+// next row must continue.
+struct StackColumn {
+  int column = 0;     // index into the observation columns
+  int64_t frames = 0;
+  uint8_t* open = nullptr;
+  nanobind::object array;
+};
+
+class StepBlockCore {
+ public:
+  StepBlockCore(int64_t steps, int64_t lanes) : steps_(steps), lanes_(lanes) {}
+
+  int64_t steps() const { return steps_; }
+  int64_t lanes() const { return lanes_; }
+  // The store lane of each block lane, [E] (set_lanes), and the steps' flags, [T, E].
+  const int64_t* lane_ids() const { return lane_ids_; }
+  const bool* first() const { return first_; }
+  const bool* terminated() const { return terminated_; }
+  const bool* truncated() const { return truncated_; }
+  void set_lanes(nanobind::handle lanes);
+  void set_columns(Part part, std::vector<BlockColumn> columns);
+  const std::vector<BlockColumn>& columns(Part part) const { return parts_[static_cast<int>(part)]; }
+  // The step flags [T, E] and the lanes' states [E] (bool arrays the Python block owns and reads too).
+  void set_flags(nanobind::handle first, nanobind::handle terminated, nanobind::handle truncated,
+                 nanobind::handle is_open);
+  // Observation column `column` holds frame stacks of `frames` frames; `open` [E, k, *frame] the open rows'.
+  void add_stack(int column, nanobind::handle open);
+  // Multi-agent rows: observation column `column` holds the agents' active flags; `active` [E, A] the flags
+  // at each lane's open row; the action columns `zeroed` ([E, A, ...]) get zeros for the agents not active.
+  void set_agents(int column, nanobind::handle active, std::vector<int> zeroed);
+
+  // Check `count` steps from s and put them (one leaf tuple per part, each leaf [E, ...] for one step, or with
+  // `stepped` [count, E, ...] (one lane: [count, ...]); None: the part's rows are written and checked already; the
+  // flags likewise). A step that fails leaves the lanes' states as they were before step s.
+  Put put(int64_t s, int64_t count, bool stepped, PyObject* const parts[5], PyObject* const flags[4]);
+
+  int64_t fault_step = -1;
+  int64_t fault_lane = -1;
+  int fault_column = -1;
+  Part fault_part = Part::Action;
+
+ private:
+  struct Source {  // a part's leaves: each column's first row (a step's rows follow each other), or written
+    bool resolved = false, written = false;
+    std::vector<const uint8_t*> data;
+  };
+  const bool* step_flags(PyObject* flags, int64_t count, bool stepped) const;
+  bool resolve(Part part, PyObject* leaves, int64_t count, bool stepped, Source& src);
+  void copy_rows(Part part, const Source& src, int64_t s, int64_t i, const bool* only_lanes);
+  Put put_step(int64_t s, int64_t i, Source src[5], PyObject* const parts[5], const bool* const f[4], int64_t count,
+               bool stepped);
+  bool value_fault(Part part, int64_t s, const bool* only_lanes);
+  Put stack_fault(int64_t s, const bool* first, const bool* last, bool final_given);
+  void zero_inactive(int64_t s);
+
+  int64_t steps_, lanes_;
+  const int64_t* lane_ids_ = nullptr;
+  nanobind::object lane_array_;
+  std::vector<BlockColumn> parts_[5];
+  nanobind::object owned_[4];  // first, terminated, truncated, is_open
+  bool* first_ = nullptr;
+  bool* terminated_ = nullptr;
+  bool* truncated_ = nullptr;
+  bool* is_open_ = nullptr;
+  std::vector<StackColumn> stacks_;
+  int active_column_ = -1;  // the observation column of the agents' active flags (multi-agent rows)
+  int64_t agents_ = 0;
+  bool* active_ = nullptr;  // [E, A]: the agents active at each lane's open row
+  nanobind::object active_array_;
+  std::vector<int> zeroed_;  // action columns [E, A, ...] whose inactive agents' values are zeroed
+};
+
+// A numpy array as a block column (ValueError unless it is a writeable, aligned, C-contiguous, native-order
+// array [steps, lanes, ...]).
+BlockColumn block_column(nanobind::handle array, int64_t steps, int64_t lanes);
+// Whether `leaf` is an array of the column's dtype and shape [lanes, *shape], C-contiguous: copied as is.
+bool fits(PyObject* leaf, const BlockColumn& column, int64_t lanes);
+// The same for `count` steps: [count, lanes, *shape], or for one lane [count, *shape].
+bool fits_steps(PyObject* leaf, const BlockColumn& column, int64_t count, int64_t lanes);
+
+}  // namespace rlflow

@@ -1,0 +1,38 @@
+// A StepStore's ring cursors and episode marks (rlflow.replay.StepStore documents the addressing model): the
+// rows written per lane, each row's episode id and step, and which rows a write overwrites.
+#pragma once
+
+#include <nanobind/nanobind.h>
+
+#include <cstdint>
+
+namespace rlflow {
+
+class StoreRings {
+ public:
+  // written, next_episode, next_step: [lanes] int64; episode_id, episode_step: [lanes, capacity] int64 (arrays
+  // the store owns); reach: the rows before a row that its frame stacks read, at most.
+  StoreRings(nanobind::handle written, nanobind::handle episode_id, nanobind::handle episode_step,
+             nanobind::handle next_episode, nanobind::handle next_step, int64_t reach);
+
+  int64_t lanes() const { return lanes_; }
+  int64_t capacity() const { return capacity_; }
+  int64_t reach() const { return reach_; }
+  int64_t written(int64_t lane) const { return written_[lane]; }
+  int64_t episode_step(int64_t lane, int64_t row) const;
+  // Record the episode id and step of the next row of `lane` (first: it starts an episode) and advance the
+  // cursors; the row.
+  int64_t mark(int64_t lane, bool first);
+  // The rows that writing new_rows[i] rows to each of lanes[i] overwrites, as ranges[m] = (lane, lo, hi): rows
+  // lo .. hi - 1, going on over the rows after them whose stacks read an overwritten row (rows of the same
+  // episode, up to reach). Returns how many lanes overwrite any.
+  int64_t overwritten(const int64_t* lanes, const int64_t* new_rows, int64_t n, int64_t* ranges) const;
+
+ private:
+  nanobind::object owned_[5];
+  int64_t *written_ = nullptr, *episode_id_ = nullptr, *episode_step_ = nullptr, *next_episode_ = nullptr,
+          *next_step_ = nullptr;
+  int64_t lanes_ = 0, capacity_ = 0, reach_ = 0;
+};
+
+}  // namespace rlflow
