@@ -14,13 +14,16 @@
 
 namespace rlflow {
 
-// `h` as a writeable, aligned, C-contiguous, native-order numpy array of `type_num` (-1: any) and `size`
-// entries (-1: any); ValueError naming `what` otherwise.
-inline PyArrayObject* checked_array(nanobind::handle h, int type_num, int64_t size, const char* what) {
+// `h` as an aligned, C-contiguous, native-order numpy array of `type_num` (-1: any) and `size` entries (-1:
+// any), writeable unless `read_only`; ValueError naming `what` otherwise.
+inline PyArrayObject* checked_array(nanobind::handle h, int type_num, int64_t size, const char* what,
+                                    bool read_only = false) {
   if (!PyArray_Check(h.ptr())) throw std::invalid_argument(std::string(what) + ": expected a numpy array");
   auto* a = reinterpret_cast<PyArrayObject*>(h.ptr());
-  if (!PyArray_IS_C_CONTIGUOUS(a) || !PyArray_ISWRITEABLE(a) || !PyArray_ISALIGNED(a) || !PyArray_ISNOTSWAPPED(a)) {
-    throw std::invalid_argument(std::string(what) + ": expected a writeable, aligned, C-contiguous native array");
+  if (!PyArray_IS_C_CONTIGUOUS(a) || !(read_only || PyArray_ISWRITEABLE(a)) || !PyArray_ISALIGNED(a) ||
+      !PyArray_ISNOTSWAPPED(a)) {
+    throw std::invalid_argument(std::string(what) + ": expected " + (read_only ? "an" : "a writeable,") +
+                                " aligned, C-contiguous native array");
   }
   if ((type_num >= 0 && PyArray_TYPE(a) != type_num) || (size >= 0 && PyArray_SIZE(a) != size)) {
     throw std::invalid_argument(std::string(what) + ": expected " + (size >= 0 ? std::to_string(size) : "any") +
@@ -34,10 +37,16 @@ T* array_data(nanobind::handle h, int type_num, int64_t size, const char* what) 
   return static_cast<T*>(PyArray_DATA(checked_array(h, type_num, size, what)));
 }
 
+// The data of an array the call only reads (array_data's checks, writeable or not).
+template <class T>
+const T* array_in(nanobind::handle h, int type_num, int64_t size, const char* what) {
+  return static_cast<const T*>(PyArray_DATA(checked_array(h, type_num, size, what, true)));
+}
+
 // Like array_data, for arrays of at least `size` entries (outputs that may be larger than one call needs).
 template <class T>
-T* array_at_least(nanobind::handle h, int type_num, int64_t size, const char* what) {
-  PyArrayObject* a = checked_array(h, type_num, -1, what);
+T* array_at_least(nanobind::handle h, int type_num, int64_t size, const char* what, bool read_only = false) {
+  PyArrayObject* a = checked_array(h, type_num, -1, what, read_only);
   if (PyArray_SIZE(a) < size) {
     throw std::invalid_argument(std::string(what) + ": expected at least " + std::to_string(size) + " entries");
   }

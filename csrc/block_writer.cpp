@@ -187,7 +187,7 @@ PlanFault BlockWriter::stack_fault(const StepBlockCore& block, int64_t a, int64_
 void BlockWriter::write(const StepBlockCore& block, int64_t a, int64_t steps, nb::handle codes_h, nb::handle rows_h) {
   check_block(block, a, steps);
   const int64_t E = block.lanes();
-  const auto* codes = array_at_least<int8_t>(codes_h, NPY_INT8, steps * E, "codes");
+  const auto* codes = array_at_least<int8_t>(codes_h, NPY_INT8, steps * E, "codes", true);
   auto* rows = array_at_least<int64_t>(rows_h, NPY_INT64, steps * 3 * E, "rows");
   for (int64_t i = 0; i < steps * E; ++i) {
     if (codes[i] < 0 || codes[i] > static_cast<int8_t>(StepKind::Start)) {
@@ -257,7 +257,7 @@ void BlockWriter::write(const StepBlockCore& block, int64_t a, int64_t steps, nb
 }
 
 NStepItems::NStepItems(nb::handle rewards, int64_t capacity, nb::handle powers) {
-  PyArrayObject* r = checked_array(rewards, -1, -1, "rewards");
+  PyArrayObject* r = checked_array(rewards, -1, -1, "rewards", true);
   if (PyArray_NDIM(r) < 1 || capacity < 1 || PyArray_DIM(r, 0) % capacity != 0) {
     throw std::invalid_argument("rewards: expected a column of lanes * capacity rows");
   }
@@ -272,7 +272,7 @@ NStepItems::NStepItems(nb::handle rewards, int64_t capacity, nb::handle powers) 
   rewards_ = static_cast<const uint8_t*>(PyArray_DATA(r));
   rewards_array_ = nb::borrow(rewards);
   capacity_ = capacity;
-  PyArrayObject* p = checked_array(powers, NPY_FLOAT64, -1, "powers");
+  PyArrayObject* p = checked_array(powers, NPY_FLOAT64, -1, "powers", true);
   n_ = PyArray_SIZE(p) - 1;
   if (n_ < 1) throw std::invalid_argument("powers: expected g^0 .. g^n, n >= 1");
   powers_ = static_cast<const double*>(PyArray_DATA(p));
@@ -328,10 +328,10 @@ void NStepItems::item(int64_t m, int64_t lane, int64_t start, int64_t k, double 
 int64_t NStepItems::make(int64_t a, int64_t steps, nb::handle codes_h, nb::handle rows_h, nb::handle terminated_h,
                          nb::handle lanes_h, bool final_was_open) {
   const int64_t E = array_dim(lanes_h, 0);
-  const auto* lanes = array_data<int64_t>(lanes_h, NPY_INT64, E, "lanes");
-  const auto* codes = array_at_least<int8_t>(codes_h, NPY_INT8, steps * E, "codes");
-  const auto* rows = array_at_least<int64_t>(rows_h, NPY_INT64, steps * 3 * E, "rows");
-  const auto* terminated = array_at_least<bool>(terminated_h, NPY_BOOL, (a + steps) * E, "terminated");
+  const auto* lanes = array_in<int64_t>(lanes_h, NPY_INT64, E, "lanes");
+  const auto* codes = array_at_least<int8_t>(codes_h, NPY_INT8, steps * E, "codes", true);
+  const auto* rows = array_at_least<int64_t>(rows_h, NPY_INT64, steps * 3 * E, "rows", true);
+  const auto* terminated = array_at_least<bool>(terminated_h, NPY_BOOL, (a + steps) * E, "terminated", true);
   if (a < 0 || steps < 0) throw std::out_of_range("nstep items: expected steps a .. a + steps - 1, a >= 0");
   if (n_ * E * steps > out_size_) {
     throw std::invalid_argument("nstep items: the outputs hold " + std::to_string(out_size_) + " items, expected " +

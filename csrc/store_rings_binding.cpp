@@ -13,8 +13,8 @@ void bind_store_rings(nb::module_& m) {
           "overwritten",
           [](const StoreRings& self, nb::handle lanes_h, nb::handle new_rows_h, nb::handle ranges_h) {
             const int64_t n = array_dim(lanes_h, 0);
-            const auto* lanes = array_data<int64_t>(lanes_h, NPY_INT64, n, "lanes");
-            const auto* new_rows = array_data<int64_t>(new_rows_h, NPY_INT64, n, "new_rows");
+            const auto* lanes = array_in<int64_t>(lanes_h, NPY_INT64, n, "lanes");
+            const auto* new_rows = array_in<int64_t>(new_rows_h, NPY_INT64, n, "new_rows");
             auto* ranges = array_at_least<int64_t>(ranges_h, NPY_INT64, 3 * n, "ranges");
             for (int64_t i = 0; i < n; ++i) {
               if (lanes[i] < 0 || lanes[i] >= self.lanes() || new_rows[i] < 0) {
@@ -25,7 +25,28 @@ void bind_store_rings(nb::module_& m) {
             return self.overwritten(lanes, new_rows, n, ranges);
           },
           nb::arg("lanes"), nb::arg("new_rows"), nb::arg("ranges"),
-          "The rows that writing new_rows[i] rows to each of lanes overwrites, as ranges (lane, lo, hi); how many.");
+          "The rows that writing new_rows[i] rows to each of lanes overwrites, as ranges (lane, lo, hi); how many.")
+      .def(
+          "mark",
+          [](StoreRings& self, nb::handle lanes_h, nb::handle first_h, nb::handle rows_h) {
+            const int64_t n = array_dim(lanes_h, 0);
+            const auto* lanes = array_in<int64_t>(lanes_h, NPY_INT64, n, "lanes");
+            const int64_t starts = array_dim(first_h, 0);
+            if (starts != 0 && starts != n) {
+              throw std::invalid_argument("first: expected one flag per row, or none (no row starts an episode)");
+            }
+            const auto* first = array_in<bool>(first_h, NPY_BOOL, starts, "first");
+            auto* rows = array_data<int64_t>(rows_h, NPY_INT64, n, "rows");
+            for (int64_t i = 0; i < n; ++i) {
+              if (lanes[i] < 0 || lanes[i] >= self.lanes()) {
+                throw std::out_of_range("mark: lanes must be in [0, " + std::to_string(self.lanes()) + ")");
+              }
+            }
+            for (int64_t i = 0; i < n; ++i) rows[i] = self.mark(lanes[i], starts != 0 && first[i]);
+          },
+          nb::arg("lanes"), nb::arg("first"), nb::arg("rows"),
+          "Mark the next row of lanes[i], in order (first[i]: it starts an episode; first empty: none does); "
+          "rows[i] gets its index.");
 }
 
 }  // namespace rlflow

@@ -256,6 +256,11 @@ class StoreRings:
         The rows that writing new_rows[i] rows to each of lanes overwrites, as ranges (lane, lo, hi); how many.
         """
 
+    def mark(self, lanes: object, first: object, rows: object) -> None:
+        """
+        Mark the next row of lanes[i], in order (first[i]: it starts an episode; first empty: none does); rows[i] gets its index.
+        """
+
 class SumTree:
     def __init__(self, capacity: int) -> None: ...
 

@@ -310,3 +310,25 @@ def test_large_window_gathers_of_many_columns_equal_a_plain_gather(backend, tmp_
         want = np.stack([col[meta[b, LANE], (meta[b, START] + np.arange(length)) % 40] for b in range(batch)])
         assert data[name].dtype == want.dtype
         np.testing.assert_array_equal(data[name], want, err_msg=name)
+
+
+def test_the_ring_marks_check_what_they_are_handed():
+    """The compiled ring cursors refuse a lane outside the store or flags of another length (IndexError /
+    ValueError, nothing marked), and take read-only inputs: a store extended with a read-only ``first`` marks
+    the episode it starts."""
+    from rlflow import _core
+
+    store = StepStore({"x": Field((), np.float32)}, capacity=4, lanes=2)
+    rings = _core.StoreRings(written=store.count, episode_id=store.episode_id, episode_step=store.episode_step,
+                             next_episode=np.zeros(2, np.int64), next_step=np.zeros(2, np.int64), reach=0)
+    rows = np.zeros(2, np.int64)
+    with pytest.raises(IndexError, match=r"lanes must be in \[0, 2\)"):
+        rings.mark(np.array([0, 2]), np.zeros(0, bool), rows)
+    with pytest.raises(ValueError, match="one flag per row"):
+        rings.mark(np.array([0, 1]), np.zeros(3, bool), rows)
+    with pytest.raises(IndexError, match="new rows >= 0"):
+        rings.overwritten(np.array([1]), np.array([-1]), np.zeros((1, 3), np.int64))
+    assert store.count.tolist() == [0, 0]
+    first = np.broadcast_to(np.array([True, False, False]), (3,))  # read-only
+    store.extend(1, {"x": np.arange(3, dtype=np.float32)}, first=first)
+    assert store.count.tolist() == [0, 3] and store.episode_step[1, :3].tolist() == [0, 1, 2]

@@ -66,42 +66,6 @@ def set_meta(meta: np.ndarray, s: int, key: int, lane: int, start: int, length: 
     meta[s, TIMES] = 0
 
 
-@njit(inline="always", cache=True)
-def _mark_row(episode_id: np.ndarray, episode_step: np.ndarray, next_episode: np.ndarray, next_step: np.ndarray,
-              count: np.ndarray, lane: int, first: bool, capacity: int) -> int:
-    """Record the episode id and step of the next row of ``lane`` and advance its cursors; the row."""
-    row = count[lane]
-    if first or row == 0:
-        next_episode[lane] += 1
-        next_step[lane] = 0
-    pos = wrap(row, capacity)
-    episode_id[lane, pos] = next_episode[lane] - 1
-    episode_step[lane, pos] = next_step[lane]
-    next_step[lane] += 1
-    count[lane] = row + 1
-    return row
-
-
-@compiled
-def episode_marks(episode_id: np.ndarray, episode_step: np.ndarray, next_episode: np.ndarray,
-                  next_step: np.ndarray, count: np.ndarray, lanes: np.ndarray, first: np.ndarray,
-                  capacity: int) -> None:
-    """Mark one row in each of ``lanes`` (rows about to be written); ``first[i]`` starts an episode."""
-    for i in range(lanes.shape[0]):
-        _mark_row(episode_id, episode_step, next_episode, next_step, count, lanes[i], first[i], capacity)
-
-
-@compiled
-def mark_lane(episode_id: np.ndarray, episode_step: np.ndarray, next_episode: np.ndarray, next_step: np.ndarray,
-              count: np.ndarray, lane: int, t: int, first: np.ndarray, capacity: int) -> np.ndarray:
-    """Mark ``t`` consecutive rows of one lane (``first`` empty: none starts an episode); their indices."""
-    rows = np.empty(t, np.int64)
-    for i in range(t):
-        rows[i] = _mark_row(episode_id, episode_step, next_episode, next_step, count, lane,
-                            first.shape[0] > 0 and first[i], capacity)
-    return rows
-
-
 @compiled
 def evict_range(meta: np.ndarray, row_slot: np.ndarray, free: np.ndarray, num_free: int, lane: int, lo: int,
                 hi: int, capacity: int) -> tuple[np.ndarray, int]:

@@ -409,12 +409,12 @@ class StepStore:
             for name, col in cols.items():
                 self._flat[name][base + p0: base + p1] = col[: p1 - p0]
                 self._flat[name][base: base + t - (p1 - p0)] = col[p1 - p0:]
-        return KI.mark_lane(self.episode_id, self.episode_step, self._next_episode, self._next_step, self.count,
-                            lane, t, first, self.capacity)
+        rows = np.empty(t, np.int64)
+        self._core_rings.mark(np.full(t, lane, np.int64), first, rows)
+        return rows
 
     def _mark(self, lanes: np.ndarray, first: np.ndarray) -> None:
-        KI.episode_marks(self.episode_id, self.episode_step, self._next_episode, self._next_step, self.count,
-                         lanes, first, self.capacity)
+        self._core_rings.mark(lanes, first, np.empty(lanes.size, np.int64))
 
     @staticmethod
     def _check_first(first: Any, n: int, *, allow_none: bool = False) -> np.ndarray:
