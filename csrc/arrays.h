@@ -14,16 +14,16 @@
 
 namespace rlflow {
 
-// `h` as an aligned, C-contiguous, native-order numpy array of `type_num` (-1: any) and `size` entries (-1:
-// any), writeable unless `read_only`; ValueError naming `what` otherwise.
+// `h` as an aligned, C-contiguous numpy array of `type_num` (-1: any) and `size` entries (-1: any), writeable
+// unless `read_only`; ValueError naming `what` otherwise. (Columns of any byte order are copied as bytes; the
+// arrays whose values the core reads are rlflow's own, native, or checked where they are taken.)
 inline PyArrayObject* checked_array(nanobind::handle h, int type_num, int64_t size, const char* what,
                                     bool read_only = false) {
   if (!PyArray_Check(h.ptr())) throw std::invalid_argument(std::string(what) + ": expected a numpy array");
   auto* a = reinterpret_cast<PyArrayObject*>(h.ptr());
-  if (!PyArray_IS_C_CONTIGUOUS(a) || !(read_only || PyArray_ISWRITEABLE(a)) || !PyArray_ISALIGNED(a) ||
-      !PyArray_ISNOTSWAPPED(a)) {
+  if (!PyArray_IS_C_CONTIGUOUS(a) || !(read_only || PyArray_ISWRITEABLE(a)) || !PyArray_ISALIGNED(a)) {
     throw std::invalid_argument(std::string(what) + ": expected " + (read_only ? "an" : "a writeable,") +
-                                " aligned, C-contiguous native array");
+                                " aligned, C-contiguous array");
   }
   if ((type_num >= 0 && PyArray_TYPE(a) != type_num) || (size >= 0 && PyArray_SIZE(a) != size)) {
     throw std::invalid_argument(std::string(what) + ": expected " + (size >= 0 ? std::to_string(size) : "any") +
@@ -61,14 +61,14 @@ inline int64_t array_dim(nanobind::handle array, int i) {
   return PyArray_DIM(reinterpret_cast<PyArrayObject*>(array.ptr()), i);
 }
 
-// Whether `leaf` is a C-contiguous native array of `type_num` shaped [*lead, *shape]: its bytes can be copied as
-// rows.
-inline bool has_layout(PyObject* leaf, int type_num, std::initializer_list<int64_t> lead,
+// Whether `leaf` is a C-contiguous array of exactly the dtype `descr` (byte order and item size included) shaped
+// [*lead, *shape]: its bytes can be copied as rows.
+inline bool has_layout(PyObject* leaf, PyArray_Descr* descr, std::initializer_list<int64_t> lead,
                        const std::vector<int64_t>& shape) {
   if (!PyArray_Check(leaf)) return false;
   auto* a = reinterpret_cast<PyArrayObject*>(leaf);
-  if (PyArray_TYPE(a) != type_num || !PyArray_ISNOTSWAPPED(a) || !PyArray_IS_C_CONTIGUOUS(a) ||
-      PyArray_NDIM(a) != static_cast<int>(lead.size() + shape.size())) {
+  if (!PyArray_IS_C_CONTIGUOUS(a) || PyArray_NDIM(a) != static_cast<int>(lead.size() + shape.size()) ||
+      !(PyArray_DESCR(a) == descr || PyArray_EquivTypes(PyArray_DESCR(a), descr))) {
     return false;
   }
   int d = 0;

@@ -53,7 +53,7 @@ BlockWriter::BlockWriter(const std::vector<nb::handle>& act, const std::vector<n
 }
 
 void BlockWriter::check_block(const StepBlockCore& block, int64_t a, int64_t steps) const {
-  if (a < 0 || steps < 0 || a + steps > block.steps()) {
+  if (a < 0 || steps < 0 || a > block.steps() || steps > block.steps() - a) {
     throw std::out_of_range("write: steps " + std::to_string(a) + ".." + std::to_string(a + steps) +
                             " outside the block's " + std::to_string(block.steps()));
   }
@@ -84,6 +84,7 @@ PlanFault BlockWriter::plan(const StepBlockCore& block, int64_t a, int64_t steps
   auto* codes = array_at_least<int8_t>(codes_h, NPY_INT8, steps * E, "codes");
   auto* new_rows = array_at_least<int64_t>(new_rows_h, NPY_INT64, E, "new_rows");
   auto* ranges = array_at_least<int64_t>(ranges_h, NPY_INT64, 3 * E, "ranges");
+  const std::vector<int64_t> lane_ids(block.lane_ids(), block.lane_ids() + E);  // read once: outputs may alias them
   nb::gil_scoped_release release;
   fault_step = fault_lane = fault_column = -1;
   overwritten_lanes = 0;
@@ -91,7 +92,7 @@ PlanFault BlockWriter::plan(const StepBlockCore& block, int64_t a, int64_t steps
   const bool* terminated = block.terminated();
   const bool* truncated = block.truncated();
   for (int64_t e = 0; e < E; ++e) {
-    bool is_open = open_rows_[block.lane_ids()[e]] >= 0;
+    bool is_open = open_rows_[lane_ids[e]] >= 0;
     int64_t rows = 0;
     for (int64_t k = 0; k < steps; ++k) {
       const int64_t at = (a + k) * E + e;
@@ -119,17 +120,18 @@ PlanFault BlockWriter::plan(const StepBlockCore& block, int64_t a, int64_t steps
   }
   for (const StoreColumn& c : obs_) {
     if (c.frames > 1) {
-      const PlanFault fault = stack_fault(block, a, steps, codes);
+      const PlanFault fault = stack_fault(block, lane_ids, a, steps, codes);
       if (fault != PlanFault::Ok) return fault;
       break;
     }
   }
   // The rows the write overwrites, and with frame stacks the rows after them whose stacks read them.
-  overwritten_lanes = rings_->overwritten(block.lane_ids(), new_rows, E, ranges);
+  overwritten_lanes = rings_->overwritten(lane_ids.data(), new_rows, E, ranges);
   return PlanFault::Ok;
 }
 
-PlanFault BlockWriter::stack_fault(const StepBlockCore& block, int64_t a, int64_t steps, const int8_t* codes) {
+PlanFault BlockWriter::stack_fault(const StepBlockCore& block, const std::vector<int64_t>& lane_ids, int64_t a,
+                                   int64_t steps, const int8_t* codes) {
   const int64_t E = block.lanes();
   const auto& bobs = block.columns(Part::Observation);
   const auto& bfin = block.columns(Part::Final);
@@ -138,7 +140,7 @@ PlanFault BlockWriter::stack_fault(const StepBlockCore& block, int64_t a, int64_
     const int64_t k = col.frames, w = col.row_bytes;
     if (k < 2) continue;
     for (int64_t e = 0; e < E; ++e) {
-      const int64_t lane = block.lane_ids()[e];
+      const int64_t lane = lane_ids[e];
       int64_t prev = -1;  // the block step whose observation is the lane's open row (-1: the store's open row)
       for (int64_t kk = 0; kk < steps; ++kk) {
         const int64_t s = a + kk;
@@ -194,6 +196,7 @@ void BlockWriter::write(const StepBlockCore& block, int64_t a, int64_t steps, nb
       throw std::invalid_argument("write: codes must be StepKind values (from plan)");
     }
   }
+  const std::vector<int64_t> lane_ids(block.lane_ids(), block.lane_ids() + E);  // read once: rows may alias them
   nb::gil_scoped_release release;
   std::vector<const BlockColumn*> bact;
   for (Part p : {Part::Action, Part::Reward, Part::Extras}) {
@@ -213,7 +216,7 @@ void BlockWriter::write(const StepBlockCore& block, int64_t a, int64_t steps, nb
   const bool* terminated = block.terminated();
   const bool* truncated = block.truncated();
   for (int64_t e = 0; e < E; ++e) {
-    const int64_t lane = block.lane_ids()[e];
+    const int64_t lane = lane_ids[e];
     const int64_t base = lane * capacity_;
     for (int64_t k = 0; k < steps; ++k) {
       const int64_t s = a + k, at = s * E + e;
@@ -261,18 +264,19 @@ NStepItems::NStepItems(nb::handle rewards, int64_t capacity, nb::handle powers) 
   if (PyArray_NDIM(r) < 1 || capacity < 1 || PyArray_DIM(r, 0) % capacity != 0) {
     throw std::invalid_argument("rewards: expected a column of lanes * capacity rows");
   }
-  const char kind = PyArray_DESCR(r)->kind;
+  kind_ = PyArray_DESCR(r)->kind;
   itemsize_ = PyArray_ITEMSIZE(r);
-  if (!((kind == 'f' && (itemsize_ == 4 || itemsize_ == 8)) || kind == 'i' || kind == 'u' || kind == 'b')) {
-    throw std::invalid_argument("rewards: expected integers, bools, float32 or float64");
+  if (!((kind_ == 'f' && (itemsize_ == 4 || itemsize_ == 8)) || kind_ == 'i' || kind_ == 'u' || kind_ == 'b') ||
+      !PyArray_ISNOTSWAPPED(r)) {
+    throw std::invalid_argument("rewards: expected native integers, bools, float32 or float64");
   }
-  reward_type_ = PyArray_TYPE(r);
   rows_ = PyArray_DIM(r, 0);
   reward_values_ = rows_ ? PyArray_SIZE(r) / rows_ : 0;
   rewards_ = static_cast<const uint8_t*>(PyArray_DATA(r));
   rewards_array_ = nb::borrow(rewards);
   capacity_ = capacity;
   PyArrayObject* p = checked_array(powers, NPY_FLOAT64, -1, "powers", true);
+  if (!PyArray_ISNOTSWAPPED(p)) throw std::invalid_argument("powers: expected native float64");
   n_ = PyArray_SIZE(p) - 1;
   if (n_ < 1) throw std::invalid_argument("powers: expected g^0 .. g^n, n >= 1");
   powers_ = static_cast<const double*>(PyArray_DATA(p));
@@ -298,17 +302,14 @@ double NStepItems::reward(int64_t row, int64_t c) const {
     std::memcpy(&v, p, sizeof(v));
     return static_cast<double>(v);
   };
-  switch (reward_type_) {
-    case NPY_FLOAT32: return read(float{});
-    case NPY_FLOAT64: return read(double{});
-    case NPY_BOOL: return read(bool{});
-    case NPY_INT8: return read(int8_t{});
-    case NPY_UINT8: return read(uint8_t{});
-    case NPY_INT16: return read(int16_t{});
-    case NPY_UINT16: return read(uint16_t{});
-    case NPY_INT32: return read(int32_t{});
-    case NPY_UINT32: return read(uint32_t{});
-    default: return itemsize_ == 8 && PyTypeNum_ISUNSIGNED(reward_type_) ? read(uint64_t{}) : read(int64_t{});
+  if (kind_ == 'f') return itemsize_ == 4 ? read(float{}) : read(double{});
+  if (kind_ == 'b') return read(bool{});
+  const bool u = kind_ == 'u';
+  switch (itemsize_) {
+    case 1: return u ? read(uint8_t{}) : read(int8_t{});
+    case 2: return u ? read(uint16_t{}) : read(int16_t{});
+    case 4: return u ? read(uint32_t{}) : read(int32_t{});
+    default: return u ? read(uint64_t{}) : read(int64_t{});
   }
 }
 
@@ -331,8 +332,11 @@ int64_t NStepItems::make(int64_t a, int64_t steps, nb::handle codes_h, nb::handl
   const auto* lanes = array_in<int64_t>(lanes_h, NPY_INT64, E, "lanes");
   const auto* codes = array_at_least<int8_t>(codes_h, NPY_INT8, steps * E, "codes", true);
   const auto* rows = array_at_least<int64_t>(rows_h, NPY_INT64, steps * 3 * E, "rows", true);
+  const int64_t given = array_dim(terminated_h, 0);  // steps of the block's flags [T, E]
+  if (a < 0 || steps < 0 || a > given || steps > given - a) {
+    throw std::out_of_range("nstep items: steps a .. a + steps - 1 outside the block's " + std::to_string(given));
+  }
   const auto* terminated = array_at_least<bool>(terminated_h, NPY_BOOL, (a + steps) * E, "terminated", true);
-  if (a < 0 || steps < 0) throw std::out_of_range("nstep items: expected steps a .. a + steps - 1, a >= 0");
   if (n_ * E * steps > out_size_) {
     throw std::invalid_argument("nstep items: the outputs hold " + std::to_string(out_size_) + " items, expected " +
                                 std::to_string(n_ * E * steps));

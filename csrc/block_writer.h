@@ -51,7 +51,8 @@ class BlockWriter {
 
  private:
   void check_block(const StepBlockCore& block, int64_t a, int64_t steps) const;
-  PlanFault stack_fault(const StepBlockCore& block, int64_t a, int64_t steps, const int8_t* codes);
+  PlanFault stack_fault(const StepBlockCore& block, const std::vector<int64_t>& lane_ids, int64_t a, int64_t steps,
+                        const int8_t* codes);
 
   std::vector<StoreColumn> act_, obs_;
   bool *terminated_ = nullptr, *truncated_ = nullptr, *first_ = nullptr, *last_ = nullptr;
@@ -82,7 +83,7 @@ class NStepItems {
 
   nanobind::object rewards_array_, powers_array_;
   const uint8_t* rewards_ = nullptr;
-  int reward_type_ = 0;
+  char kind_ = 0;  // the rewards' dtype kind
   int64_t reward_values_ = 0, itemsize_ = 0, rows_ = 0, capacity_ = 0, n_ = 0;
   const double* powers_ = nullptr;
   nanobind::object out_[5];

@@ -27,7 +27,7 @@ CallClassifier::CallClassifier(const std::vector<nb::handle>& last, nb::handle s
     LastColumn c;
     c.array = nb::borrow(h);
     c.data = static_cast<uint8_t*>(PyArray_DATA(a));
-    c.type_num = PyArray_TYPE(a);
+    c.descr = PyArray_DESCR(a);
     c.row_bytes = PyArray_ITEMSIZE(a);
     for (int i = 1; i < PyArray_NDIM(a); ++i) {
       c.shape.push_back(PyArray_DIM(a, i));
@@ -38,7 +38,7 @@ CallClassifier::CallClassifier(const std::vector<nb::handle>& last, nb::handle s
 }
 
 bool CallClassifier::fits(PyObject* leaf, const LastColumn& c) const {
-  return has_layout(leaf, c.type_num, {envs_}, c.shape);
+  return has_layout(leaf, c.descr, {envs_}, c.shape);
 }
 
 int CallClassifier::classify(PyObject* obs, PyObject* terminated, PyObject* truncated, PyObject* reward) {
@@ -54,33 +54,40 @@ int CallClassifier::classify(PyObject* obs, PyObject* terminated, PyObject* trun
       if (!fits(PyTuple_GET_ITEM(obs, j), last_[j])) return Convert;
     }
   }
-  // The reward's bytes per env, when it is an array [E, ...] (a float's sign bit aside, zero bytes: zero).
+  // The reward's bytes per env, when it is an array [E, ...]: zero where every byte is, a float's (or a complex
+  // number's parts') sign bit aside (-0.0 is zero); a long double is read as one.
   const uint8_t* rewards = nullptr;
-  int64_t reward_bytes = 0;
-  bool is_float = false;
+  int64_t reward_bytes = 0, itemsize = 1, sign_period = 0;
+  bool long_double = false;
   if (PyArray_Check(reward)) {
     auto* r = reinterpret_cast<PyArrayObject*>(reward);
-    if (PyArray_NDIM(r) >= 1 && PyArray_DIM(r, 0) == envs_ && PyArray_ISNUMBER(r) && !PyArray_ISCOMPLEX(r)) {
+    if (PyArray_NDIM(r) >= 1 && PyArray_DIM(r, 0) == envs_ && (PyArray_ISNUMBER(r) || PyArray_ISBOOL(r))) {
       if (!PyArray_IS_C_CONTIGUOUS(r) || !PyArray_ISNOTSWAPPED(r)) return Convert;
       rewards = static_cast<const uint8_t*>(PyArray_DATA(r));
       reward_bytes = envs_ ? PyArray_NBYTES(r) / envs_ : 0;
-      is_float = PyArray_ISFLOAT(r);
+      itemsize = PyArray_ITEMSIZE(r);
+      const bool is_float = PyArray_ISFLOAT(r), is_complex = PyArray_ISCOMPLEX(r);
+      const int64_t part = is_complex ? itemsize / 2 : itemsize;
+      long_double = (is_float || is_complex) && part != 2 && part != 4 && part != 8;
+      if (long_double && (is_complex || static_cast<int64_t>(sizeof(long double)) != itemsize)) return Convert;
+      sign_period = is_float || is_complex ? part : 0;
     }
   }
-  const int64_t itemsize =
-      rewards != nullptr ? PyArray_ITEMSIZE(reinterpret_cast<PyArrayObject*>(reward)) : 1;
   int bits = 0;
   bool* row[5];
   for (int k = 0; k < 5; ++k) row[k] = calls_ + k * envs_;
   for (int64_t e = 0; e < envs_; ++e) {
     const bool t = term[e], u = trunc[e] && !t, last = t || u;
     bool zero = true;
-    for (int64_t b = 0; rewards != nullptr && b < reward_bytes; ++b) {
-      uint8_t v = rewards[e * reward_bytes + b];
-      if (is_float && (b + 1) % itemsize == 0) v &= 0x7F;  // the sign bit (little-endian): -0.0 is zero
-      if (v != 0) {
-        zero = false;
-        break;
+    for (int64_t b = 0; rewards != nullptr && zero && b < reward_bytes; b += long_double ? itemsize : 1) {
+      const uint8_t* at = rewards + e * reward_bytes + b;
+      if (long_double) {
+        long double v;
+        std::memcpy(&v, at, sizeof(v));
+        zero = v == 0;
+      } else {
+        const uint8_t mask = sign_period && (b + 1) % sign_period == 0 ? 0x7F : 0xFF;  // little-endian sign bit
+        zero = (*at & mask) == 0;
       }
     }
     const auto state = static_cast<CallState>(state_[e]);

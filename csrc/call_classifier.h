@@ -5,6 +5,8 @@
 
 #include <nanobind/nanobind.h>
 
+#include "numpy_api.h"
+
 #include <cstdint>
 #include <vector>
 
@@ -27,7 +29,7 @@ enum CallBits : int { AnyStart = 1, AnyLast = 2, Convert = -1 };
 struct LastColumn {  // one observation column's last next_obs of every env, [E, *shape]
   nanobind::object array;
   uint8_t* data = nullptr;
-  int type_num = 0;
+  PyArray_Descr* descr = nullptr;  // the array's dtype (alive with it)
   int64_t row_bytes = 0;
   std::vector<int64_t> shape;
 };

@@ -79,6 +79,7 @@ BlockColumn block_column(nb::handle array, int64_t steps, int64_t lanes) {
   c.array = nb::borrow(array);
   c.data = static_cast<uint8_t*>(PyArray_DATA(a));
   c.type_num = PyArray_TYPE(a);
+  c.descr = PyArray_DESCR(a);
   c.kind = PyArray_DESCR(a)->kind;
   c.itemsize = PyArray_ITEMSIZE(a);
   c.row_bytes = c.itemsize;
@@ -90,12 +91,12 @@ BlockColumn block_column(nb::handle array, int64_t steps, int64_t lanes) {
 }
 
 bool fits(PyObject* leaf, const BlockColumn& c, int64_t lanes) {
-  return c.exact && has_layout(leaf, c.type_num, {lanes}, c.shape);
+  return c.exact && has_layout(leaf, c.descr, {lanes}, c.shape);
 }
 
 bool fits_steps(PyObject* leaf, const BlockColumn& c, int64_t count, int64_t lanes) {
-  return c.exact && (has_layout(leaf, c.type_num, {count, lanes}, c.shape) ||
-                     (lanes == 1 && has_layout(leaf, c.type_num, {count}, c.shape)));
+  return c.exact && (has_layout(leaf, c.descr, {count, lanes}, c.shape) ||
+                     (lanes == 1 && has_layout(leaf, c.descr, {count}, c.shape)));
 }
 
 void StepBlockCore::set_columns(Part part, std::vector<BlockColumn> columns) {
@@ -122,6 +123,9 @@ void StepBlockCore::add_stack(int column, nb::handle open) {
     throw std::out_of_range("stacks: observation column " + std::to_string(column) + " holds no stacks");
   }
   const BlockColumn& c = obs[column];
+  if (c.shape[0] < 2 || c.row_bytes % c.shape[0] != 0) {
+    throw std::invalid_argument("stacks: a stacked column holds at least two frames");
+  }
   PyArrayObject* a = checked_array(open, -1, -1, "stacks");
   if (PyArray_TYPE(a) != c.type_num || PyArray_NBYTES(a) != lanes_ * c.row_bytes) {
     throw std::invalid_argument("stacks: expected one open stack per lane of the column's dtype");
@@ -141,6 +145,7 @@ void StepBlockCore::set_agents(int column, nb::handle active, std::vector<int> z
     throw std::out_of_range("agents: observation column " + std::to_string(column) + " is not [E, A] bool");
   }
   agents_ = obs[column].shape[0];
+  if (agents_ < 1) throw std::invalid_argument("agents: expected at least one agent");
   active_ = array_data<bool>(active, NPY_BOOL, lanes_ * agents_, "active");
   active_array_ = nb::borrow(active);
   const auto& act = parts_[static_cast<int>(Part::Action)];
@@ -262,7 +267,7 @@ Put StepBlockCore::stack_fault(int64_t s, const bool* first, const bool* last, b
 }
 
 Put StepBlockCore::put(int64_t s, int64_t count, bool stepped, PyObject* const parts[5], PyObject* const flags[4]) {
-  if (count < 1 || s < 0 || s + count > steps_) {
+  if (count < 1 || count > steps_ || s < 0 || s > steps_ - count) {
     throw std::out_of_range("put: steps " + std::to_string(s) + ".." + std::to_string(s + count) +
                             " outside the block's " + std::to_string(steps_));
   }

@@ -8,6 +8,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "numpy_api.h"
+#include <vector>
+
 namespace rlflow {
 
 // How a column's values are checked: not at all, finite (floats), or within [low, high] (integers).
@@ -40,6 +43,7 @@ struct BlockColumn {
   nanobind::object array;  // keeps the array alive
   uint8_t* data = nullptr;
   int type_num = 0;
+  PyArray_Descr* descr = nullptr;  // the array's dtype (alive with it)
   char kind = 0;              // 'f', 'i', 'u', 'b', ...
   int64_t itemsize = 1;
   int64_t row_bytes = 0;      // one lane's value

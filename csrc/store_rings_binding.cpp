@@ -1,3 +1,7 @@
+#include <nanobind/stl/vector.h>
+
+#include <vector>
+
 #include "arrays.h"
 #include "bind.h"
 #include "store_rings.h"
@@ -37,12 +41,14 @@ void bind_store_rings(nb::module_& m) {
             }
             const auto* first = array_in<bool>(first_h, NPY_BOOL, starts, "first");
             auto* rows = array_data<int64_t>(rows_h, NPY_INT64, n, "rows");
-            for (int64_t i = 0; i < n; ++i) {
-              if (lanes[i] < 0 || lanes[i] >= self.lanes()) {
+            const std::vector<int64_t> lane(lanes, lanes + n);  // read once: rows may share their memory
+            const std::vector<bool> starts_at(first, first + starts);
+            for (int64_t l : lane) {
+              if (l < 0 || l >= self.lanes()) {
                 throw std::out_of_range("mark: lanes must be in [0, " + std::to_string(self.lanes()) + ")");
               }
             }
-            for (int64_t i = 0; i < n; ++i) rows[i] = self.mark(lanes[i], starts != 0 && first[i]);
+            for (int64_t i = 0; i < n; ++i) rows[i] = self.mark(lane[i], starts != 0 && starts_at[i]);
           },
           nb::arg("lanes"), nb::arg("first"), nb::arg("rows"),
           "Mark the next row of lanes[i], in order (first[i]: it starts an episode; first empty: none does); "

@@ -167,9 +167,12 @@ class ReplayBuffer:
         # Each env's call sorted against its last next_obs (a reward not [E, ...] counts as zero here; the adder
         # names it), and the envs' states advanced.
         bits = self._classifier.classify(self._checks.leaves("observation", obs), terminated, truncated, reward)
-        if bits == _core.CALL_CONVERT:
-            bits = self._classifier.classify(self._converted(obs), terminated, truncated, np.ascontiguousarray(
-                reward, reward.dtype.newbyteorder("=")))
+        if bits == _core.CALL_CONVERT:  # obs or reward not as it compares them: judged again as converted
+            nonzero = np.not_equal(reward, 0) if reward.dtype.kind in "biufc" else reward  # all it reads of a reward
+            bits = self._classifier.classify(self._converted(obs), terminated, truncated, nonzero)
+            if bits == _core.CALL_CONVERT:
+                raise RuntimeError(f"add: the call classifier cannot compare obs converted to the spec's dtypes "
+                                   f"({[np.asarray(v).dtype for v in self._converted(obs) or ()]})")
         try:
             if infos is not None:
                 last = self._calls[_core.CallRow.LAST.value]
@@ -453,7 +456,7 @@ def _flags(name: str, value: Any, n: int) -> np.ndarray:
         if arr.shape == (n,) and arr.dtype.kind in "iu" and ((arr == 0) | (arr == 1)).all():
             return arr.astype(bool)
         raise SpecError(f"{name}: expected {n} bools (one per env), got {arr.dtype} {arr.shape}")
-    return arr
+    return arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)
 
 
 def _step_flags(name: str, value: Any, envs: int) -> np.ndarray:

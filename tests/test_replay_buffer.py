@@ -400,3 +400,38 @@ def test_the_call_classifier_refuses_arrays_it_cannot_keep():
     assert not classifier.remember((np.zeros((2, 3), np.float64),))
     assert classifier.remember((np.ones((2, 3), np.float32),))
     np.testing.assert_array_equal(last[0], 1.0)
+
+
+def test_strided_and_other_equal_dtype_inputs_are_taken_as_contiguous_ones():
+    """Flags that are strided views and obs of an equal dtype spelled otherwise (int64 as ``longlong``) give the
+    same transitions as plain arrays."""
+    from rlflow import specs
+
+    def run(flag_view, dtype_of_obs, field_dtype):
+        buf = ReplayBuffer(specs.Field((2,), field_dtype), ACT, capacity=64, num_envs=2)
+        obs = np.zeros((2, 2), field_dtype)
+        for t in range(9):
+            nxt = np.full((2, 2), t + 1, field_dtype)
+            flags = np.zeros((2, 3), bool)
+            flags[:, 0] = [t == 4, t == 7]
+            term = flags[:, 0] if flag_view else flags[:, 0].copy()
+            buf.add(obs.astype(dtype_of_obs), np.array([t % 4, 1]), np.ones(2, np.float32), nxt, term,
+                    np.zeros((2, 2), bool)[:, 1])
+            obs = nxt
+        return all_transitions(buf), len(buf)
+
+    plain = run(False, np.int64, np.int64)
+    assert plain[1] == 18  # one transition a call and env (n_step=1: none waits)
+    assert run(True, np.longlong, np.int64) == plain
+
+
+def test_a_nonzero_complex_reward_after_an_episode_end_is_refused_not_dropped():
+    """A call right after an episode end whose obs is that end's next_obs and whose reward is not zero (here a
+    complex number, which the spec refuses) is not a reset step: it raises, naming the reward."""
+    buf = ReplayBuffer(OBS, ACT, capacity=64)
+    o = np.zeros(3, np.float32)
+    buf.add(o, 1, 1.0, o + 1, True, False)
+    with pytest.raises(SpecError, match="reward"):
+        buf.add(o + 1, 1, np.complex64(1j), o + 2, False, False)
+    buf.add(o + 1, 1, 0.0, o + 2, False, False)  # the reset step of a NEXT_STEP env: left out
+    assert len(buf) == 1

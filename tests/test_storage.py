@@ -332,3 +332,14 @@ def test_the_ring_marks_check_what_they_are_handed():
     first = np.broadcast_to(np.array([True, False, False]), (3,))  # read-only
     store.extend(1, {"x": np.arange(3, dtype=np.float32)}, first=first)
     assert store.count.tolist() == [0, 3] and store.episode_step[1, :3].tolist() == [0, 1, 2]
+
+
+def test_strided_lanes_and_flags_write_whole_rows():
+    """``append`` with lanes and ``first`` given as strided views writes and marks its rows as plain arrays do."""
+    stores = [StepStore({"x": Field((), np.float32)}, capacity=4, lanes=4) for _ in range(2)]
+    lanes, first = np.arange(4)[::2], np.ones((2, 2), bool)[:, 0]
+    stores[0].append({"x": np.ones(2, np.float32)}, lanes=lanes, first=first)
+    stores[1].append({"x": np.ones(2, np.float32)}, lanes=lanes.copy(), first=first.copy())
+    for k, v in stores[1].state_dict().items():
+        np.testing.assert_array_equal(stores[0].state_dict()[k], v, err_msg=k)
+    assert stores[0].count.tolist() == [1, 0, 1, 0]

@@ -293,6 +293,7 @@ class StepBlock:
             () if self._extras is None else self._extras.leaves(extras), obs.leaves(ts.observation),
             () if final is None else obs.leaves(final)]
         flags = [ts.first, ts.last, ts.terminated, ts.truncated]
+        converted_flags = False
         while True:
             status = self._core.put(s, *parts, *flags)
             if status is _OK:
@@ -301,10 +302,13 @@ class StepBlock:
                 part = self._core.fault_part
                 self._convert(part, s, actions, ts, extras, flags[1])
                 parts[part.value] = None
+            elif status is _core.Put.FLAGS and converted_flags:
+                raise RuntimeError(f"put: the block filler refuses the flags {[f.dtype for f in flags]} it was given")
             elif status is _core.Put.FLAGS:
                 n, sub = self.lanes.size, self._subset
-                flags = [bool_lanes(name, flag, n, subset=sub)
+                flags = [np.ascontiguousarray(bool_lanes(name, flag, n, subset=sub))
                          for name, flag in zip(("first", "last", "terminated", "truncated"), flags, strict=True)]
+                converted_flags = True
             else:
                 self._step_fault(status, s, actions, ts, extras, flags[1])
         self.steps = s + 1
@@ -461,13 +465,11 @@ class StepBlock:
         if part is _core.Part.OBSERVATION:
             return opened  # type: ignore[return-value]
         key = part.name.lower()
-        cols = self._parts[key].columns({"action": actions, "reward": rewards, "extras": extras}[key], t,
-                                        f"add_steps: {key}")
+        value = {"action": actions, "reward": rewards, "extras": extras}[key]
         if self._agents and part is _core.Part.ACTION:  # each step's open row: the lane's, then the rows opened
             rows = opened if opened is not None else obs.columns(next_observations, t, "add_steps: next_observations")
-            active = np.concatenate([self._active[:1], rows["observation/active"][:-1]])
-            cols = {**cols, **_zero_columns(cols, active)}
-        return cols
+            value = _zero_inactive(value, np.concatenate([self._active[:1], rows["observation/active"][:-1]]))
+        return self._parts[key].columns(value, t, f"add_steps: {key}")
 
     def ended_last(self, lanes: np.ndarray) -> np.ndarray:
         """Per block lane of ``lanes`` (indices): whether its episode ended at the last step put, with no
@@ -644,11 +646,6 @@ def _zero_inactive(actions: Any, active: np.ndarray) -> Any:
         return np.where(active.reshape(active.shape + (1,) * (arr.ndim - 2)), arr, np.zeros((), arr.dtype))
 
     return _map(zero, actions)
-
-
-def _zero_columns(cols: dict[str, np.ndarray], active: np.ndarray) -> dict[str, np.ndarray]:
-    """The action columns of ``cols`` (``[T, A, ...]``) with zeros for the agents not ``active`` (``[T, A]``)."""
-    return {name: _zero_inactive(v, active) for name, v in cols.items() if _under(name, "action")}
 
 
 def _map(fn: Callable[[Any], Any], value: Any) -> Any:

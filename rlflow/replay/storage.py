@@ -258,7 +258,7 @@ class StepStore:
             raise ValueError(f"lanes: expected values in [0, {self.num_lanes}), got {arr.min()}..{arr.max()}")
         if arr.size > 1 and np.bincount(arr).max() > 1:
             raise ValueError("lanes: each lane may appear once per append")
-        return arr.astype(np.int64, copy=False)
+        return np.ascontiguousarray(arr, np.int64)
 
     def _columns_of(self, data: Any, n: int | None, checked: bool,
                     partial: bool = False) -> tuple[dict[str, np.ndarray], int]:
@@ -426,7 +426,7 @@ class StepStore:
             arr = np.full(n, bool(arr))
         if arr.shape != (n,) or arr.dtype != np.bool_:
             raise ValueError(f"first: expected a bool array of shape ({n},), got {arr.dtype} {arr.shape}")
-        return arr
+        return np.ascontiguousarray(arr)
 
     # ------------------------------------------------------------------ reads
     def alive(self, lanes: np.ndarray, rows: np.ndarray) -> np.ndarray:
