@@ -49,8 +49,6 @@ class CallClassifier {
   // its column's dtype and shape.
   bool remember(PyObject* next_obs);
 
-  int64_t envs() const { return envs_; }
-
  private:
   bool fits(PyObject* leaf, const LastColumn& c) const;
 

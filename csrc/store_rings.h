@@ -17,8 +17,6 @@ class StoreRings {
 
   int64_t lanes() const { return lanes_; }
   int64_t capacity() const { return capacity_; }
-  int64_t reach() const { return reach_; }
-  int64_t written(int64_t lane) const { return written_[lane]; }
   int64_t episode_step(int64_t lane, int64_t row) const;
   // Record the episode id and step of the next row of `lane` (first: it starts an episode) and advance the
   // cursors; the row.

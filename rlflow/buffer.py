@@ -169,10 +169,11 @@ class ReplayBuffer:
         bits = self._classifier.classify(self._checks.leaves("observation", obs), terminated, truncated, reward)
         if bits == _core.CALL_CONVERT:  # obs or reward not as it compares them: judged again as converted
             nonzero = np.not_equal(reward, 0) if reward.dtype.kind in "biufc" else reward  # all it reads of a reward
-            bits = self._classifier.classify(self._converted(obs), terminated, truncated, nonzero)
+            converted = self._converted(obs)
+            bits = self._classifier.classify(converted, terminated, truncated, nonzero)
             if bits == _core.CALL_CONVERT:
                 raise RuntimeError(f"add: the call classifier cannot compare obs converted to the spec's dtypes "
-                                   f"({[np.asarray(v).dtype for v in self._converted(obs) or ()]})")
+                                   f"({[v.dtype for v in converted or ()]})")
         try:
             if infos is not None:
                 last = self._calls[_core.CallRow.LAST.value]

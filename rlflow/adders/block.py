@@ -412,10 +412,11 @@ class StepBlock:
         if (extras is None) == self._has_extras:
             self._action_parts(actions, rewards, extras, "add_steps")  # raises, naming what is missing
         obs = self._observation
-        restarts = np.flatnonzero(ends)[:0]
+        ended = np.flatnonzero(ends)
+        restarts = ended[:0]
         opened: dict[str, np.ndarray] | None = None  # the rows the steps open, where some restart
         if first_observations is not None:  # each restart's observation is its first observation
-            restarts = np.flatnonzero(ends)[:_leading(first_observations, obs, "add_steps: first_observations")]
+            restarts = ended[:_leading(first_observations, obs, "add_steps: first_observations")]
             firsts = obs.columns(first_observations, restarts.size, "add_steps: first_observations")
             opened = {name: np.array(v) for name, v in
                       obs.columns(next_observations, t, "add_steps: next_observations").items()}
