@@ -1,27 +1,21 @@
 """Cold start: the wall-clock from ``import rlflow`` to the first ``ReplayBuffer.sample``.
 
-Each measurement runs in a fresh Python subprocess. *Cold*: numba's cache directory (``NUMBA_CACHE_DIR``)
-is a new, empty temporary directory, so every compiled kernel the program needs is compiled, as on the
-first run after installing rlflow. *Warm*: the same program again with the cache the cold run left, so
-the kernels are loaded from disk. Python's own bytecode cache is left as it is in both.
+Each measurement runs in a fresh Python subprocess. *Cold*: Python's bytecode cache goes to a new, empty
+directory (``PYTHONPYCACHEPREFIX``), so every module rlflow imports is compiled to bytecode, as on the first
+run of a fresh checkout. *Warm*: the same program again on the cache the cold run left. rlflow's core is
+compiled when pip installs it, so neither run compiles any of it; ``jit`` lists any JIT compiler the program
+loaded (none is expected).
 
 The program is ``benchmarks/replay.py``'s one-env case: a ``ReplayBuffer`` of 17-float observations
 (``Box(-1, 1, (17,), float32)``) and ``Discrete(6)`` actions, ``--adds`` transitions added one at a time
 as a training loop adds them (``obs = next_obs``, an episode end every ``--episode`` steps), then one
 ``sample(256)`` (``--prioritized``: the buffer samples by priority, a sum tree and a FIFO remover). gymnasium
 is imported before the clock starts (it only provides the two spaces); the clock covers importing rlflow
-(numba and numpy included), building the buffer, the adds and the sample. Besides the wall-clock phases,
-``cpu`` is the process's CPU time over the same span: compiling is single-threaded and CPU-bound, so on a
-machine shared with other work ``cpu`` moves less than ``total`` does.
+(numpy included), building the buffer, the adds and the sample. Besides the wall-clock phases, ``cpu`` is the
+process's CPU time over the same span.
 
     python benchmarks/cold_start.py                    # 3 cold and 3 warm runs, medians
-    python benchmarks/cold_start.py --per-kernel       # also each numba function compiled, slowest first
     python benchmarks/cold_start.py --prioritized      # the prioritized buffer
-
-``--per-kernel`` listens to numba's ``numba:compile`` events (``numba.core.event``), which numba emits
-only when it compiles (not when it loads a kernel from its cache). A kernel that calls another compiles
-the callee inside its own compile: the table shows each function's own CPU time (``self``, nested
-compiles left out) and its CPU time with them (``total``), medians over the cold runs.
 """
 
 from __future__ import annotations
@@ -37,32 +31,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# Runs in the subprocess. Prints one JSON line: phase times (seconds) and the compile events.
+# Runs in the subprocess. Prints one JSON line: phase times (seconds) and the JIT compilers loaded.
 CHILD = r"""
 import json, sys, time
 from gymnasium import spaces
 import numpy as np
 
 adds, episode, n_step, prioritized = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
-events, stack = [], []
+jits_before = {"numba", "llvmlite"} & set(sys.modules)
 
 t0, c0 = time.perf_counter(), time.process_time()
-import numba.core.event as ev
-
-class CompileListener(ev.Listener):
-    def on_start(self, event):
-        stack.append([event.data["dispatcher"], time.thread_time(), 0.0])
-
-    def on_end(self, event):
-        dispatcher, start, nested = stack.pop()
-        total = time.thread_time() - start
-        if stack:
-            stack[-1][2] += total
-        fn = dispatcher.py_func
-        events.append({"name": f"{fn.__module__ or 'numba'}.{fn.__qualname__}", "total": total, "self": total - nested,
-                       "args": str(event.data["args"])})
-
-ev.register("numba:compile", CompileListener())
 import rlflow
 from rlflow import ReplayBuffer
 t_import = time.perf_counter()
@@ -88,46 +66,24 @@ assert sample.data.observation.shape == (256, 17)
 
 print(json.dumps({"import": t_import - t0, "build": t_build - t_import, "adds": t_adds - t_data,
                   "sample": t_sample - t_adds, "total": (t_sample - t0) - (t_data - t_build),
-                  "cpu": (c_sample - c0) - (c_data - c_build), "compiles": events}))
+                  "cpu": (c_sample - c0) - (c_data - c_build),
+                  "jit": sorted(({"numba", "llvmlite"} & set(sys.modules)) - jits_before)}))
 """
 
 PHASES = ("import", "build", "adds", "sample", "total", "cpu")
 
 
 def run_child(cache_dir: str, args: argparse.Namespace) -> dict:
-    """One fresh interpreter with ``NUMBA_CACHE_DIR=cache_dir``; the child's JSON result."""
-    env = dict(os.environ, NUMBA_CACHE_DIR=cache_dir, PYTHONPATH=os.pathsep.join(
+    """One fresh interpreter with ``PYTHONPYCACHEPREFIX=cache_dir``; the child's JSON result."""
+    env = dict(os.environ, PYTHONPYCACHEPREFIX=cache_dir, PYTHONPATH=os.pathsep.join(
         [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     done = subprocess.run([sys.executable, "-c", CHILD, str(args.adds), str(args.episode), str(args.n_step),
                            str(int(args.prioritized))],
                           env=env, cwd=ROOT, capture_output=True, text=True, timeout=args.timeout)
     if done.returncode != 0:
         raise SystemExit(f"the measured program failed (exit {done.returncode}):\n{done.stderr[-4000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-def per_kernel(cold: list[dict], top: int) -> str:
-    """Median self and total compile time of each function compiled in the cold runs, slowest first."""
-    by_name: dict[str, list[tuple[float, float, int]]] = {}
-    for run in cold:
-        seen: dict[str, list[float]] = {}
-        for e in run["compiles"]:  # a function compiled for several signatures counts once, times summed
-            acc = seen.setdefault(e["name"], [0.0, 0.0, 0])
-            acc[0] += e["self"]
-            acc[1] += e["total"]
-            acc[2] += 1
-        for name, (own, total, count) in seen.items():
-            by_name.setdefault(name, []).append((own, total, count))
-    rows = sorted(((statistics.median(s for s, _, _ in v), statistics.median(t for _, t, _ in v),
-                    max(c for _, _, c in v), name) for name, v in by_name.items()), reverse=True)
-    lines = [f"{'self s':>7} {'total s':>8} {'sigs':>4}  function (numba compiles, CPU seconds, cold runs, medians)"]
-    for own, total, count, name in rows[:top]:
-        lines.append(f"{own:7.2f} {total:8.2f} {count:4d}  {name.removeprefix('rlflow.')}")
-    if len(rows) > top:
-        rest = sum(r[0] for r in rows[top:])
-        lines.append(f"{rest:7.2f} {'':8} {'':4}  the other {len(rows) - top} functions (--top to list more)")
-    lines.append(f"{sum(r[0] for r in rows):7.2f} {'':8} {'':4}  all {len(rows)} functions compiled")
-    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -137,8 +93,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--episode", type=int, default=50, help="an episode ends every this many adds")
     parser.add_argument("--n-step", type=int, default=1, help="the buffer's n_step")
     parser.add_argument("--prioritized", action="store_true", help="a prioritized buffer (default: uniform)")
-    parser.add_argument("--per-kernel", action="store_true", help="list each numba function compiled cold")
-    parser.add_argument("--top", type=int, default=15, help="functions listed by --per-kernel")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds allowed to one run")
     args = parser.parse_args(argv)
     if args.repeats < 1 or args.adds < 1 or args.episode < 1:
@@ -146,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
 
     cold, warm = [], []
     for i in range(args.repeats):
-        with tempfile.TemporaryDirectory(prefix="rlflow-numba-cache-") as cache_dir:
+        with tempfile.TemporaryDirectory(prefix="rlflow-pycache-") as cache_dir:
             cold.append(run_child(cache_dir, args))
             warm.append(run_child(cache_dir, args))
         print(f"run {i + 1}/{args.repeats}: cold {cold[-1]['total']:.2f} s, warm {warm[-1]['total']:.2f} s",
@@ -155,16 +109,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"import rlflow -> first ReplayBuffer.sample: seconds, medians of {args.repeats} runs "
           f"({args.adds} adds, an episode end every {args.episode}, n_step={args.n_step}"
           f"{', prioritized' if args.prioritized else ''})")
-    print(f"{'':6}" + "".join(f"{p:>9}" for p in PHASES) + f"{'compiles':>10}")
+    print(f"{'':6}" + "".join(f"{p:>9}" for p in PHASES) + "  jit")
     for label, runs in (("cold", cold), ("warm", warm)):
         medians = [statistics.median(r[p] for r in runs) for p in PHASES]
-        compiles = statistics.median(len(r["compiles"]) for r in runs)
-        print(f"{label:6}" + "".join(f"{m:9.2f}" for m in medians) + f"{compiles:10.0f}")
-    if args.per_kernel:
-        print()
-        print(per_kernel(cold, args.top))
-        warm_compiled = sorted({e["name"] for r in warm for e in r["compiles"]})
-        print("\ncompiled again with a warm cache: " + (", ".join(warm_compiled) if warm_compiled else "none"))
+        jits = sorted({j for r in runs for j in r["jit"]})
+        print(f"{label:6}" + "".join(f"{m:9.2f}" for m in medians) + f"  {', '.join(jits) or 'none'}")
     return 0
 
 

@@ -15,7 +15,7 @@ Each case runs in this process against one local Ray instance (loopback only) st
   (one env each); reported: env steps per second and the ratio.
 - ``startup``: in a new process, the wall-clock from importing rlflow to the end of a run of one block per
   actor (its first stored steps) on a local Ray it starts (Ray's shutdown after the run not counted), with
-  numba's cache as it is and with an empty cache directory.
+  Python's bytecode cache as it is and with an empty cache directory (the compiled core is built at install).
 
     python benchmarks/distributed.py                      # every case
     python benchmarks/distributed.py --cases inserts --seconds 10
@@ -282,9 +282,9 @@ def startup_run() -> None:
 
 def startup(args: argparse.Namespace) -> dict[str, float]:
     """From ``import rlflow`` to the end of a run of one block per actor (its first stored steps), in a new
-    process that starts its own Ray (its shutdown after that is not counted): with numba's cache as it is
-    (warm), and with an empty cache directory (cold: every kernel the actors and the server use is
-    compiled)."""
+    process that starts its own Ray (its shutdown after that is not counted): with Python's bytecode cache as
+    it is (warm), and with an empty cache directory (cold: every module the actors and the server import is
+    compiled to bytecode)."""
     out = {}
     code = STARTUP.format(folder=os.path.dirname(os.path.abspath(__file__)))
     for label in ("warm_s", "cold_s"):
@@ -293,7 +293,7 @@ def startup(args: argparse.Namespace) -> dict[str, float]:
             env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [os.path.dirname(os.path.abspath(__file__)),
                                                                               os.environ.get("PYTHONPATH")])))
             if label == "cold_s":
-                env["NUMBA_CACHE_DIR"] = tempfile.mkdtemp(prefix="numba-")
+                env["PYTHONPYCACHEPREFIX"] = tempfile.mkdtemp(prefix="pycache-")
             done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
             times.append(float(done.stdout.strip().splitlines()[-1]))
         out[label] = statistics.median(times)

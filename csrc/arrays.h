@@ -25,9 +25,12 @@ inline PyArrayObject* checked_array(nanobind::handle h, int type_num, int64_t si
     throw std::invalid_argument(std::string(what) + ": expected " + (read_only ? "an" : "a writeable,") +
                                 " aligned, C-contiguous array");
   }
-  if ((type_num >= 0 && PyArray_TYPE(a) != type_num) || (size >= 0 && PyArray_SIZE(a) != size)) {
+  // A typed array is read as native values: int64 spelled longlong is the same, a byte-swapped one is not.
+  const bool typed = type_num < 0 || (PyArray_ISNOTSWAPPED(a) && (PyArray_TYPE(a) == type_num ||
+                                                                 PyArray_EquivTypenums(PyArray_TYPE(a), type_num)));
+  if (!typed || (size >= 0 && PyArray_SIZE(a) != size)) {
     throw std::invalid_argument(std::string(what) + ": expected " + (size >= 0 ? std::to_string(size) : "any") +
-                                " entries of its dtype");
+                                " entries of its native dtype");
   }
   return a;
 }
@@ -37,10 +40,35 @@ T* array_data(nanobind::handle h, int type_num, int64_t size, const char* what) 
   return static_cast<T*>(PyArray_DATA(checked_array(h, type_num, size, what)));
 }
 
-// The data of an array the call only reads (array_data's checks, writeable or not).
+// An array the call only reads, as native, aligned, C-contiguous values of `type_num`: the array itself when it
+// is already so, else a converted copy held as long as this object (a value that numpy cannot cast safely
+// raises its TypeError). Reads as a `const T*`.
 template <class T>
-const T* array_in(nanobind::handle h, int type_num, int64_t size, const char* what) {
-  return static_cast<const T*>(PyArray_DATA(checked_array(h, type_num, size, what, true)));
+class ArrayIn {
+ public:
+  ArrayIn(nanobind::handle h, int type_num, int64_t size, const char* what) {
+    if (!PyArray_Check(h.ptr())) throw std::invalid_argument(std::string(what) + ": expected a numpy array");
+    PyObject* a = PyArray_FROMANY(h.ptr(), type_num, 0, 0, NPY_ARRAY_IN_ARRAY);
+    if (a == nullptr) throw nanobind::python_error();
+    owner_ = nanobind::steal(a);
+    auto* arr = reinterpret_cast<PyArrayObject*>(a);
+    if (size >= 0 && PyArray_SIZE(arr) != size) {
+      throw std::invalid_argument(std::string(what) + ": expected " + std::to_string(size) + " entries, got " +
+                                  std::to_string(PyArray_SIZE(arr)));
+    }
+    data_ = static_cast<const T*>(PyArray_DATA(arr));
+  }
+  operator const T*() const { return data_; }
+  const T* get() const { return data_; }
+
+ private:
+  nanobind::object owner_;
+  const T* data_ = nullptr;
+};
+
+template <class T>
+ArrayIn<T> array_in(nanobind::handle h, int type_num, int64_t size, const char* what) {
+  return ArrayIn<T>(h, type_num, size, what);
 }
 
 // Like array_data, for arrays of at least `size` entries (outputs that may be larger than one call needs).
@@ -89,6 +117,41 @@ inline const bool* one_flag_each(PyObject* o, int64_t n) {
     return nullptr;
   }
   return static_cast<const bool*>(PyArray_DATA(a));
+}
+
+inline bool is_ndarray(PyObject* o) { return PyArray_Check(o); }
+
+// A numpy array the core hands back (so named in the module's stubs).
+class NdArray : public nanobind::object {
+ public:
+  NB_OBJECT_DEFAULT(NdArray, object, "numpy.ndarray", is_ndarray)
+};
+
+// A new, uninitialised numpy array of `type_num` and `shape`, owned by Python.
+inline NdArray new_numpy(std::initializer_list<npy_intp> shape, int type_num) {
+  std::vector<npy_intp> dims(shape);
+  PyObject* a = PyArray_SimpleNew(static_cast<int>(dims.size()), dims.data(), type_num);
+  if (a == nullptr) throw nanobind::python_error();
+  return nanobind::steal<NdArray>(a);
+}
+
+// The data of an array made by new_numpy.
+template <class T>
+T* numpy_data(const nanobind::object& array) {
+  return static_cast<T*>(PyArray_DATA(reinterpret_cast<PyArrayObject*>(array.ptr())));
+}
+
+// The first m entries of a 1-D array (a view).
+inline NdArray first_entries(const nanobind::object& array, int64_t m) {
+  PyObject* v = PySequence_GetSlice(array.ptr(), 0, static_cast<Py_ssize_t>(m));
+  if (v == nullptr) throw nanobind::python_error();
+  return nanobind::steal<NdArray>(v);
+}
+
+// The number of entries of a numpy array (ValueError if `array` is not one).
+inline int64_t array_size(nanobind::handle array) {
+  if (!PyArray_Check(array.ptr())) throw std::invalid_argument("expected a numpy array");
+  return PyArray_SIZE(reinterpret_cast<PyArrayObject*>(array.ptr()));
 }
 
 // x mod capacity, for any x.

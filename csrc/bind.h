@@ -50,6 +50,8 @@ void check_size(const A& array, std::size_t expected, const char* name) {
 
 void bind_block_writer(nb::module_& m);
 void bind_call_classifier(nb::module_& m);
+void bind_gather(nb::module_& m);
+void bind_items(nb::module_& m);
 void bind_selection(nb::module_& m);
 void bind_shuffle(nb::module_& m);
 void bind_step_block(nb::module_& m);

@@ -329,7 +329,7 @@ void NStepItems::item(int64_t m, int64_t lane, int64_t start, int64_t k, double 
 int64_t NStepItems::make(int64_t a, int64_t steps, nb::handle codes_h, nb::handle rows_h, nb::handle terminated_h,
                          nb::handle lanes_h, bool final_was_open) {
   const int64_t E = array_dim(lanes_h, 0);
-  const auto* lanes = array_in<int64_t>(lanes_h, NPY_INT64, E, "lanes");
+  const auto lanes = array_in<int64_t>(lanes_h, NPY_INT64, E, "lanes");
   const auto* codes = array_at_least<int8_t>(codes_h, NPY_INT8, steps * E, "codes", true);
   const auto* rows = array_at_least<int64_t>(rows_h, NPY_INT64, steps * 3 * E, "rows", true);
   const int64_t given = array_dim(terminated_h, 0);  // steps of the block's flags [T, E]

@@ -23,6 +23,8 @@ NB_MODULE(_core, m) {
   if (import_numpy() < 0) throw nanobind::python_error();
   rlflow::bind_block_writer(m);
   rlflow::bind_call_classifier(m);
+  rlflow::bind_gather(m);
+  rlflow::bind_items(m);
   rlflow::bind_selection(m);
   rlflow::bind_shuffle(m);
   rlflow::bind_step_block(m);

@@ -1,6 +1,5 @@
 #include "step_block.h"
 
-#include <cmath>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -25,43 +24,10 @@ const bool* flags_of(PyObject* o, int64_t count, int64_t lanes, bool stepped) {
   return static_cast<const bool*>(PyArray_DATA(a));
 }
 
-template <class T>
-bool not_finite(const uint8_t* row, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    T v;
-    std::memcpy(&v, row + i * sizeof(T), sizeof(T));
-    if (!std::isfinite(v)) return true;
-  }
-  return false;
-}
-
-template <class T>
-bool out_of_bounds(const uint8_t* row, int64_t n, double low, double high) {
-  for (int64_t i = 0; i < n; ++i) {
-    T v;
-    std::memcpy(&v, row + i * sizeof(T), sizeof(T));
-    const double x = static_cast<double>(v);
-    if (x < low || x > high) return true;
-  }
-  return false;
-}
-
 // Whether one lane's value of `column` (its bytes at `row`) fails the column's check.
 bool row_fault(const BlockColumn& c, const uint8_t* row) {
   const int64_t n = c.itemsize ? c.row_bytes / c.itemsize : 0;
-  if (c.check == ValueCheck::Finite) {
-    return c.itemsize == 8 ? not_finite<double>(row, n) : not_finite<float>(row, n);
-  }
-  if (c.check == ValueCheck::Bounds) {
-    const bool s = c.kind == 'i';
-    switch (c.itemsize) {
-      case 1: return s ? out_of_bounds<int8_t>(row, n, c.low, c.high) : out_of_bounds<uint8_t>(row, n, c.low, c.high);
-      case 2: return s ? out_of_bounds<int16_t>(row, n, c.low, c.high) : out_of_bounds<uint16_t>(row, n, c.low, c.high);
-      case 4: return s ? out_of_bounds<int32_t>(row, n, c.low, c.high) : out_of_bounds<uint32_t>(row, n, c.low, c.high);
-      default: return s ? out_of_bounds<int64_t>(row, n, c.low, c.high) : out_of_bounds<uint64_t>(row, n, c.low, c.high);
-    }
-  }
-  return false;
+  return values_fail(row, n, c.kind, c.itemsize, c.check, c.low, c.high);
 }
 
 // Whether the first `n` bytes at x and y differ.

@@ -9,12 +9,9 @@
 #include <vector>
 
 #include "numpy_api.h"
-#include <vector>
+#include "value_checks.h"
 
 namespace rlflow {
-
-// How a column's values are checked: not at all, finite (floats), or within [low, high] (integers).
-enum class ValueCheck : int { None = 0, Finite = 1, Bounds = 2 };
 
 // The parts of a step, in the order a step row holds them.
 enum class Part : int { Action = 0, Reward = 1, Extras = 2, Observation = 3, Final = 4 };

@@ -35,9 +35,7 @@ void bind_step_block(nb::module_& m) {
           "__init__",
           [](BlockColumn* self, nb::handle values, bool exact, ValueCheck check, double low, double high) {
             new (self) BlockColumn(block_column(values, array_dim(values, 0), array_dim(values, 1)));
-            const bool floats = self->kind == 'f' && (self->itemsize == 4 || self->itemsize == 8);
-            const bool integers = self->kind == 'i' || self->kind == 'u';
-            if ((check == ValueCheck::Finite && !floats) || (check == ValueCheck::Bounds && !integers) ||
+            if (!checkable(check, self->kind, self->itemsize) ||
                 (check != ValueCheck::None && !PyArray_ISNOTSWAPPED(reinterpret_cast<PyArrayObject*>(values.ptr())))) {
               throw std::invalid_argument("BlockColumn: FINITE checks native float32/float64, BOUNDS native integers");
             }

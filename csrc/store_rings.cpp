@@ -62,4 +62,42 @@ int64_t StoreRings::overwritten(const int64_t* lanes, const int64_t* new_rows, i
   return m;
 }
 
+int64_t StoreRings::check_windows(const int64_t* lanes, const int64_t* starts, const int64_t* lengths, int64_t n,
+                                  bool cross_episodes, int64_t* valid) const {
+  int64_t first_bad = -1;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t ahead = i + 16;  // other lanes' rows are far apart: requested ahead of use
+    if (ahead < n && 0 <= lanes[ahead] && lanes[ahead] < lanes_) {
+      __builtin_prefetch(episode_id_ + lanes[ahead] * capacity_ + ring_pos(starts[ahead], capacity_));
+    }
+    const int64_t lane = lanes[i], start = starts[i], length = lengths[i];
+    bool ok = lane >= 0 && lane < lanes_ && length >= 1 && length <= capacity_;
+    if (ok) {
+      const int64_t c = written_[lane];
+      const int64_t oldest = std::max<int64_t>(c - capacity_, 0);
+      ok = oldest <= start && start <= c - length;
+      if (ok && reach_) ok = start - std::min(reach_, episode_step(lane, start)) >= oldest;
+    }
+    if (!ok) {
+      valid[i] = 0;
+      if (first_bad < 0) first_bad = i;
+      continue;
+    }
+    if (cross_episodes) {
+      valid[i] = length;
+      continue;
+    }
+    const int64_t* ids = episode_id_ + lane * capacity_;
+    const int64_t episode = ids[ring_pos(start, capacity_)];
+    if (ids[ring_pos(start + length - 1, capacity_)] == episode) {
+      valid[i] = length;
+      continue;
+    }
+    int64_t k = 1;
+    while (k < length && ids[ring_pos(start + k, capacity_)] == episode) ++k;
+    valid[i] = k;
+  }
+  return first_bad;
+}
+
 }  // namespace rlflow

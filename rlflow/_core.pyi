@@ -115,6 +115,139 @@ class CallClassifier:
         Keep next_obs as each env's last (False: a leaf to convert, nothing kept).
         """
 
+def window_index(meta: object, capacity: int) -> tuple[numpy.ndarray, numpy.ndarray, bool]:
+    """
+    Flat store indices [B, L] of the records' windows, their mask of valid rows, and whether all are.
+    """
+
+def window_ends(meta: object, capacity: int) -> numpy.ndarray:
+    """Flat store indices [2, B] of each window's first and last row."""
+
+def prefetch_rows(columns: Sequence[object], index: object) -> None:
+    """Request every cache line of the rows of every column."""
+
+def take_rows(column: object, index: object, out: object) -> None:
+    """Rows index of a [rows, bytes] column into out."""
+
+def take_stacks(rings: StoreRings, column: object, index: object, frames: int, by_column: bool, out: object) -> None:
+    """
+    The frame stacks of flat rows index [A, M] of a stacked column into out.
+    """
+
+def values_pass(values: object, check: ValueCheck, low: float = 0.0, high: float = 0.0) -> bool:
+    """
+    Whether every value passes the check (finite floats, integers within [low, high] as float64).
+    """
+
+KEY: int = 0
+
+LANE: int = 1
+
+START: int = 2
+
+LENGTH: int = 3
+
+VALID: int = 4
+
+TIMES: int = 5
+
+class ItemSlots:
+    """
+    A Table's item slots: records, priorities, free stack, start-row index.
+    """
+
+    def __init__(self, *, meta: object, priority: object, row_slot: object, free: object) -> None: ...
+
+    def place(self, num_free: int, next_seq: int, lanes: object, starts: object, lengths: object, valid: object, priorities: object) -> tuple[numpy.ndarray, numpy.ndarray, numpy.ndarray, int]:
+        """
+        Place items in the top free slots, index them by start row; (slots, keys, clash, clashes).
+        """
+
+    def remove(self, num_free: int, slots: object) -> tuple[int, numpy.ndarray]:
+        """
+        Free live slots; (their times sampled summed, whether each was outside its index cell).
+        """
+
+    def evict(self, num_free: int, lane: int, lo: int, hi: int) -> tuple[numpy.ndarray, int]:
+        """
+        Remove the items indexed at rows lo .. hi - 1 of lane; (their slots, their times sampled summed).
+        """
+
+    def indexed(self, lane: int, lo: int, hi: int) -> numpy.ndarray:
+        """The slots indexed at rows lo .. hi - 1 of lane."""
+
+    def set_priorities(self, keys: object, priorities: object) -> tuple[numpy.ndarray, numpy.ndarray]:
+        """
+        Store the priorities of live keys, in order; (their slots, their values).
+        """
+
+class PlaceFault(enum.Enum):
+    """Why a RowTable refused an item."""
+
+    NONE = 0
+
+    WINDOW = 1
+
+    TAKEN = 2
+
+    TWICE = 3
+
+class DrawTally:
+    """What a RowTable's draws left: the next draw, live items, retirements."""
+
+    @property
+    def size(self) -> int: ...
+
+    @property
+    def retired(self) -> int: ...
+
+    @property
+    def retired_times(self) -> int: ...
+
+    @property
+    def made(self) -> int:
+        """How many draws are made (the next draw's index)."""
+
+class RowSlots:
+    """A RowTable's item slots: the item starting at a row lives in its slot."""
+
+    def __init__(self, *, meta: object, lanes: int) -> None: ...
+
+    def place(self, rings: StoreRings, cross_episodes: bool, next_seq: int, lanes: object, starts: object, lengths: object) -> tuple[int, PlaceFault, numpy.ndarray, numpy.ndarray]:
+        """
+        Check the windows, place each item in its start row's slot; (bad, fault, slots, keys).
+        """
+
+    def evict(self, lane: int, lo: int, hi: int) -> tuple[int, int]:
+        """
+        Empty the slots of rows lo .. hi - 1 of lane; (how many held an item, their times sampled).
+        """
+
+    def draw_stored(self, rings: StoreRings, uniforms: object, j: int, size: int, limit: int, slots: object, rows: object, probabilities: object) -> DrawTally:
+        """
+        Draws j, j + 1, ... from the uniforms; the tally (made: the next draw's index).
+        """
+
+    def draw_live(self, uniforms: object, live: object, limit: int, slots: object, rows: object, probabilities: object) -> DrawTally:
+        """
+        Draws each uniform over the live slots (retired ones leave live); the tally.
+        """
+
+def draw_rows(meta: object, slots: object) -> numpy.ndarray:
+    """Count one sample of each drawn slot; a copy of each draw's record."""
+
+def first_bad_priority(priorities: object) -> int:
+    """The first priority that is negative, NaN or infinite, or -1."""
+
+def dense_insert(items: object, where: object, live: object, count: int, slots: object) -> int:
+    """Add the slots not held yet to a dense set; the new count."""
+
+def dense_delete(items: object, where: object, live: object, count: int, slots: object) -> int:
+    """Remove the held slots from a dense set; the new count."""
+
+def uniform_pick(uniforms: object, items: object, where: object, live: object, count: int) -> numpy.ndarray:
+    """len(uniforms) // 2 slots, each uniform over the held ones."""
+
 class InsertionRing:
     def __init__(self, capacity: int) -> None: ...
 
@@ -259,6 +392,11 @@ class StoreRings:
     def mark(self, lanes: object, first: object, rows: object) -> None:
         """
         Mark the next row of lanes[i], in order (first[i]: it starts an episode; first empty: none does); rows[i] gets its index.
+        """
+
+    def check_windows(self, lanes: object, starts: object, lengths: object, cross_episodes: bool) -> tuple[int, numpy.ndarray]:
+        """
+        Check item windows are stored; (the first bad one or -1, each one's valid length: 0 when bad).
         """
 
 class SumTree:

@@ -34,6 +34,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import DTypeLike
 
+from rlflow import _core
+
 __all__ = [
     "AgentGroup",
     "Field",
@@ -398,34 +400,18 @@ def _float_exact(*bounds: Any) -> bool:
     return all(b is None or not math.isfinite(b) or abs(b) < 2.0**53 for b in bounds)
 
 
-_kernels: Any = None
-
-
-def _item_kernels() -> Any:
-    global _kernels
-    if _kernels is None:  # numba loads on first use, so that importing specs stays light
-        from rlflow.kernels import items
-
-        _kernels = items
-    return _kernels
-
-
 def _all_finite(arr: np.ndarray) -> bool:
-    """Whether every value of a float array is finite (a compiled pass for float32/float64)."""
-    if arr.dtype.itemsize not in (4, 8):
+    """Whether every value of a float array is finite (a compiled pass for native float32/float64)."""
+    if arr.dtype.itemsize not in (4, 8) or not arr.dtype.isnative:
         return bool(np.isfinite(arr).all())
-    if not arr.size:
-        return True
-    return bool(_item_kernels().all_finite(arr.reshape(-1)))
+    return bool(_core.values_pass(np.ascontiguousarray(arr), _core.ValueCheck.FINITE))
 
 
 def _within(arr: np.ndarray, low: float, high: float) -> bool:
-    """Whether every value of an integer array lies in ``[low, high]`` (a compiled pass for 1-8 byte ints)."""
-    if not arr.size:
-        return True
-    if not _float_exact(low, high):  # compared as Python integers, not float64
-        return bool(arr.min() >= low and arr.max() <= high)
-    return bool(_item_kernels().within(arr.reshape(-1), float(low), float(high)))
+    """Whether every value of an integer array lies in ``[low, high]`` (a compiled pass for native ints)."""
+    if not _float_exact(low, high) or not arr.dtype.isnative:  # compared as Python integers, not float64
+        return bool(arr.min() >= low and arr.max() <= high) if arr.size else True
+    return bool(_core.values_pass(np.ascontiguousarray(arr), _core.ValueCheck.BOUNDS, float(low), float(high)))
 
 
 def zeros(fields: Mapping[str, Field], batch_shape: tuple[int, ...]) -> dict[str, np.ndarray]:

@@ -9,7 +9,7 @@ import numpy as np
 from gymnasium import spaces
 
 from rlflow import specs
-from rlflow.kernels.items import LANE, LENGTH, START, VALID
+from rlflow.replay.items import LANE, LENGTH, START, VALID
 
 G = 0.9
 

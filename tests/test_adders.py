@@ -11,8 +11,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from rlflow import adders, specs
-from rlflow.kernels.items import LANE, LENGTH, START, VALID
 from rlflow.replay import Fifo, Prioritized, RowTable, StepStore, Table, Uniform
+from rlflow.replay.items import LANE, LENGTH, START, VALID
 from rlflow.specs import SpecError
 from rlflow.types import ONE_LANE_NO, ONE_LANE_YES, TimeStep, step_spec
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from rlflow import adders, envs
-from rlflow.kernels.items import LANE, LENGTH, START, VALID
 from rlflow.replay import Fifo, StepStore, Table, Uniform
+from rlflow.replay.items import LANE, LENGTH, START, VALID
 
 
 def collect(mode: str, n: int, steps: int = 300, max_episode_steps: int | None = None):

@@ -8,8 +8,8 @@ from ma_envs import LeaderGame, TurnGame
 
 from rlflow import adders
 from rlflow.envs import AECEnvironment
-from rlflow.kernels.items import LANE, LENGTH, START, VALID
 from rlflow.replay import Fifo, MinSize, StepStore, Table, Uniform
+from rlflow.replay.items import LANE, LENGTH, START, VALID
 from rlflow.specs import SpecError
 
 G = 0.9

@@ -18,7 +18,8 @@ CALLERS = ["tests/test_selectors.py", "tests/test_sequential_draws.py", "tests/t
            "tests/test_minibatches.py", "tests/test_threads.py", "tests/test_priority_fns.py",
            "tests/test_compat_flexibuff.py", "tests/test_step_block.py", "tests/test_frame_stacks.py",
            "tests/test_multiagent.py", "tests/test_replay_buffer.py", "tests/test_replay_buffer_streams.py",
-           "tests/test_adders.py", "tests/test_storage.py"]
+           "tests/test_adders.py", "tests/test_storage.py", "tests/test_row_table.py", "tests/test_core_boundaries.py",
+           "tests/test_checkpoint.py"]
 
 
 def _runtime(name: str) -> str:

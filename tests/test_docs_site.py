@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-INTERNAL_PACKAGES = {"rlflow.kernels", "rlflow.compat"}  # compiled kernels; compat's modules are listed one by one
+INTERNAL_PACKAGES = {"rlflow.compat"}  # compat's modules are listed one by one
 
 
 def load_helper(name: str) -> types.ModuleType:
@@ -92,13 +92,13 @@ def rewritten(docstring: str, path: str) -> str:
 
 def test_roles_become_links_to_what_the_reference_shows_and_code_otherwise():
     got = rewritten(":class:`~rlflow.replay.Table`, :class:`rlflow.replay.Table`, :meth:`sample`, "
-                    ":meth:`insert_many`, :func:`rlflow.run`, :meth:`_draw`, :mod:`rlflow.kernels.items`, "
+                    ":meth:`insert_many`, :func:`rlflow.run`, :meth:`_draw`, :mod:`rlflow.replay.nothing`, "
                     ":class:`~rlflow.replay.table.Table`, :class:`Nothing`",
                     "rlflow.replay.table.TableBase.insert")
     assert got == ("[`Table`][rlflow.replay.Table], [`rlflow.replay.Table`][rlflow.replay.Table], "
                    "[`sample`][rlflow.replay.TableBase.sample], "
                    "[`insert_many`][rlflow.replay.TableBase.insert_many], [`rlflow.run`][rlflow.run], "
-                   "`_draw`, `rlflow.kernels.items`, [`Table`][rlflow.replay.Table], `Nothing`")
+                   "`_draw`, `rlflow.replay.nothing`, [`Table`][rlflow.replay.Table], `Nothing`")
 
 
 @pytest.mark.parametrize(("target", "want"), [

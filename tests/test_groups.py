@@ -15,8 +15,8 @@ from test_multiagent import all_items
 from rlflow import adders
 from rlflow.envs import ParallelEnvironment
 from rlflow.envs.groups import make_groups
-from rlflow.kernels.items import LANE
 from rlflow.replay import Fifo, MinSize, StepStore, Table, Uniform
+from rlflow.replay.items import LANE
 from rlflow.specs import SpecError
 
 BOX4 = spaces.Box(-1, 1, (4,))

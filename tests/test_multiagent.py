@@ -10,8 +10,8 @@ from ma_envs import DyingAgents, RandomAgents, n_step_targets
 
 from rlflow import adders
 from rlflow.envs import ParallelEnvironment
-from rlflow.kernels.items import LANE, LENGTH, START, VALID
 from rlflow.replay import Fifo, MinSize, StepStore, Table, Uniform
+from rlflow.replay.items import LANE, LENGTH, START, VALID
 from rlflow.specs import SpecError
 
 

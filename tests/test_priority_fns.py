@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlflow import adders, specs
-from rlflow.kernels.items import LANE, LENGTH, START, VALID
 from rlflow.replay import Fifo, Prioritized, StepStore, Table, Transition
+from rlflow.replay.items import LANE, LENGTH, START, VALID
 from rlflow.types import ONE_LANE_NO, ONE_LANE_YES, TimeStep, step_spec
 
 G = 0.9

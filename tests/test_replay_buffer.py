@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlflow import ReplayBuffer
-from rlflow.kernels.items import LANE, LENGTH, START, VALID
+from rlflow.replay.items import LANE, LENGTH, START, VALID
 from rlflow.specs import SpecError
 
 OBS = spaces.Box(-10, 10, (3,), np.float32)

@@ -211,21 +211,14 @@ def test_store_matches_reference(writes, capacity, lo, length):
         assert data["act"][0].tolist() == [r[start + i][0] if expect[i] else 0 for i in range(length)]
 
 
-@settings(max_examples=300, deadline=None)
-@given(x=st.one_of(st.integers(0, 2**62), st.integers(0, 10**7)), capacity=st.integers(1, 2**40))
-def test_wrap_equals_modulo(x, capacity):
-    from rlflow.kernels.items import wrap
-
-    for v in (x, x + capacity - 1, capacity * (x % 1000), capacity * (x % 1000) - 1 if x % 1000 else 0):
-        assert wrap(v, capacity) == v % capacity
-
-
 @settings(max_examples=60, deadline=None)
 @given(shape=st.sampled_from([(), (1,), (3,), (17,), (2, 3), (130,), (4, 84)]),
-       dtype=st.sampled_from([np.float32, np.float64, np.int64, np.uint8, np.bool_]),
+       dtype=st.sampled_from([np.float32, np.float64, np.int64, np.uint8, np.bool_, np.float16, np.complex64,
+                              np.dtype(">f4"), np.dtype(">i8")]),
        index_shape=st.sampled_from([(0,), (1,), (7,), (2, 5), (3, 4, 2)]), seed=st.integers(0, 2**16))
 def test_take_column_equals_numpy_take(shape, dtype, index_shape, seed):
-    """The compiled gather (small rows) and np.take (large rows, scalars) give numpy's answer, any index shape."""
+    """The compiled gather (small rows, copied as bytes) and np.take (large rows, scalars) give numpy's answer, any
+    index shape and any dtype (half floats, complex, big-endian)."""
     rng = np.random.default_rng(seed)
     store = StepStore({"x": Field(shape, dtype)}, capacity=6, lanes=3)
     store.columns["x"][:] = (rng.random(store.columns["x"].shape) * 200).astype(dtype)
@@ -240,13 +233,14 @@ def test_take_column_equals_numpy_take(shape, dtype, index_shape, seed):
 
 @settings(max_examples=80, deadline=None)
 @given(shape=st.sampled_from([(), (1,), (3,), (2, 3), (0,), (4, 84)]),
-       dtype=st.sampled_from([np.float32, np.float64, np.int64, np.uint8, np.bool_]),
+       dtype=st.sampled_from([np.float32, np.float64, np.int64, np.uint8, np.bool_, np.float16, np.complex64,
+                              np.dtype(">f4"), np.dtype(">i8")]),
        capacity=st.integers(2, 9), length=st.integers(0, 9), batch=st.integers(0, 6), seed=st.integers(0, 2**16))
 def test_take_windows_equals_a_plain_gather(shape, dtype, capacity, length, batch, seed):
     """StepStore.take_windows (what padded sequences and episodes are gathered with): each row where the
     ring holds it (wrapping at most once), zeros and a False mask from the item's valid length on, for any
     dtype, row shape, start and length."""
-    from rlflow.kernels.items import LANE, LENGTH, START, VALID
+    from rlflow.replay.items import LANE, LENGTH, START, VALID
 
     rng = np.random.default_rng(seed)
     length = min(length, capacity)
@@ -287,7 +281,7 @@ def test_large_window_gathers_of_many_columns_equal_a_plain_gather(backend, tmp_
     """Gathers of at least _PREFETCH_ROWS rows first request every row of every column in one compiled
     call (a hint that must never change a result): windows across the ring's wrap, over columns of every
     kind (large and small rows, scalars, a field of no values), give the stored rows."""
-    from rlflow.kernels.items import LANE, LENGTH, START, VALID
+    from rlflow.replay.items import LANE, LENGTH, START, VALID
     from rlflow.replay.storage import _PREFETCH_ROWS
 
     spec = {"obs": Field((3, 18), np.float32), "state": Field((54,), np.float32), "act": Field((3,), np.int64),

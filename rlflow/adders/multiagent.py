@@ -37,7 +37,7 @@ import numpy as np
 
 from rlflow.adders.base import PriorityFn
 from rlflow.adders.transition import NStepTransition
-from rlflow.kernels.items import LANE, LENGTH, START
+from rlflow.replay.items import LANE, LENGTH, START
 from rlflow.replay.storage import StepStore
 from rlflow.replay.table import TableBase
 from rlflow.replay.views import ItemView, Transition, nest_part, under

@@ -10,8 +10,8 @@ the table's life, and a key names its slot without a lookup, so stale keys are r
 A :class:`~rlflow.replay.Table` puts an item in any free slot, so :class:`Items` adds a free list, priorities and the
 row index that finds every item starting at a given store row (what an overwrite needs): one slot per
 row in an array, plus an overflow dict for rows where several items start. A
-:class:`~rlflow.replay.RowTable` puts an item in the slot of its start row, so its :class:`Records` need
-neither.
+:class:`~rlflow.replay.RowTable` puts an item in the slot of its start row, so its :class:`RowRecords` need
+neither. The compiled core (``core``: ``rlflow._core.ItemSlots`` / ``RowSlots``) changes the arrays in place.
 """
 
 from __future__ import annotations
@@ -20,15 +20,14 @@ from typing import Any
 
 import numpy as np
 
-from rlflow.kernels import items as KI
-from rlflow.kernels.items import KEY, LANE, START, TIMES
-from rlflow.kernels.packed import Packed
+from rlflow import _core
 from rlflow.specs import Field
 
-__all__ = ["META_WIDTH", "Items", "Records"]
+__all__ = ["KEY", "LANE", "LENGTH", "META_WIDTH", "START", "TIMES", "VALID", "Items", "Records", "RowRecords"]
 
-
-META_WIDTH = 8  # int64 columns per slot: the six of the item kernels, then 16 bytes of inline fields
+# The columns of a record, as the compiled core lays them out.
+KEY, LANE, START, LENGTH, VALID, TIMES = _core.KEY, _core.LANE, _core.START, _core.LENGTH, _core.VALID, _core.TIMES
+META_WIDTH = 8  # int64 columns per slot: the six above, then 16 bytes of inline fields
 _LINE = 64  # bytes of a cache line
 _INLINE = slice(48, 64)  # bytes of a meta row that hold inline item fields
 
@@ -89,8 +88,12 @@ class Records:
         self.next_seq = 0
         self.times_total = 0
 
+    def _bind(self) -> None:
+        """Build the compiled core's object over the arrays (at construction and unpickling); none here."""
+
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
+        state.pop("core", None)  # the compiled core's view of the arrays, built again when unpickled
         if self.inline is not None:
             del state["columns"]  # views into meta, made again when unpickled
         return state
@@ -101,6 +104,7 @@ class Records:
         self.__dict__.update(state, meta=meta)
         if self.inline is not None:
             self.columns = _field_columns(meta, self.fields)
+        self._bind()
 
     @property
     def keys(self) -> np.ndarray:
@@ -160,6 +164,19 @@ class Records:
         return live
 
 
+class RowRecords(Records):
+    """A :class:`~rlflow.replay.RowTable`'s records: the item starting at row ``r`` of lane ``l`` lives in slot
+    ``(r % capacity) * lanes + l`` (:attr:`core`: the compiled core's placements, evictions and draws)."""
+
+    def __init__(self, lanes: int, capacity: int, fields: dict[str, Field]) -> None:
+        super().__init__(lanes * capacity, fields)
+        self.lanes = lanes
+        self._bind()
+
+    def _bind(self) -> None:
+        self.core = _core.RowSlots(meta=self.meta, lanes=self.lanes)
+
+
 class Items(Records):
     """A :class:`~rlflow.replay.Table`'s ``max_size`` slots: records, priorities, a free list (a stack whose
     top is at ``num_free - 1``) and the index from store rows to the items starting there."""
@@ -173,43 +190,36 @@ class Items(Records):
         self.row_slot = np.full((lanes, capacity), -1, np.int64)
         self.has_overflow = np.zeros((lanes, capacity), np.bool_)
         self.overflow: dict[tuple[int, int], list[int]] = {}  # further items starting at a taken row
+        self._bind()
+
+    def _bind(self) -> None:
+        self.core = _core.ItemSlots(meta=self.meta, priority=self.priority, row_slot=self.row_slot, free=self.free)
 
     @property
     def size(self) -> int:
         return self.max_size - self.num_free
 
-    @property
-    def _slots(self) -> KI.ItemSlots:
-        """The structures :func:`rlflow.kernels.items.add_items` places items in (the live arrays)."""
-        return KI.ItemSlots(self.meta, self.priority, self.row_slot, self.free, self.capacity)
-
     def add(self, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray, valid: np.ndarray,
             priorities: np.ndarray, cols: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Place ``n <= num_free`` new items; return their slots, keys and insertion sequence numbers."""
-        out = self._outputs(lanes.size)
-        clashes = KI.add_items(self._slots, self.num_free, self.next_seq,
-                               KI.NewItems(lanes, starts, lengths, valid, priorities), out)
-        return out.slots, out.keys, self._placed(out.slots, lanes, starts, out.clash, clashes, cols)
+        slots, keys, clash, clashes = self.core.place(self.num_free, self.next_seq, lanes, starts, lengths, valid,
+                                                      priorities)
+        return slots, keys, self._placed(slots, lanes, starts, clash, clashes, cols)
 
-    def check_and_add(self, packed_rings: Packed, cross_episodes: bool, lanes: np.ndarray,
+    def check_and_add(self, rings: _core.StoreRings, cross_episodes: bool, lanes: np.ndarray,
                       starts: np.ndarray, lengths: np.ndarray, priorities: np.ndarray,
                       cols: dict[str, np.ndarray]) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
-        """Check the windows against the store's rings (``packed_rings``: rows stored, episodes, frame stacks), then
-        place the items.
+        """Check the windows against the store's ``rings`` (rows stored, episodes, frame stacks), then place the
+        items.
 
         Returns ``(first_bad, slots, keys, seqs)``; when ``first_bad >= 0`` a window is not stored and
         nothing changed. Needs ``n <= num_free``.
         """
-        valid = np.empty(lanes.size, np.int64)
-        bad = KI.check_windows(packed_rings, lanes, starts, lengths, cross_episodes, valid)
+        bad, valid = rings.check_windows(lanes, starts, lengths, cross_episodes)
         if bad >= 0:
             return bad, valid, valid, valid
         slots, keys, seqs = self.add(lanes, starts, lengths, valid, priorities, cols)
         return -1, slots, keys, seqs
-
-    @staticmethod
-    def _outputs(n: int) -> KI.Placed:
-        return KI.Placed(np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.bool_))
 
     def _placed(self, slots: np.ndarray, lanes: np.ndarray, starts: np.ndarray, clash: np.ndarray, clashes: int,
                 cols: dict[str, np.ndarray]) -> np.ndarray:
@@ -231,9 +241,8 @@ class Items(Records):
 
     def remove(self, slots: np.ndarray) -> None:
         """Free live ``slots`` (distinct); an item in an overflow list leaves it (the cell keeps its holder)."""
-        indirect = np.empty(slots.size, np.bool_)
-        self.times_total -= KI.remove_items(self.meta, self.row_slot, self.free, self.num_free, slots,
-                                            self.capacity, indirect)
+        times, indirect = self.core.remove(self.num_free, slots)
+        self.times_total -= times
         self.num_free += slots.size
         if self.overflow and indirect.any():
             lanes = self.meta[slots[indirect], LANE]
@@ -253,7 +262,7 @@ class Items(Records):
             slots = self.starting_in(lane, lo, hi)
             self.remove(slots)
             return slots
-        slots, times = KI.evict_range(self.meta, self.row_slot, self.free, self.num_free, lane, lo, hi, self.capacity)
+        slots, times = self.core.evict(self.num_free, lane, lo, hi)
         self.num_free += slots.size
         self.times_total -= times
         return slots
@@ -264,7 +273,7 @@ class Items(Records):
         if self.overflow:
             rows = np.arange(lo, hi, dtype=np.int64)
             return self._with_overflow(np.full(rows.size, lane, np.int64), rows % self.capacity)
-        return KI.indexed_in_range(self.row_slot, lane, lo, hi, self.capacity)
+        return self.core.indexed(lane, lo, hi)
 
     def _with_overflow(self, lanes: np.ndarray, pos: np.ndarray) -> np.ndarray:
         direct = self.row_slot[lanes, pos]

@@ -38,9 +38,8 @@ from typing import Any
 
 import numpy as np
 
-from rlflow.kernels import rows as KR
-from rlflow.kernels.items import KEY, TIMES
-from rlflow.replay.items import META_WIDTH, Records
+from rlflow import _core
+from rlflow.replay.items import KEY, META_WIDTH, TIMES, RowRecords
 from rlflow.replay.rate_limiters import RateLimiter
 from rlflow.replay.storage import StepStore
 from rlflow.replay.table import TableBase
@@ -66,6 +65,8 @@ class RowTable(TableBase):
         name: shown in errors and checkpoints.
     """
 
+    _items: RowRecords
+
     def __init__(
         self,
         store: StepStore,
@@ -82,15 +83,14 @@ class RowTable(TableBase):
         self.seed = seed
         self._rng = np.random.default_rng(seed)
         self._size = 0
-        self._acc = np.zeros(3, np.int64)  # what a draw kernel reports: [items left, retired, their times sampled]
         self._retired = 0  # items the draws of the current sample retired
         self._stored = 0  # rows the store holds, as of the last draw
         self._items = self._new_items(self.item_fields)
         store.subscribe(self)
 
-    def _new_items(self, fields: dict[str, Field]) -> Records:
+    def _new_items(self, fields: dict[str, Field]) -> RowRecords:
         """One slot per store row: slot ``(row % capacity) * lanes + lane``."""
-        return Records(self.store.capacity * self.store.num_lanes, fields)
+        return RowRecords(self.store.num_lanes, self.store.capacity, fields)
 
     @property
     def size(self) -> int:
@@ -107,7 +107,7 @@ class RowTable(TableBase):
 
     def on_overwrite_range(self, lane: int, lo: int, hi: int) -> None:
         """Called by the store before it overwrites rows ``lo .. hi - 1`` of ``lane``."""
-        self._evicted(*KR.evict_range(self._items.meta, lane, lo, hi, self.store.capacity))
+        self._evicted(*self._items.core.evict(lane, lo, hi))
 
     def _remove(self, slots: np.ndarray) -> None:
         if not slots.size:
@@ -135,29 +135,29 @@ class RowTable(TableBase):
             again = np.ones(n, bool)
             again[first] = False
             bad = int(np.flatnonzero(taken | again)[0])
-            self._start_taken(lanes, starts, bad, KR.TAKEN if taken[bad] else KR.TWICE)
+            self._start_taken(lanes, starts, bad, _core.PlaceFault.TAKEN if taken[bad] else _core.PlaceFault.TWICE)
 
     def _insert_part(self, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray, valid: np.ndarray,
                      prios: np.ndarray, cols: dict[str, np.ndarray]) -> np.ndarray:
         return self._place(lanes, starts, lengths, cols)
 
-    def _start_taken(self, lanes: np.ndarray, starts: np.ndarray, bad: int, why: int) -> None:
+    def _start_taken(self, lanes: np.ndarray, starts: np.ndarray, bad: int, why: _core.PlaceFault) -> None:
         lane, start = int(lanes[bad]), int(starts[bad])
+        taken = why == _core.PlaceFault.TAKEN
+        holder = f"an item of table {self.name!r}" if taken else "an earlier item of this insert"
         raise ValueError(
-            f"item {bad}: row {start} of lane {lane} already starts "
-            f"{'an item of table ' + repr(self.name) if why == KR.TAKEN else 'an earlier item of this insert'}; "
+            f"item {bad}: row {start} of lane {lane} already starts {holder}; "
             "a RowTable holds at most one item per start row (a Table holds any number)")
 
     def _place(self, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
                cols: dict[str, np.ndarray]) -> np.ndarray:
         """Place the items (windows checked again: any refusal raises and changes nothing); their keys."""
         n = lanes.size
-        store, items = self.store, self._items
-        slots, keys, checked = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64)
-        bad, why = KR.place(store.packed_rings(), self.cross_episodes, items.meta,
-                            items.next_seq, lanes, starts, lengths, checked, slots, keys)
+        items = self._items
+        bad, why, slots, keys = items.core.place(self.store.rings(), self.cross_episodes, items.next_seq, lanes,
+                                                 starts, lengths)
         if bad >= 0:
-            if why == KR.WINDOW:
+            if why == _core.PlaceFault.WINDOW:
                 self._window_error(lanes, starts, lengths, bad)
             self._start_taken(lanes, starts, bad, why)
         items.next_seq += n
@@ -171,7 +171,7 @@ class RowTable(TableBase):
     # ------------------------------------------------------------------ sample
     def _draw(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Slots, item rows, probabilities, weights and times sampled of ``n`` sequential uniform draws."""
-        items, store, rng, acc = self._items, self.store, self._rng, self._acc
+        items, store, rng = self._items, self.store, self._rng
         limit = self.max_times_sampled or 0
         slots, probs = np.empty(n, np.int64), np.empty(n, np.float64)
         out = np.empty((n, META_WIDTH), np.int64)
@@ -183,29 +183,25 @@ class RowTable(TableBase):
             while j < n:
                 # Each round tries more rows than its draws need on average: 64 rounds without a draw mean the
                 # records and the count disagree.
-                if (j and not acc[0]) or idle == 64:
+                if not size or idle == 64:
                     raise RuntimeError(f"table {self.name!r}: no item found to draw {n - j} more (a broken invariant)")
-                live = int(acc[0]) if j else size
-                tries = (n - j) * self._stored // live + (n - j) // 4 + 8  # the draws' expected tries, and some
-                before = j
-                j = KR.draw_stored(rng.random(tries), store.count, store.capacity, items.meta, j, live, limit, slots,
-                                   out, probs, acc)
-                idle = 0 if j > before else idle + 1
-                self._retired_by_draws()
+                tries = (n - j) * self._stored // size + (n - j) // 4 + 8  # the draws' expected tries, and some
+                tally = items.core.draw_stored(store.rings(), rng.random(tries), j, size, limit, slots, out, probs)
+                idle = 0 if tally.made > j else idle + 1
+                j, size = tally.made, tally.size
+                self._retired_by_draws(tally)
         else:
             live_slots = np.flatnonzero(items.meta[:, KEY] >= 0)
-            KR.draw_packed(rng.random(n), live_slots, items.meta, limit, slots, out, probs, acc)
-            self._retired_by_draws()
+            self._retired_by_draws(items.core.draw_live(rng.random(n), live_slots, limit, slots, out, probs))
         items.times_total += n
         return slots, out, probs, np.ones(n, np.float32), out[:, TIMES]
 
-    def _retired_by_draws(self) -> None:
-        """The items a draw kernel retired (``acc[1]`` of them, sampled ``acc[2]`` times) left their slots."""
-        retired = int(self._acc[1])
-        if retired:
-            self._retired += retired
-            self._size -= retired
-            self._items.times_total -= int(self._acc[2])
+    def _retired_by_draws(self, tally: _core.DrawTally) -> None:
+        """The items a draw retired (``max_times_sampled``) left their slots."""
+        if tally.retired:
+            self._retired += tally.retired
+            self._size -= tally.retired
+            self._items.times_total -= tally.retired_times
 
     def _retire(self, slots: np.ndarray) -> None:
         """The items retired by the draws (already out of their slots): the rate limiter's deletes."""

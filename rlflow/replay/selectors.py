@@ -30,7 +30,6 @@ from typing import Any
 import numpy as np
 
 from rlflow import _core
-from rlflow.kernels import selection as K
 from rlflow.replay.sum_tree import SumTree
 
 __all__ = ["Fifo", "Lifo", "MaxHeap", "MinHeap", "Prioritized", "Selector", "Uniform"]
@@ -55,7 +54,7 @@ class Selector(ABC):
     evict), :meth:`sample_with_weights` (importance weights 1), :meth:`sequential_weights` (what a table
     with ``max_times_sampled`` asks; a random selector must implement it to be used there),
     :meth:`draws_reachable` and :meth:`draw_rows`. The built-in selectors implement the same methods,
-    some of them with compiled kernels for speed.
+    some of them in the compiled core for speed.
 
     Args:
         seed: the seed of :attr:`rng`, the generator every random draw takes its numbers from.
@@ -139,11 +138,11 @@ class Selector(ABC):
         ``n``. Draws reach every item here (the table counts their draws left): ``n``."""
         return n
 
-    def draw_rows(self, n: int, meta: np.ndarray, times_col: int) -> tuple[np.ndarray, ...]:
-        """:meth:`sample_with_weights` of ``n`` draws and a copy of each draw's row of the items' ``meta``,
-        whose ``times_col`` counts the draw: ``(slots, rows, probabilities, weights)``."""
+    def draw_rows(self, n: int, meta: np.ndarray) -> tuple[np.ndarray, ...]:
+        """:meth:`sample_with_weights` of ``n`` draws and a copy of each draw's record of the items' ``meta``,
+        whose TIMES counts the draw: ``(slots, rows, probabilities, weights)``."""
         slots, probs, weights = self.sample_with_weights(n)
-        return slots, K.draw_rows(meta, slots, times_col), probs, weights
+        return slots, _core.draw_rows(meta, slots), probs, weights
 
     def config(self) -> dict[str, Any]:
         """The settings a checkpoint records and a restored table's selector must share (JSON values)."""
@@ -191,13 +190,13 @@ class Uniform(Selector):
         self._live = np.zeros(self.capacity, np.bool_)
 
     def insert(self, slots: np.ndarray, priorities: np.ndarray, seqs: np.ndarray) -> None:
-        self.size = K.dense_insert(self._items, self._where, self._live, self.size, slots)
+        self.size = _core.dense_insert(self._items, self._where, self._live, self.size, slots)
 
     def update(self, slots: np.ndarray, priorities: np.ndarray) -> None:
         pass
 
     def delete(self, slots: np.ndarray) -> None:
-        self.size = K.dense_delete(self._items, self._where, self._live, self.size, slots)
+        self.size = _core.dense_delete(self._items, self._where, self._live, self.size, slots)
 
     def _below(self, bound: int, n: int) -> np.ndarray:
         """``n`` integers uniform in ``[0, bound)`` (to 53-bit resolution: floor of a uniform double)."""
@@ -205,10 +204,14 @@ class Uniform(Selector):
 
     def sample(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         if 2 * self.size >= self.capacity:
-            slots = K.uniform_pick(self.rng.random(2 * n), self._live, self._items, self.size)
+            slots = self._pick(n)
         else:
             slots = self._items[self._below(self.size, n)]
         return slots, np.full(n, 1.0 / self.size)
+
+    def _pick(self, n: int) -> np.ndarray:
+        """``n`` draws while at least half the slots are live (the class docstring's two-uniform draw)."""
+        return _core.uniform_pick(self.rng.random(2 * n), self._items, self._where, self._live, self.size)
 
     def sequential_weights(self, slots: np.ndarray, retires: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Draw ``j`` is uniform over the items left: ``1 / (size - items retired by the draws before it)``."""
@@ -216,13 +219,6 @@ class Uniform(Selector):
         left = self.size - (np.cumsum(retires) - retires)
         return 1.0 / left, np.ones(slots.size, np.float32)
 
-    def draw_rows(self, n: int, meta: np.ndarray, times_col: int) -> tuple[np.ndarray, ...]:
-        """The base class's, with the same draws and random numbers, in one compiled call."""
-        if 2 * self.size >= self.capacity:
-            return K.uniform_draw_rows(self.rng.random(2 * n), self._live, self._items, self.size, meta, times_col)
-        if self.size:
-            return K.packed_draw_rows(self.rng.random(n), self._items, self.size, meta, times_col)
-        return super().draw_rows(n, meta, times_col)
 
     def arrays(self) -> dict[str, np.ndarray]:
         return {"items": self._items[: self.size].copy()}

@@ -40,9 +40,7 @@ import numpy as np
 
 from rlflow import _core
 from rlflow import specs as _specs
-from rlflow.kernels import items as KI
-from rlflow.kernels.items import LANE, LENGTH, START, VALID, Rings
-from rlflow.kernels.packed import Packed, pack
+from rlflow.replay.items import LANE, LENGTH, START, VALID
 from rlflow.specs import Field, Spec, SpecError
 
 # bytes: rows up to this size are gathered by the compiled, prefetching kernel; np.take copies larger rows
@@ -64,7 +62,7 @@ class OverwriteListener(Protocol):
 
 # What StepStore._bind derives, and what a pickle leaves out (the lock and the subscribed tables).
 _DERIVED = frozenset({"lock", "_listeners", "_flat", "_small_rows", "_row_bytes", "_prefetch_cols", "_all_lanes",
-                      "_ranges", "_rings", "_packed_rings", "_flat_steps", "_core_rings"})
+                      "_ranges", "_core_rings"})
 
 
 class StepStore:
@@ -133,30 +131,24 @@ class StepStore:
         self._bind()
 
     def _bind(self) -> None:
-        """Derive the views of the columns and cursors the kernels read (at construction and unpickling)."""
+        """Derive the views of the columns and cursors the compiled core reads (at construction and unpickling)."""
         # Flat views (lanes * capacity, ...) for one-index gathers, and the same rows as raw bytes
-        # (lanes * capacity, row bytes) for the compiled write kernels and the gathers' prefetch pass.
+        # (lanes * capacity, row bytes) for the compiled core's writes and the gathers' prefetch pass.
         rows = self.num_lanes * self.capacity  # explicit: -1 cannot be inferred for a field of no values
         self._flat = {n: c.reshape(rows, *self.fields[n].frame_shape) for n, c in self.columns.items()}
-        # Columns of small rows, as (rows, values per row), for the compiled gather (which prefetches
-        # every row before copying any; large rows are copied by np.take, whose memcpy streams them).
-        # Small rows of the dtypes the compiled gather types (not float16, complex or structured: np.take).
-        self._small_rows = {n: c.reshape(rows, -1) for n, c in self._flat.items()
-                            if type(c) is np.ndarray and c.ndim > 1 and self.fields[n].nbytes <= _SMALL_ROW
-                            and n not in self._stacks
-                            and (c.dtype.kind in "biu" or (c.dtype.kind == "f" and c.dtype.itemsize in (4, 8)))}
         self._row_bytes = {n: np.asarray(c).reshape(rows, int(np.prod(self.fields[n].frame_shape))).view(np.uint8)
                            for n, c in self.columns.items()}
+        # Columns of small rows of several values, for the compiled gather (which requests every row's cache
+        # lines before copying any; large rows are copied by np.take, whose memcpy streams them).
+        self._small_rows = {n: self._row_bytes[n] for n, c in self._flat.items()
+                            if type(c) is np.ndarray and c.ndim > 1 and 0 < self.fields[n].nbytes <= _SMALL_ROW
+                            and n not in self._stacks and not c.dtype.hasobject}
         self._prefetch_cols = tuple(self._row_bytes.values())
         self._all_lanes = np.arange(self.num_lanes)
         self._ranges = np.zeros((self.num_lanes, 3), np.int64)  # before_write's (lane, lo, hi) of overwritten rows
-        self._rings = Rings(self.count, self.episode_id, self.episode_step, self._next_episode, self._next_step,
-                            self.capacity, self.stack_reach)
-        self._packed_rings = pack(self._rings)
         self._core_rings = _core.StoreRings(written=self.count, episode_id=self.episode_id,
                                             episode_step=self.episode_step, next_episode=self._next_episode,
                                             next_step=self._next_step, reach=self.stack_reach)
-        self._flat_steps = self.episode_step.reshape(-1)
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickle the columns and cursors (copies come back; the tables on the store are not pickled with it:
@@ -200,9 +192,9 @@ class StepStore:
             self._listeners.remove(listener)
 
     # ------------------------------------------------------------------ the block writer's view
-    def packed_rings(self) -> Packed:
-        """The ring cursors as the window checks (:func:`rlflow.kernels.items.check_windows`) take them."""
-        return self._packed_rings
+    def rings(self) -> _core.StoreRings:
+        """The ring cursors and episode marks as the compiled core reads them (window checks, draws)."""
+        return self._core_rings
 
     def block_writer(self, act: list[str], obs: list[str], open_rows: np.ndarray,
                      episode_start: np.ndarray) -> _core.BlockWriter:
@@ -431,11 +423,10 @@ class StepStore:
     # ------------------------------------------------------------------ reads
     def alive(self, lanes: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """Whether each absolute row is still stored (and, with frame stacks, every row its stacks read): a
-        one-row window check (:func:`rlflow.kernels.items.check_windows`)."""
+        one-row window check."""
         lanes_arr = np.ascontiguousarray(lanes, np.int64).reshape(-1)
         rows_arr = np.ascontiguousarray(rows, np.int64).reshape(-1)
-        valid = np.empty(rows_arr.size, np.int64)
-        KI.check_windows(self._packed_rings, lanes_arr, rows_arr, np.ones(rows_arr.size, np.int64), True, valid)
+        _, valid = self._core_rings.check_windows(lanes_arr, rows_arr, np.ones(rows_arr.size, np.int64), True)
         return (valid > 0).reshape(np.shape(rows))
 
     def _require_alive(self, lanes: np.ndarray, rows: np.ndarray) -> None:
@@ -459,12 +450,12 @@ class StepStore:
     def take(self, flat_index: np.ndarray) -> dict[str, np.ndarray]:
         """Every column at flat indices ``lane * capacity + row % capacity`` (any index shape)."""
         if flat_index.size >= _PREFETCH_ROWS:
-            KI.prefetch_spans(self._prefetch_cols, flat_index.reshape(-1))
+            _core.prefetch_rows(self._prefetch_cols, flat_index.reshape(-1))
         return {name: self.take_column(name, flat_index) for name in self._flat}
 
     def take_column(self, name: str, flat_index: np.ndarray, *, by_column: bool = False) -> np.ndarray:
         """Column ``name`` at flat indices ``lane * capacity + row % capacity`` (any index shape). A stacked
-        column's stacks are rebuilt (:func:`rlflow.kernels.items.take_stacks`); ``by_column``, for a 2-D index
+        column's stacks are rebuilt from its frames; ``by_column``, for a 2-D index
         whose columns read the same frames (a transition's two ends ``[2, B]``), copies them column by column."""
         k = self._stacks.get(name)
         if k is not None:  # each row's stack: the frames of the k rows up to it in its episode
@@ -472,13 +463,16 @@ class StepStore:
             out = np.empty((*flat_index.shape, *field.shape), field.dtype)
             index = np.ascontiguousarray(flat_index, np.int64)
             rows = index.reshape(-1, index.shape[-1]) if index.ndim else index.reshape(1, 1)
-            KI.take_stacks(self._row_bytes[name], rows, self._flat_steps, self.capacity, k,
-                           by_column and index.ndim == 2, out.reshape(-1).view(np.uint8))
+            _core.take_stacks(self._core_rings, self._row_bytes[name], rows, k, by_column and index.ndim == 2,
+                              out.reshape(-1).view(np.uint8))
             return out
         small = self._small_rows.get(name)
         if small is not None:
-            out = KI.take_rows(small, flat_index.reshape(-1))
-            return out.reshape(*flat_index.shape, *self.fields[name].shape)
+            field = self.fields[name]
+            out = np.empty((*flat_index.shape, *field.shape), field.dtype)
+            _core.take_rows(small, np.ascontiguousarray(flat_index, np.int64).reshape(-1),
+                            out.reshape(-1).view(np.uint8))
+            return out
         col = self._flat[name]
         # np.take beats fancy indexing for rows of several values; plain indexing wins for scalars.
         return col.take(flat_index, axis=0) if col.ndim > 1 else col[flat_index]
@@ -502,8 +496,8 @@ class StepStore:
         lanes_arr = np.asarray(lanes, np.int64).reshape(-1)
         starts_arr = np.asarray(starts, np.int64).reshape(-1)
         lengths_arr = np.broadcast_to(np.asarray(lengths, np.int64), starts_arr.shape)
-        valid = np.empty(starts_arr.size, np.int64)
-        bad = KI.check_windows(self._packed_rings, lanes_arr, starts_arr, lengths_arr, cross_episodes, valid)
+        bad, valid = self._core_rings.check_windows(lanes_arr, starts_arr, np.ascontiguousarray(lengths_arr),
+                                                    cross_episodes)
         if checked and bad >= 0:
             lane = int(lanes_arr[bad])
             count = int(self.count[lane]) if 0 <= lane < self.num_lanes else 0
@@ -517,12 +511,12 @@ class StepStore:
         return self.take_windows(meta)
 
     def take_windows(self, meta: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray]:
-        """The windows of item rows ``meta`` (columns LANE, START, LENGTH, VALID of the item kernels).
+        """The windows of item records ``meta`` (their columns LANE, START, LENGTH, VALID).
 
         Returns the columns ``[B, L, ...]`` (``L``: the longest LENGTH) and the mask of rows before each
         item's VALID length; rows past it are zero-filled.
         """
-        idx, mask, full = KI.window_index(meta, LANE, START, LENGTH, VALID, self.capacity)
+        idx, mask, full = _core.window_index(meta, self.capacity)
         data = self.take(idx)
         if not full:
             hole = ~mask

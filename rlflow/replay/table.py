@@ -42,11 +42,9 @@ from typing import Any
 
 import numpy as np
 
+from rlflow import _core
 from rlflow import specs as _specs
-from rlflow.kernels import items as KI
-from rlflow.kernels import selection as K
-from rlflow.kernels.items import KEY, LANE, LENGTH, START, TIMES, VALID
-from rlflow.replay.items import META_WIDTH, Items, Records
+from rlflow.replay.items import KEY, LANE, LENGTH, META_WIDTH, START, TIMES, VALID, Items, Records
 from rlflow.replay.rate_limiters import MinSize, RateLimiter
 from rlflow.replay.sample import Sample
 from rlflow.replay.selectors import Fifo, Selector, Uniform
@@ -90,7 +88,7 @@ def check_priorities(value: Any, n: int) -> np.ndarray:
         arr = value  # the common call: a learner's float64 batch, only its values need checking
     else:
         arr = _real_array(value, n)
-    bad = KI.first_bad_priority(arr)
+    bad = _core.first_bad_priority(arr)
     if bad >= 0:
         raise ValueError(f"priorities: expected finite values >= 0, got {arr[bad]} at position {bad}")
     return arr
@@ -361,10 +359,7 @@ class TableBase(ABC):
     def _check_windows(self, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray, *,
                        strict: bool = True) -> np.ndarray:
         """Valid length of each window (0 for a window not stored); raises on the first bad one if strict."""
-        store = self.store
-        valid = np.empty(lanes.size, np.int64)
-        bad = KI.check_windows(store.packed_rings(), lanes, starts, lengths,
-                               self.cross_episodes, valid)
+        bad, valid = self.store.rings().check_windows(lanes, starts, lengths, self.cross_episodes)
         if strict and bad >= 0:
             self._window_error(lanes, starts, lengths, bad)
         return valid
@@ -615,9 +610,8 @@ class Table(TableBase):
         n = starts.size
         if n > self._items.num_free or not self.rate_limiter.can_insert(n):
             return None
-        store = self.store
         bad, slots, keys, seqs = self._items.check_and_add(
-            store.packed_rings(), self.cross_episodes, lanes, starts, lengths, prios, cols)
+            self.store.rings(), self.cross_episodes, lanes, starts, lengths, prios, cols)
         if bad >= 0:
             self._window_error(lanes, starts, lengths, bad)
         self._inserted(slots, prios, seqs)
@@ -651,7 +645,7 @@ class Table(TableBase):
         limit = self.max_times_sampled
         items = self._items
         if limit is None and not self.sampler.deterministic:  # the common case: one draw of n
-            slots, meta, probs, weights = self.sampler.draw_rows(n, items.meta, TIMES)
+            slots, meta, probs, weights = self.sampler.draw_rows(n, items.meta)
             items.times_total += n
             return slots, meta, probs, weights, meta[:, TIMES]
         if limit is not None:
@@ -677,7 +671,7 @@ class Table(TableBase):
                     keep = seen < left
                     slots = slots[keep]
                     probs, weights = self.sampler.sequential_weights(slots, seen[keep] == left[keep] - 1)
-            meta = K.draw_rows(items.meta, slots, TIMES)
+            meta = _core.draw_rows(items.meta, slots)
             items.times_total += slots.size
             parts.append((slots, meta, probs, weights, meta[:, TIMES]))
             got += slots.size
@@ -709,13 +703,11 @@ class Table(TableBase):
 
     # ------------------------------------------------------------------ priorities
     def _set_priorities(self, keys: np.ndarray, priorities: np.ndarray) -> int:
-        slots = np.empty(keys.size, np.int64)
-        values = np.empty(keys.size, np.float64)
-        n = KI.set_priorities(self._items.meta, self._items.priority, keys, priorities, slots, values)
+        slots, values = self._items.core.set_priorities(keys, priorities)
         # Selectors apply updates in order, so a repeated key keeps its last priority there too.
-        self.sampler.update(slots[:n], values[:n])
-        self.remover.update(slots[:n], values[:n])
-        return n
+        self.sampler.update(slots, values)
+        self.remover.update(slots, values)
+        return slots.size
 
     def _priorities(self, slots: np.ndarray) -> np.ndarray:
         return self._items.priority[slots]

@@ -30,9 +30,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from rlflow import _core
 from rlflow import specs as _specs
-from rlflow.kernels import items as KI
-from rlflow.kernels.items import LANE, LENGTH, START, VALID
+from rlflow.replay.items import LANE, LENGTH, START, VALID
 
 __all__ = ["EpisodeView", "ItemView", "SequenceView", "Transition", "TransitionView"]
 
@@ -82,7 +82,7 @@ class ItemView:
         return {"kind": self.kind}
 
     def gather(self, store: Any, meta: np.ndarray, fields: dict[str, np.ndarray]) -> tuple[Any, Any]:
-        """The batch of items ``meta`` (rows of the item kernels' metadata) and its mask (or None)."""
+        """The batch of items ``meta`` (item records) and its mask (or None)."""
         raise NotImplementedError
 
 
@@ -100,7 +100,7 @@ class TransitionView(ItemView):
 
     def gather(self, store: Any, meta: np.ndarray, fields: dict[str, np.ndarray]) -> tuple[Transition, None]:
         plan = _transition_plan(store)
-        ends = KI.window_ends(meta, LANE, START, LENGTH, store.capacity)  # [2, B]: each half a [B, ...] batch
+        ends = _core.window_ends(meta, store.capacity)  # [2, B]: each half a [B, ...] batch
         first = ends[0]
         obs: dict[str, np.ndarray] = {}
         nxt: dict[str, np.ndarray] = {}
@@ -196,7 +196,7 @@ def _padded(store: Any, meta: np.ndarray, length: int) -> tuple[Any, np.ndarray]
     padded[:, LENGTH] = length
     np.minimum(padded[:, VALID], length, out=padded[:, VALID])
     if meta.shape[0]:
-        idx, mask, full = KI.window_index(padded, LANE, START, LENGTH, VALID, store.capacity)
+        idx, mask, full = _core.window_index(padded, store.capacity)
     else:
         idx, mask, full = np.zeros((0, length), np.int64), np.zeros((0, length), bool), True
     data = store.take(idx)
