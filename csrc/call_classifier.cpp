@@ -5,6 +5,7 @@
 #include <string>
 
 #include "arrays.h"
+#include "step_block.h"
 
 namespace rlflow {
 
@@ -125,6 +126,28 @@ bool CallClassifier::remember(PyObject* next_obs) {
                 envs_ * c.row_bytes);
   }
   return true;
+}
+
+int CallClassifier::add(StepBlockCore& block, int64_t s, PyObject* obs, PyObject* terminated, PyObject* truncated,
+                        const CallStep& step) {
+  int bits = classify(obs, terminated, truncated, step.reward);
+  if (bits == Convert || (bits & AnyStart)) return bits;
+  nb::object reward = nb::steal(PyTuple_Pack(1, step.reward));
+  nb::object no_final = nb::steal(PyTuple_New(0));
+  if (!reward.is_valid() || !no_final.is_valid()) throw nb::python_error();
+  PyObject* const parts[5] = {step.action, reward.ptr(), step.extras, step.next_obs,
+                              (bits & AnyLast) ? step.next_obs : no_final.ptr()};
+  Put status;
+  try {
+    status = block.put(s, 1, false, parts, step.flag_rows);
+  } catch (...) {
+    std::memcpy(state_, was_, envs_);
+    throw;
+  }
+  if (status != Put::Ok) return bits;
+  bits |= StepPut;
+  if (remember(step.next_obs)) bits |= NextKept;
+  return bits;
 }
 
 }  // namespace rlflow

@@ -23,8 +23,22 @@ enum class CallRow : int { Terminated = 0, Truncated = 1, Last = 2, Reset = 3, S
 
 // classify's bits: some env starts an episode before its transition, some env's episode ends. Convert: an
 // observation leaf is not a C-contiguous array of its column's dtype and shape [E, ...], or the reward not a
-// C-contiguous native one: the caller converts them and classifies again (nothing changed).
-enum CallBits : int { AnyStart = 1, AnyLast = 2, Convert = -1 };
+// C-contiguous native one: the caller converts them and classifies again (nothing changed). add's further
+// bits: the step is in the block (StepPut), and next_obs is kept as each env's last (NextKept).
+enum CallBits : int { AnyStart = 1, AnyLast = 2, StepPut = 4, NextKept = 8, Convert = -1 };
+
+class StepBlockCore;
+
+// What add() puts a step of: the leaf tuples of the action, the extras and next_obs (the step's observation),
+// the reward as classify reads it, and the views of the classifier's Reset, Last, Terminated and Truncated
+// rows (the step's first, last, terminated and truncated flags).
+struct CallStep {
+  PyObject* action;
+  PyObject* extras;
+  PyObject* next_obs;
+  PyObject* reward;
+  PyObject* flag_rows[4];
+};
 
 struct LastColumn {  // one observation column's last next_obs of every env, [E, *shape]
   nanobind::object array;
@@ -48,6 +62,12 @@ class CallClassifier {
   // Keep next_obs (a tuple of leaves) as each env's last; false (nothing kept) where a leaf is not an array of
   // its column's dtype and shape.
   bool remember(PyObject* next_obs);
+  // classify, then, when no env starts an episode before its transition, put the step into `block` at row s
+  // and remember next_obs: one call for a step that goes on. Returns classify's bits (or Convert) with StepPut
+  // when the step is in the block (else nothing was put: the caller puts it, converting what the filler
+  // refuses) and NextKept when next_obs was kept. The states are restored if the put raises.
+  int add(StepBlockCore& block, int64_t s, PyObject* obs, PyObject* terminated, PyObject* truncated,
+          const CallStep& step);
 
  private:
   bool fits(PyObject* leaf, const LastColumn& c) const;

@@ -2,6 +2,7 @@
 
 #include "bind.h"
 #include "call_classifier.h"
+#include "step_block.h"
 
 namespace rlflow {
 
@@ -19,6 +20,8 @@ void bind_call_classifier(nb::module_& m) {
   m.attr("CALL_ANY_START") = static_cast<int>(AnyStart);
   m.attr("CALL_ANY_LAST") = static_cast<int>(AnyLast);
   m.attr("CALL_CONVERT") = static_cast<int>(Convert);
+  m.attr("CALL_PUT") = static_cast<int>(StepPut);
+  m.attr("CALL_KEPT") = static_cast<int>(NextKept);
   nb::class_<CallClassifier>(m, "CallClassifier", "ReplayBuffer.add's call classifier (one call a step).")
       .def(nb::init<const std::vector<nb::handle>&, nb::handle, nb::handle, nb::handle>(), nb::kw_only(),
            nb::arg("last"), nb::arg("state"), nb::arg("was"), nb::arg("calls"))
@@ -31,7 +34,26 @@ void bind_call_classifier(nb::module_& m) {
           "Sort each env's call and advance the states; the CALL_ANY_* bits, or CALL_CONVERT.")
       .def(
           "remember", [](CallClassifier& self, nb::handle next_obs) { return self.remember(next_obs.ptr()); },
-          nb::arg("next_obs").none(), "Keep next_obs as each env's last (False: a leaf to convert, nothing kept).");
+          nb::arg("next_obs").none(), "Keep next_obs as each env's last (False: a leaf to convert, nothing kept).")
+      .def(
+          "add",
+          [](CallClassifier& self, StepBlockCore& block, int64_t s, nb::handle obs, nb::handle action,
+             nb::handle reward, nb::handle extras, nb::handle next_obs, nb::handle terminated, nb::handle truncated,
+             nb::tuple flag_rows) {
+            if (s < 0 || s >= block.steps()) {
+              throw std::out_of_range("add: row " + std::to_string(s) + " is outside the block's " +
+                                      std::to_string(block.steps()) + " steps");
+            }
+            if (flag_rows.size() != 4) throw std::invalid_argument("add: expected the 4 flag rows");
+            CallStep step{action.ptr(), extras.ptr(), next_obs.ptr(), reward.ptr(),
+                          {flag_rows[0].ptr(), flag_rows[1].ptr(), flag_rows[2].ptr(), flag_rows[3].ptr()}};
+            return self.add(block, s, obs.ptr(), terminated.ptr(), truncated.ptr(), step);
+          },
+          nb::arg("block"), nb::arg("s"), nb::arg("obs").none(), nb::arg("action").none(), nb::arg("reward").none(),
+          nb::arg("extras").none(), nb::arg("next_obs").none(), nb::arg("terminated"), nb::arg("truncated"),
+          nb::arg("flag_rows"),
+          "classify, then put a step that goes on into the block at row s and keep next_obs; the bits "
+          "(CALL_PUT: put, CALL_KEPT: kept).");
 }
 
 }  // namespace rlflow

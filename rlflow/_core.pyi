@@ -100,6 +100,10 @@ CALL_ANY_LAST: int = 2
 
 CALL_CONVERT: int = -1
 
+CALL_PUT: int = 4
+
+CALL_KEPT: int = 8
+
 class CallClassifier:
     """ReplayBuffer.add's call classifier (one call a step)."""
 
@@ -113,6 +117,11 @@ class CallClassifier:
     def remember(self, next_obs: object | None) -> bool:
         """
         Keep next_obs as each env's last (False: a leaf to convert, nothing kept).
+        """
+
+    def add(self, block: StepBlockCore, s: int, obs: object | None, action: object | None, reward: object | None, extras: object | None, next_obs: object | None, terminated: object, truncated: object, flag_rows: tuple) -> int:
+        """
+        classify, then put a step that goes on into the block at row s and keep next_obs; the bits (CALL_PUT: put, CALL_KEPT: kept).
         """
 
 def window_index(meta: object, capacity: int) -> tuple[numpy.ndarray, numpy.ndarray, bool]:

@@ -110,6 +110,7 @@ class ReplayBuffer:
         self._lanes = np.arange(self.num_envs)
         self._no = np.zeros(self.num_envs, bool)
         self._reward_dtype = self.store.fields["reward"].dtype
+        self._has_extras = "extras" in spec
         self._state = np.zeros(self.num_envs, np.int8)  # what each env's last call left (_IN_EPISODE, ...)
         self._was = self._state.copy()  # the state before the call in progress (restored if it fails)
         self._reward_in = np.zeros(1, self.store.fields["reward"].dtype)  # an unbatched call's float reward
@@ -123,12 +124,16 @@ class ReplayBuffer:
         construction and unpickling)."""
         self._classifier = _core.CallClassifier(last=list(self._last_next.values()), state=self._state,
                                                 was=self._was, calls=self._calls)
+        self._obs_leaves = self._checks.leaves_of("observation")
+        self._act_leaves = self._checks.leaves_of("action")
         self._call_rows = [self._calls[row.value] for row in (_core.CallRow.TERMINATED, _core.CallRow.TRUNCATED,
                                                               _core.CallRow.RESET, _core.CallRow.LAST)]
+        term, trunc, reset, last = self._call_rows
+        self._put_flags = (reset, last, term, trunc)  # a put step's first, last, terminated, truncated
 
     def __getstate__(self) -> dict[str, Any]:
         """The buffer, less what :meth:`_bind` derives (unpickling binds it again over the unpickled arrays)."""
-        return {k: v for k, v in self.__dict__.items() if k not in ("_classifier", "_call_rows")}
+        return {k: v for k, v in self.__dict__.items() if k not in _DERIVED}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -144,29 +149,47 @@ class ReplayBuffer:
         whose ``obs`` is bit for bit the end's ``next_obs``, with reward 0 and neither flag, is gymnasium's
         ``NEXT_STEP`` reset step: not stored; its ``next_obs`` starts the env's next episode."""
         e = self.num_envs
-        batched = not (e == 1 and self._unbatched(obs))
+        if e == 1 and type(obs) is np.ndarray and self._single:  # one array: its dimensions tell
+            batched = obs.ndim != self._first_ndim
+        else:
+            batched = not (e == 1 and self._unbatched(obs))
         if batched:
             terminated, truncated = _flags("terminated", terminated, e), _flags("truncated", truncated, e)
         else:
             obs = obs[None] if type(obs) is np.ndarray else _lift(obs)
             action = action[None] if type(action) is np.ndarray else _lift(action)
             next_obs = next_obs[None] if type(next_obs) is np.ndarray else _lift(next_obs)
-            if type(reward) is float:
-                self._reward_in[0] = reward  # float to the reward's dtype; the block checks it is finite
+            if type(reward) in _SCALARS:
+                self._reward_in[0] = reward  # to the reward's dtype; the block checks it is finite
                 reward = self._reward_in
             else:
                 reward = _lift(reward)
             extras = None if extras is None else _lift(extras)
-            self._term_in[0] = terminated if type(terminated) is bool else _flag("terminated", terminated)
-            self._trunc_in[0] = truncated if type(truncated) is bool else _flag("truncated", truncated)
+            self._term_in[0] = terminated if type(terminated) in _BOOLS else _flag("terminated", terminated)
+            self._trunc_in[0] = truncated if type(truncated) in _BOOLS else _flag("truncated", truncated)
             terminated, truncated = self._term_in, self._trunc_in
         if type(reward) is not np.ndarray:
             reward = np.asarray(reward)
         if reward.dtype != self._reward_dtype and reward.dtype.kind in "fiu":
             reward = reward.astype(self._reward_dtype)  # the cast the spec allows (same kind, or int to float)
         # Each env's call sorted against its last next_obs (a reward not [E, ...] counts as zero here; the adder
-        # names it), and the envs' states advanced.
-        bits = self._classifier.classify(self._checks.leaves("observation", obs), terminated, truncated, reward)
+        # names it), and the envs' states advanced; in the same compiled call, a step that goes on (no episode
+        # starts before it, no final observations from infos) is put into the adder's staged block and its
+        # next_obs kept. One env's transitions are staged and written in blocks (sample and len write them
+        # first); several envs' are written at once, so that a sampler waiting in another thread sees them.
+        obs_leaves = self._obs_leaves(obs)
+        if infos is None:
+            next_leaves = self._obs_leaves(next_obs)
+            filler, s = self.adder.staging()
+            bits = self._classifier.add(filler, s, obs_leaves, self._act_leaves(action), reward,
+                                        self._extras_given(extras), next_leaves, terminated, truncated, self._put_flags)
+            if bits & _core.CALL_PUT and bits != _core.CALL_CONVERT:
+                self.adder.staged(write=e > 1)
+                if not bits & _core.CALL_KEPT:
+                    self._remember(next_obs, next_leaves)
+                return
+        else:
+            bits = self._classifier.classify(obs_leaves, terminated, truncated, reward)
         if bits == _core.CALL_CONVERT:  # obs or reward not as it compares them: judged again as converted
             nonzero = np.not_equal(reward, 0) if reward.dtype.kind in "biufc" else reward  # all it reads of a reward
             converted = self._converted(obs)
@@ -183,13 +206,11 @@ class ReplayBuffer:
             ts = TimeStep(next_obs, reward, term, trunc, reset, last, next_obs if bits & _core.CALL_ANY_LAST else None)
             if bits & _core.CALL_ANY_START:
                 self._start_episodes(obs, action, ts, extras)
-            # One env's transitions are staged and written in blocks (sample and len write them first); several
-            # envs' are written at once, so that a sampler waiting in another thread sees them.
             (self.adder.stage if e == 1 else self.adder.add)(action, ts, extras)
         except BaseException:
             self._state[:] = self._was
             raise
-        self._remember(next_obs)
+        self._remember(next_obs, self._obs_leaves(next_obs))
 
     def _start_episodes(self, obs: Any, action: Any, ts: TimeStep, extras: Any) -> None:
         """Start an episode at ``obs`` for the envs that start one before their transition (ending the one they
@@ -213,10 +234,15 @@ class ReplayBuffer:
             adder.add_first(TimeStep(adder.top_observation(first), np.zeros(lanes.size, np.float32), no, no, ~no, no),
                             lanes=lanes)
 
+    def _extras_given(self, extras: Any) -> tuple[Any, ...]:
+        """The leaves of a call's extras as the block filler takes them; ``(None,)``, which it refuses (so that
+        the adder's checks name the fault), when extras are missing or come without an extras spec."""
+        if (extras is None) == self._has_extras:
+            return (None,)
+        return () if extras is None else self._checks.leaves("extras", extras)
+
     def _unbatched(self, obs: Any) -> bool:
         """Whether ``obs`` is one env's observation without the leading env axis (judged by its first field)."""
-        if type(obs) is np.ndarray and self._single:
-            return obs.ndim == self._first_ndim
         leaf = obs
         try:
             for key in self._first_path:
@@ -234,9 +260,10 @@ class ReplayBuffer:
             return None
         return tuple(np.ascontiguousarray(cols[name]) for name in self._obs_fields)
 
-    def _remember(self, next_obs: Any) -> None:
-        """Keep each env's ``next_obs`` (checked by the adder already) for the next call's continuity check."""
-        if self._classifier.remember(self._checks.leaves("observation", next_obs)):
+    def _remember(self, next_obs: Any, leaves: tuple[Any, ...]) -> None:
+        """Keep each env's ``next_obs`` (checked by the adder already; ``leaves``: its leaves) for the next call's
+        continuity check."""
+        if self._classifier.remember(leaves):
             return
         for name, leaf in _specs.flatten_data(self._obs_spec, next_obs, "observation").items():
             self._last_next[name][...] = leaf
@@ -540,6 +567,13 @@ def _take_rows(value: Any, rows: np.ndarray, envs: int) -> Any:
         return tuple(_take_rows(v, rows, envs) for v in value)
     return np.asarray(value)[rows]
 
+
+# Rewards of one env given as a number: written into the reward's dtype without making an array of them.
+# What ReplayBuffer._bind derives, and what a pickle leaves out.
+_DERIVED = frozenset({"_classifier", "_call_rows", "_obs_leaves", "_act_leaves", "_put_flags"})
+
+_SCALARS = frozenset({float, int, np.float64, np.float32, np.float16, np.int64, np.int32})
+_BOOLS = frozenset({bool, np.bool_})  # flags of one env taken as they come
 
 _UINTS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 

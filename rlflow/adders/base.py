@@ -239,12 +239,27 @@ class Adder:
         reads them (``rlflow.run`` does, and every other method of the adder flushes first). Bad input
         raises, and the steps staged before it stay staged.
         """
+        self.staging()
+        self._block.put(actions, next_timestep, extras)
+        if self._block.steps == self.stage_steps:
+            self.write(self._block)
+
+    def staging(self) -> tuple[_core.StepBlockCore, int]:
+        """For a caller that puts a step into the staged block's filler itself (``ReplayBuffer.add`` does, in the
+        same compiled call that sorts it): the filler and the row the step goes to, the block started and the
+        step prechecked as :meth:`stage` does. When the filler took the step, call :meth:`staged`."""
         block = self._block
         if not block.steps:
             block.start(self._open >= 0, self._active_at_open_rows(), self.open_stacks())
-        self._precheck(block, next_timestep)
-        block.put(actions, next_timestep, extras)
-        if block.steps == self.stage_steps:
+        self._precheck(block)
+        return block.filler, block.steps
+
+    def staged(self, *, write: bool) -> None:
+        """The filler took the step at :meth:`staging`'s row: count it, and write the block when it holds
+        ``stage_steps`` steps, or now if ``write`` (as :meth:`add` does)."""
+        block = self._block
+        block.took_step()
+        if write or block.steps == self.stage_steps:
             self.write(block)
 
     def flush(self) -> None:
@@ -414,7 +429,7 @@ class Adder:
         raise NotImplementedError(f"{type(self).__name__}.on_step: an adder turns each written step's rows into "
                                   "items (see docs/extending.md)")
 
-    def _precheck(self, block: StepBlock, timestep: TimeStep) -> None:
+    def _precheck(self, block: StepBlock) -> None:
         """Raise, before the step is put, if its rows would break the subclass's limits."""
 
     def on_abandon(self, lanes: np.ndarray) -> None:

@@ -224,6 +224,10 @@ class StepBlock:
         """Part ``key``'s leaves of ``value`` in column order (``(None,)`` when its structure is not the part's)."""
         return self._parts[key].leaves(value)
 
+    def leaves_of(self, key: str) -> Callable[[Any], tuple[Any, ...]]:
+        """:meth:`leaves` of part ``key``, as one function of the value."""
+        return self._parts[key].leaves
+
     def leading_rows(self, observations: Any, what: str) -> int:
         """How many observations ``observations`` holds (the leading axis of its first leaf); SpecError naming
         ``what`` when its structure is not the spec's or it has no leading axis."""
@@ -287,17 +291,31 @@ class StepBlock:
         # step in one call; a part it cannot take as it is gets converted here (cast where the spec allows,
         # SpecError otherwise), written to row s, and the step is put again without it.
         final = ts.final_observation
-        obs = self._observation
-        parts: list[tuple[Any, ...] | None] = [
-            self._action.leaves(actions), self._reward.leaves(ts.reward),
-            () if self._extras is None else self._extras.leaves(extras), obs.leaves(ts.observation),
-            () if final is None else obs.leaves(final)]
+        act, rew, obs = self._action, self._reward, self._observation
+        # A part of one field is its value's one leaf; the filler judges it.
+        a = (actions,) if act.single else act.leaves(actions)
+        r = (ts.reward,) if rew.single else rew.leaves(ts.reward)
+        x = () if self._extras is None else self._extras.leaves(extras)
+        o = (ts.observation,) if obs.single else obs.leaves(ts.observation)
+        f = () if final is None else (final,) if obs.single else obs.leaves(final)
+        status = self._core.put(s, a, r, x, o, f, ts.first, ts.last, ts.terminated, ts.truncated)
+        if status is not _OK:
+            self._put_converted(status, s, actions, ts, extras, [a, r, x, o, f])
+        self.steps = s + 1
+
+    def took_step(self) -> None:
+        """A caller put the step of row :attr:`steps` into :attr:`filler` itself, which took it: count it."""
+        if self.steps >= self.max_steps:
+            raise ValueError(f"the block is full ({self.max_steps} steps): no step was put")
+        self.steps += 1
+
+    def _put_converted(self, status: _core.Put, s: int, actions: Any, ts: Any, extras: Any,
+                       parts: list[tuple[Any, ...] | None]) -> None:
+        """:meth:`put` of a step the filler did not take as it came (``status``): each part it cannot take is
+        converted, written to row ``s`` and left out; flags it cannot read are converted; a fault raises."""
         flags = [ts.first, ts.last, ts.terminated, ts.truncated]
         converted_flags = False
-        while True:
-            status = self._core.put(s, *parts, *flags)
-            if status is _OK:
-                break
+        while status is not _OK:
             if status is _core.Put.CONVERT:
                 part = self._core.fault_part
                 self._convert(part, s, actions, ts, extras, flags[1])
@@ -311,6 +329,7 @@ class StepBlock:
                 converted_flags = True
             else:
                 self._step_fault(status, s, actions, ts, extras, flags[1])
+            status = self._core.put(s, *parts, *flags)
         self.steps = s + 1
 
     def check(self, actions: Any, timestep: Any, extras: Any = None) -> None:

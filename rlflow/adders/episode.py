@@ -18,7 +18,6 @@ from rlflow.adders.block import StepBlock
 from rlflow.replay.storage import StepStore
 from rlflow.replay.table import TableBase
 from rlflow.replay.views import EpisodeView
-from rlflow.types import TimeStep
 
 __all__ = ["Episode"]
 
@@ -42,7 +41,7 @@ class Episode(Adder):
         super().__init__(store, tables, view=EpisodeView(self.max_length, bool(ragged)), item_spec=None,
                          priority_fns=priority_fns, min_capacity=self.max_length + 1)
 
-    def _precheck(self, block: StepBlock, timestep: TimeStep) -> None:
+    def _precheck(self, block: StepBlock) -> None:
         lanes = np.flatnonzero(self._open >= 0)  # one step a block: the lanes' state is the adder's
         rows_after = self._open[lanes] - self._episode_start[lanes] + 2  # the open row, plus one new row
         over = rows_after > self.max_length
