@@ -1,11 +1,12 @@
 """StepStore gathers: the two choices behind ``StepStore.take``, measured.
 
 - ``rows``: one column of 1,000,000 rows, a gather of 256 random rows and of 32 windows of 26 rows, by
-  the compiled small-row kernel (``take_rows``, which prefetches every row first) and by ``np.take``,
+  the compiled core's small-row gather (``take_rows``, which requests every row's cache lines first, then copies
+  them as bytes) and by ``np.take``,
   for rows of 3 to 512 bytes. Rows up to ``storage._SMALL_ROW`` bytes go to the kernel.
 - ``prefetch``: 32 windows of 26 rows from a store of 1,000,000 rows with the columns of a 3-agent
   multi-agent row (11 columns, 481 bytes a row), ``StepStore.take`` with and without its first pass that
-  requests every cache line of the rows in every column (``_item_kernels.prefetch_spans``).
+  requests every cache line of the rows in every column (the core's ``prefetch_rows``).
 
 Fresh random indices on every call (a pool larger than the CPU caches can hold the gathered rows of), the
 variants timed in alternating rounds; medians over rounds, in us per gather, from one run.
@@ -24,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from rlflow.kernels import items as KI
+from rlflow import _core
 from rlflow.replay import StepStore, storage
 from rlflow.specs import Field
 
@@ -59,7 +60,14 @@ def rows_case(rounds: int) -> None:
         nbytes = col.itemsize * width
         for label, pool in [("256 random", [rng.integers(0, ROWS, 256) for _ in range(POOL)]),
                             ("32 x 26 windows", [windows(rng, ROWS) for _ in range(POOL)])]:
-            got = timed({"kernel": lambda i, c=col: KI.take_rows(c, i),
+            raw = col.view(np.uint8).reshape(ROWS, nbytes)
+
+            def take_rows(i: np.ndarray, raw: np.ndarray = raw, col: np.ndarray = col) -> np.ndarray:
+                out = np.empty((i.size, *col.shape[1:]), col.dtype)
+                _core.take_rows(raw, i, out.reshape(-1).view(np.uint8))
+                return out
+
+            got = timed({"kernel": take_rows,
                          "np.take": lambda i, c=col: np.take(c, i, axis=0)}, pool, rounds, POOL)
             by = "kernel" if nbytes <= storage._SMALL_ROW else "np.take"
             print(f"| {np.dtype(dtype).name} x {width} | {nbytes} | {label} | {got['kernel']:.1f} | "
