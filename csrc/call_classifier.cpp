@@ -78,7 +78,7 @@ int CallClassifier::classify(PyObject* obs, PyObject* terminated, PyObject* trun
   bool* row[5];
   for (int k = 0; k < 5; ++k) row[k] = calls_ + k * envs_;
   for (int64_t e = 0; e < envs_; ++e) {
-    const bool t = term[e], u = trunc[e] && !t, last = t || u;
+    const bool t = term[e], u = trunc[e], last = t || u;  // both: the block filler keeps it terminated
     bool zero = true;
     for (int64_t b = 0; rewards != nullptr && zero && b < reward_bytes; b += long_double ? itemsize : 1) {
       const uint8_t* at = rewards + e * reward_bytes + b;

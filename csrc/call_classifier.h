@@ -16,7 +16,8 @@ namespace rlflow {
 // or one that ended at that call (a NEXT_STEP reset step may follow).
 enum class CallState : int8_t { NoEpisodeYet = 0, InEpisode = 1, Ended = 2 };
 
-// The rows of the classifier's output ([5, E] bool): the flags as taken (termination wins over truncation),
+// The rows of the classifier's output ([5, E] bool): the flags as given (the block filler keeps a step flagged
+// both ways terminated),
 // `last`, a reset step (next_obs starts the env's next episode, no transition), and an episode that starts at
 // obs before the transition.
 enum class CallRow : int { Terminated = 0, Truncated = 1, Last = 2, Reset = 3, Starts = 4 };

@@ -330,7 +330,7 @@ Put StepBlockCore::put_step(int64_t s, int64_t i, Source src[5], PyObject* const
   for (int64_t e = 0; e < lanes_; ++e) {
     first_[at + e] = first[e];
     terminated_[at + e] = terminated[e];
-    truncated_[at + e] = truncated[e];
+    truncated_[at + e] = truncated[e] && !terminated[e];  // a step both terminated and truncated is terminated
     is_open_[e] = (is_open_[e] && !last[e]) || first[e];
     if (!first[e] && last[e]) continue;  // no new open row
     if (active_ != nullptr) {

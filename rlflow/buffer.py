@@ -331,7 +331,6 @@ class ReplayBuffer:
         if trunc.shape[0] != t:
             raise SpecError(f"extend: terminated and truncated: expected the same number of steps, got {t} and "
                             f"{trunc.shape[0]}")
-        trunc = trunc & ~term  # a step both terminated and truncated is terminated, as in add
         if not t:
             return
         checks = self._checks

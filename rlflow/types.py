@@ -30,7 +30,8 @@ True, False            a new episode starts (``env.reset``, or the reset call af
 ====================  =====================================================================
 
 ``last == terminated | truncated`` always. A truncated episode keeps its true final observation, so
-learners bootstrap from it; a terminated one has no future.
+learners bootstrap from it; a terminated one has no future. A step both terminated and truncated is
+terminated: the adders store it so (the block filler, the one place the rule lives).
 """
 
 from __future__ import annotations

@@ -912,7 +912,6 @@ def test_add_steps_over_episode_ends_rejects_bad_input_changing_nothing(direct):
     nan[3, 1] = np.nan
     one = np.zeros((1, 2), np.float32)
     cases = [
-        (dict(terminated=term, truncated=term), ValueError, "both terminated and truncated"),
         (dict(terminated=term), SpecError, "expected 1 first_observations"),
         (dict(terminated=term, first_observations=np.zeros((2, 2), np.float32)), SpecError, "expected 1 first_obs"),
         (dict(terminated=np.array([0, 1, 0, 0])), SpecError, "terminated: expected a bool or a bool array"),
@@ -933,6 +932,32 @@ def test_add_steps_over_episode_ends_rejects_bad_input_changing_nothing(direct):
             np.testing.assert_array_equal(v, before[2][k], err_msg=k)
     adder.add_steps(0, acts, rews, obs, terminated=np.ones(4, bool), first_observations=np.zeros((4, 2), np.float32))
     assert store.count[0] == before[0]["count"][0] + 8 and adder._open[0] == store.count[0] - 1  # 4 ends, 4 restarts
+
+
+@pytest.mark.parametrize("path", ["add", "add_steps"])
+def test_a_step_both_terminated_and_truncated_is_terminated(path):
+    """A step flagged both ways is stored and itemised as terminated (no bootstrap), whichever way it comes in:
+    the same store rows and table items as the step flagged terminated only."""
+    def run(truncated_too: bool):
+        store = StepStore(step_spec(OBS, ACT), capacity=16)
+        table = Table(store, sampler=Fifo(), max_size=16)
+        adder = adders.NStepTransition(store, [table], n=3, discount=G)
+        z = np.zeros(1, bool)
+        adder.add_first(TimeStep(np.zeros((1, 2), np.float32), np.zeros(1, np.float32), z, z, ~z, z))
+        acts, rews = np.array([1, 2, 3]), np.array([1.0, 2.0, 4.0], np.float32)
+        nxt = np.arange(6, dtype=np.float32).reshape(3, 2)
+        term = np.array([False, False, True])
+        if path == "add_steps":
+            adder.add_steps(0, acts, rews, nxt, terminated=term, truncated=term & truncated_too)
+        else:
+            _add_one_by_one(adder, 0, acts, rews, nxt, term, term & truncated_too, None)
+        return store.state_dict(), table.sample(3)
+    (rows, got), (want_rows, want) = run(True), run(False)
+    for k, v in want_rows.items():
+        np.testing.assert_array_equal(rows[k], v, err_msg=k)
+    assert rows["column/terminated"].any() and not rows["column/truncated"].any()
+    assert got.data.discount.tolist() == want.data.discount.tolist() == [0.0, 0.0, 0.0]
+    assert got.data.reward.tolist() == want.data.reward.tolist()
 
 
 def test_one_lane_add_rejects_bad_values_changing_nothing():

@@ -115,7 +115,8 @@ class NStepTransition(Adder):
         The lane's episode must be in progress (its open row holds the observation ``actions[0]`` was
         taken from). ``next_observations[i]`` follows ``actions[i]`` (the final observation when step
         ``i`` ends the episode). ``terminated`` and ``truncated`` are bools (only the last step may then
-        end the episode) or bool arrays of shape ``[T]`` marking the steps that end one. Each episode
+        end the episode) or bool arrays of shape ``[T]`` marking the steps that end one (a step marked both
+        ways is terminated, as in :meth:`add`). Each episode
         that ends before the last step is followed at once by the next, whose first observation is the
         next row of ``first_observations`` (``[K, ...]``, in order; one more row starts an episode after
         a last step that ends one, as a same-step reset does). Every other argument leads with axis
@@ -130,10 +131,7 @@ class NStepTransition(Adder):
         if t < 1:
             raise ValueError(f"add_steps: expected at least one step (rewards leading with T), got shape {shape}")
         term, trunc = _end_flags("terminated", terminated, t), _end_flags("truncated", truncated, t)
-        if np.count_nonzero(term & trunc):
-            raise ValueError(f"add_steps: step {int(np.flatnonzero(term & trunc)[0])} is both terminated and "
-                             "truncated; an episode ends one way")
-        ends = term | trunc
+        ends = term | trunc  # a step marked both ways is terminated, as in add
         inner = np.count_nonzero(ends[:-1])
         block = self._lane_block(lane, t)
         active = self._active_at_open_rows()  # None unless the rows are multi-agent
