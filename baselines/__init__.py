@@ -253,8 +253,8 @@ def evaluate_saved(args: Any, eval_env: Any, policy: Any, learner: Any) -> rlflo
     policy and run ``args.eval_episodes`` evaluation episodes (seeded by ``args.seed``); prints their mean
     and standard error. The flags that shape the networks must be the ones the run was made with: a
     mismatch raises, naming the flags that differ."""
-    from rlflow.actors import evaluate
-    from rlflow.run_checkpoint import load_state
+    from rlflow.loop.actors import evaluate
+    from rlflow.loop.checkpoint import load_state
 
     path = saved_file(args.evaluate, "learner.pt")
     saved = load_state(path)
@@ -372,7 +372,7 @@ class BestLearner:
     that starts afresh replaces it)."""
 
     def __init__(self, path: Path, args: Any, learner: Any, resume: bool) -> None:
-        from rlflow.run_checkpoint import latest, load_state
+        from rlflow.loop.checkpoint import latest, load_state
 
         self.path = path
         self.args = args
@@ -385,7 +385,7 @@ class BestLearner:
             self.mean_return = float(saved["return"])
 
     def __call__(self, stream: str, env_steps: int, metrics: Any) -> None:
-        from rlflow.run_checkpoint import save_state
+        from rlflow.loop.checkpoint import save_state
 
         if stream != "eval" or not metrics["return"] > self.mean_return:
             return
@@ -417,7 +417,7 @@ def train(name: str, args: Any, env: Any, eval_env: Any, policy: Any, learner: A
     printed at the end. With ``actors`` (``(make_env, make_policy)``), the run is ``rlflow.distributed.run``
     with ``args.num_actors`` actor processes on the Ray cluster at ``args.address`` (None: a local one), in
     lockstep with the learner with ``on_policy``; ``bursts`` is :class:`rlflow.RunConfig`'s (one process)."""
-    from rlflow.run_checkpoint import save_state
+    from rlflow.loop.checkpoint import save_state
 
     if args.evaluate:
         env.close()

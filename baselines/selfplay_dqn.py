@@ -37,8 +37,8 @@ from baselines._presets import parse, write_config
 from rlflow import adders
 from rlflow.envs import AECEnvironment
 from rlflow.loggers import make_logger, progress_bar
+from rlflow.loop.checkpoint import load_state, save_state
 from rlflow.replay import Fifo, SampleToInsertRatio, StepStore, Table, Uniform
-from rlflow.run_checkpoint import load_state, save_state
 
 
 @dataclass

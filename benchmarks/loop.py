@@ -89,7 +89,7 @@ def loop(env_id: str, num_envs: int, steps: int) -> float:
 def loop_parts(env_id: str, num_envs: int, steps: int) -> tuple[Any, ...]:
     """What ``rlflow.run``'s body uses with ``num_envs`` envs (1: the plain env) and no learner, reset and ready
     for ``steps`` env steps: ``(env, policy, actor, adder, stats, first TimeStep)``."""
-    from rlflow.actors import Actor, EpisodeStats
+    from rlflow.loop.actors import Actor, EpisodeStats
 
     env = envs.make(env_id, num_envs=None if num_envs == 1 else num_envs, seed=0)
     store = StepStore(env.spec, capacity=steps // num_envs + 8, lanes=num_envs)

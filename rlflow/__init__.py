@@ -5,13 +5,11 @@ imported by the parts that use them.
 """
 
 from rlflow import specs
-from rlflow.actors import Actor, VariableClient, evaluate
 from rlflow.buffer import ReplayBuffer
 from rlflow.core import Learner, LearnerUpdate, Policy
 from rlflow.environment import Environment
-from rlflow.loop import RunConfig, RunResult, run
+from rlflow.loop import Actor, RunConfig, RunResult, VariableClient, evaluate, load, run, save
 from rlflow.plots import plot_run
-from rlflow.saving import load, save
 
 __version__ = "0.1.0"
 

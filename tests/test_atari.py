@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from baselines import dqn, make_env, ppo
-from rlflow.actors import EpisodeStats
 from rlflow.envs import EpisodicLife, FireReset, GymEnvironment, atari, atari_env, to_autoreset_mode
+from rlflow.loop.actors import EpisodeStats
 from rlflow.replay import Transition
 
 

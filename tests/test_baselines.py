@@ -13,11 +13,12 @@ import pytest
 import torch
 
 from baselines import BestLearner, actor_args, dqn, ppo, replay_rate_limiter, sac, td3
-from rlflow import envs, run_checkpoint
-from rlflow.actors import evaluate
+from rlflow import envs
 from rlflow.loggers import read_csv
+from rlflow.loop import checkpoint as run_checkpoint
+from rlflow.loop.actors import evaluate
+from rlflow.loop.checkpoint import load_state
 from rlflow.replay import Transition
-from rlflow.run_checkpoint import load_state
 
 
 def linear_q(weight) -> dqn.QNetwork:

@@ -12,7 +12,7 @@ import torch
 
 from baselines import dqn, mappo, ppo, qmix, sac, selfplay_dqn, td3, to_device, torch_device
 from rlflow.loggers import read_csv
-from rlflow.run_checkpoint import load_state, save_state
+from rlflow.loop.checkpoint import load_state, save_state
 
 CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA device")

@@ -37,11 +37,12 @@ from dist_parts import (
 )
 
 import rlflow
-from rlflow import adders, distributed, run_checkpoint
+from rlflow import adders, distributed
 from rlflow.adders import StepBlock
 from rlflow.distributed.learning import LearnerWorker
 from rlflow.distributed.server import BlockRefused, ReplayServer, ServerRestarted
 from rlflow.loggers import read_csv
+from rlflow.loop import checkpoint as run_checkpoint
 from rlflow.replay import Fifo, MinSize, Queue, SampleToInsertRatio, StepStore, Table, Uniform
 from rlflow.types import TimeStep
 

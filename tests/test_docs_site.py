@@ -18,7 +18,8 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-INTERNAL_PACKAGES = {"rlflow.compat"}  # compat's modules are listed one by one
+# compat's modules are listed one by one; the loop's names are rlflow's
+INTERNAL_PACKAGES = {"rlflow.compat", "rlflow.loop"}
 
 
 def load_helper(name: str) -> types.ModuleType:

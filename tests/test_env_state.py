@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 from ma_envs import DyingAgents
 
-from rlflow import env_state, envs
-from rlflow.env_state import EnvStateError
-from rlflow.run_checkpoint import load_state, save_state
+from rlflow import envs
+from rlflow.envs import state as env_state
+from rlflow.envs.state import EnvStateError
+from rlflow.loop.checkpoint import load_state, save_state
 
 FIELDS = ("observation", "reward", "terminated", "truncated", "first", "last", "final_observation")
 

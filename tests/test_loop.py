@@ -377,7 +377,7 @@ def test_sigterm_writes_a_checkpoint_a_new_run_resumes_from(tmp_path):
                         checkpoint_every=5_000, logdir=tmp_path, tensorboard=False, progress=False, seed=3,
                         observers=[observer])
     assert result.stopped == "SIGTERM"
-    from rlflow import run_checkpoint
+    from rlflow.loop import checkpoint as run_checkpoint
 
     path = run_checkpoint.latest(tmp_path / "checkpoints")
     assert path is not None and path.name == f"step-{result.env_steps:012d}"
@@ -427,7 +427,7 @@ def test_a_run_with_bursts_stopped_in_a_burst_resumes_in_it(tmp_path):
 
 
 def test_a_corrupt_run_checkpoint_is_refused_and_changes_nothing(tmp_path):
-    from rlflow import run_checkpoint
+    from rlflow.loop import checkpoint as run_checkpoint
     from rlflow.replay import CheckpointError
 
     env, table, adder = prioritized_setup()
@@ -444,7 +444,7 @@ def test_a_corrupt_run_checkpoint_is_refused_and_changes_nothing(tmp_path):
 
 
 def test_a_crash_while_saving_leaves_the_previous_checkpoint_as_the_latest(tmp_path, monkeypatch):
-    from rlflow import run_checkpoint
+    from rlflow.loop import checkpoint as run_checkpoint
 
     env, table, adder = prioritized_setup()
     rlflow.run(env, SeededPolicy(0), KeyLearner(), adder, table, steps=200, batch_size=8, checkpoint_every=200,
@@ -471,7 +471,7 @@ def test_a_crash_while_saving_leaves_the_previous_checkpoint_as_the_latest(tmp_p
 
 def test_a_recurrent_policys_state_restarts_with_each_episode():
     """The actor hands the policy its initial state on lanes whose observation starts an episode."""
-    from rlflow.actors import Actor
+    from rlflow.loop.actors import Actor
 
     class Counter(rlflow.Policy):  # state: steps seen in the current episode, per lane
         def initial_state(self, batch_size):
@@ -503,7 +503,7 @@ def test_state_reset_keeps_namedtuples_none_and_refuses_states_without_the_lanes
 
     import torch
 
-    from rlflow.actors import _reset_rows
+    from rlflow.loop.actors import _reset_rows
 
     class LSTMState(NamedTuple):
         h: torch.Tensor
@@ -567,7 +567,7 @@ def _stats_reference(steps):
 def test_episode_stats_match_a_plain_reference(data):
     """Returns and lengths per lane over random flag streams (lone firsts, ends, same-step restarts), with one
     reward per lane or several (per agent, summed); episodes come out in lane order."""
-    from rlflow.actors import EpisodeStats
+    from rlflow.loop.actors import EpisodeStats
 
     lanes = data.draw(st.integers(1, 4))
     agents = data.draw(st.sampled_from([None, 1, 3]))
@@ -599,7 +599,7 @@ def test_episode_stats_match_a_plain_reference(data):
 def test_episode_stats_of_one_lane_in_progress_and_reset():
     # One lane's steps as the one-env wrapper gives them (one reward, the shared read-only flags) and with a
     # reward per agent (summed): the episode in progress carries across the two.
-    from rlflow.actors import EpisodeStats
+    from rlflow.loop.actors import EpisodeStats
 
     stats = EpisodeStats(1)
     yes, no = ONE_LANE_YES, ONE_LANE_NO
@@ -632,7 +632,7 @@ def test_numpy_state_round_trips_through_a_run_checkpoint(tmp_path):
 
     import torch
 
-    from rlflow import run_checkpoint
+    from rlflow.loop import checkpoint as run_checkpoint
     from rlflow.returns import ValueNormalizer
 
     table = prioritized_setup()[1]
@@ -677,7 +677,7 @@ def test_numpy_state_round_trips_through_a_run_checkpoint(tmp_path):
 
 
 def test_a_state_that_cannot_be_stored_is_refused_keeping_the_last_checkpoint(tmp_path):
-    from rlflow import run_checkpoint
+    from rlflow.loop import checkpoint as run_checkpoint
     from rlflow.replay import CheckpointError
 
     table = prioritized_setup()[1]
@@ -746,7 +746,7 @@ def scripted_parts(*, stage_steps=5, n=3, capacity=40, **env_kwargs):
 def hand_loop(env, policy, adder, steps):
     """The loop body spelled out, one ``adder.add`` per step and the episodes counted in plain Python:
     what ``rlflow.run(..., learner=None)`` must leave. Returns its episodes as ``RunResult.episodes``."""
-    from rlflow.actors import Actor
+    from rlflow.loop.actors import Actor
 
     actor = Actor(policy, env.action_spec, 1, env.single_action_space)
     ts = env.reset()
@@ -848,7 +848,7 @@ def test_max_seconds_stops_the_run_between_steps(monkeypatch):
     import types
 
     ticks = itertools.count()  # a clock that advances one second each time the loop reads it
-    monkeypatch.setattr(rlflow.loop, "time", types.SimpleNamespace(monotonic=lambda: float(next(ticks))))
+    monkeypatch.setattr(rlflow.loop.runner, "time", types.SimpleNamespace(monotonic=lambda: float(next(ticks))))
     env, table, adder = setup(num_envs=2, limiter=MinSize(1))
     result = rlflow.run(env, RandomPolicy(), None, adder, table, steps=1_000, progress=False, max_seconds=50)
     assert result.stopped == "max_seconds" and 0 < result.env_steps <= 2 * 50  # at most one turn per clock read
@@ -864,7 +864,7 @@ def test_max_seconds_stops_the_run_between_steps(monkeypatch):
     (gym.spaces.MultiBinary(1), np.array([[1]], np.int8), np.array([[2]], np.int8), "<= 1"),
 ])
 def test_the_actor_checks_one_lanes_single_action_as_any_other(space, good, bad, match):
-    from rlflow.actors import Actor
+    from rlflow.loop.actors import Actor
     from rlflow.specs import from_space
 
     class Fixed(rlflow.Policy):

@@ -159,7 +159,7 @@ def test_mappo_with_its_value_normaliser_resumes_from_a_run_checkpoint(tmp_path)
 
 @pytest.mark.parametrize("anneal", [False, True])
 def test_the_learning_rate_falls_linearly_to_zero_when_annealed(tmp_path, anneal):
-    from rlflow.run_checkpoint import load_state
+    from rlflow.loop.checkpoint import load_state
 
     # 200 joint steps of 2 envs x 10 steps: 10 learner updates; update u (from 0) trains at lr * (1 - u / 10).
     args = mappo.Args(total_steps=200, num_envs=2, n_steps=10, n_epochs=1, hidden=(8,), eval_every=10**6,

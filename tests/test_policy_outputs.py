@@ -12,7 +12,7 @@ from gymnasium.wrappers import ClipAction
 
 import rlflow
 from rlflow import adders, envs, specs
-from rlflow.actors import Actor
+from rlflow.loop.actors import Actor
 from rlflow.replay import MinSize, StepStore, Table
 from rlflow.specs import SpecError
 

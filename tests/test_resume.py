@@ -121,7 +121,7 @@ def test_ctrl_c_mid_episode_then_resume_equals_the_uninterrupted_run(tmp_path, w
 
 def test_a_max_seconds_stop_then_resume_equals_the_uninterrupted_run(tmp_path, whole, monkeypatch):
     ticks = itertools.count()  # a clock that advances one second each time the loop reads it
-    monkeypatch.setattr(rlflow.loop, "time", types.SimpleNamespace(monotonic=lambda: float(next(ticks))))
+    monkeypatch.setattr(rlflow.loop.runner, "time", types.SimpleNamespace(monotonic=lambda: float(next(ticks))))
     stopped = learner_run(tmp_path, max_seconds=700)
     monkeypatch.undo()
     assert stopped[0].stopped == "max_seconds" and 300 < stopped[0].env_steps < STEPS

@@ -10,9 +10,10 @@ from checkpointed_parts import SeededPolicy
 from ma_envs import DyingAgents
 
 import rlflow
-from rlflow import adders, envs, run_checkpoint
-from rlflow.actors import VariableClient
+from rlflow import adders, envs
 from rlflow.envs import ParallelEnvironment
+from rlflow.loop import checkpoint as run_checkpoint
+from rlflow.loop.actors import VariableClient
 from rlflow.replay import Fifo, Queue, SampleToInsertRatio, StepStore, Table, Uniform
 from rlflow.replay import checkpoint as replay_checkpoint
 from rlflow.replay.checkpoint import CheckpointError

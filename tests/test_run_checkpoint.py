@@ -1,4 +1,4 @@
-"""Run checkpoint files (``rlflow.run_checkpoint``): a damaged, truncated or forged ``run.pt``, state file
+"""Run checkpoint files (``rlflow.loop.checkpoint``): a damaged, truncated or forged ``run.pt``, state file
 or ``latest`` pointer raises ``CheckpointError`` before the store, the table or torch's RNG change; a save
 removes what killed saves left, and nothing else.
 
@@ -16,7 +16,7 @@ from checkpointed_parts import assert_same
 from damaged_file import DamagedFile
 from zip_layout import CENTRAL_FIELDS, zip_headers
 
-from rlflow import run_checkpoint
+from rlflow.loop import checkpoint as run_checkpoint
 from rlflow.replay import CheckpointError, Prioritized, StepStore, Table
 from rlflow.specs import Field
 

@@ -11,7 +11,8 @@ import torch
 from checkpointed_parts import SeededPolicy, assert_same
 
 import rlflow
-from rlflow import adders, envs, run_checkpoint
+from rlflow import adders, envs
+from rlflow.loop import checkpoint as run_checkpoint
 from rlflow.replay import CheckpointError, SampleToInsertRatio, StepStore, Table, Uniform
 
 LANES = 2

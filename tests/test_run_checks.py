@@ -19,8 +19,8 @@ from ma_envs import DyingAgents
 
 import rlflow
 from rlflow import adders, envs
+from rlflow.loop.checks import check_limiter, least_error_buffer
 from rlflow.replay import Fifo, MinSize, Queue, SampleToInsertRatio, StepStore, Table, Uniform
-from rlflow.run_checks import check_limiter, least_error_buffer
 
 
 class ZeroPolicy(rlflow.Policy):

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 import rlflow
+from rlflow.loop.checkpoint import save_state
 from rlflow.replay import CheckpointError
-from rlflow.run_checkpoint import save_state
 
 
 class Learner(rlflow.Learner):

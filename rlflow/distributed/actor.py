@@ -2,7 +2,7 @@
 
 :class:`ActorWorker` is what each Ray actor of :func:`rlflow.distributed.run` holds. It builds its env with
 ``make_env(index)`` and its policy with ``make_policy(index)``, acts as the one-process loop does (an
-:class:`~rlflow.actors.Actor` checks the policy's actions), and puts every step into a
+:class:`~rlflow.loop.actors.Actor` checks the policy's actions), and puts every step into a
 :class:`~rlflow.adders.StepBlock` of its own lanes of the server's store. A full block is shipped straight to
 the replay server (``insert_block``), with at most ``max_in_flight`` blocks unanswered: past that the actor
 waits for the server, which waits for the rate limiter, so a fast actor runs only as far ahead of the
@@ -30,13 +30,13 @@ from typing import Any
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from rlflow.actors import Actor, EpisodeStats
 from rlflow.adders import StepBlock
 from rlflow.core import Policy
 from rlflow.distributed.retry import until_answered
 from rlflow.distributed.server import ServerRestarted
 from rlflow.environment import Environment
-from rlflow.run_checks import check_env
+from rlflow.loop.actors import Actor, EpisodeStats
+from rlflow.loop.checks import check_env
 from rlflow.types import TimeStep
 
 __all__ = ["ActorWorker"]

@@ -16,9 +16,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from rlflow.actors import evaluate
 from rlflow.core import Policy
 from rlflow.environment import Environment
+from rlflow.loop.actors import evaluate
 
 __all__ = ["Evaluation", "Evaluator"]
 

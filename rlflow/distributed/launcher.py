@@ -18,7 +18,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rlflow import run_checkpoint
 from rlflow.adders.base import Adder
 from rlflow.adders.sequence import EndBehavior
 from rlflow.core import Learner, Policy
@@ -32,8 +31,9 @@ from rlflow.distributed.variables import VariableSource
 from rlflow.environment import Environment
 from rlflow.loggers import evaluation_line, make_logger, progress_bar
 from rlflow.loop import RunConfig, RunResult, StopRequest
+from rlflow.loop import checkpoint as run_checkpoint
+from rlflow.loop.checks import check_limiter, check_unsampled, unsampled_tables
 from rlflow.replay.table import TableBase
-from rlflow.run_checks import check_limiter, check_unsampled, unsampled_tables
 
 __all__ = ["Layout", "run"]
 
@@ -460,7 +460,7 @@ class _Launch:
 
 def _fit_block_steps(table: Any, batch_size: int, block_steps: int, items_per_step: int) -> int:
     """The most steps (up to ``block_steps``) a block may hold so that the learner's table admits a block's
-    items beside a sample (``rlflow.run_checks.check_limiter``); raises its error when one step is too many."""
+    items beside a sample (``rlflow.loop.checks.check_limiter``); raises its error when one step is too many."""
     if table is None:
         return block_steps
     for steps in range(block_steps, 1, -1):

@@ -73,7 +73,7 @@ class ReplayServer:
         steps: the env steps to take in all; a block that reaches them gets ``stop`` in its answer.
         block_steps: the most steps an actor's block holds.
         wait_timeout: seconds a block or sample waits for the rate limiter before its call gives up.
-        checkpoint_dir: where the server writes its checkpoints (:mod:`rlflow.run_checkpoint`'s layout: the
+        checkpoint_dir: where the server writes its checkpoints (:mod:`rlflow.loop.checkpoint`'s layout: the
             store, every table, the adder's state and the server's counters), None: none.
         checkpoint_every, checkpoint_seconds: a checkpoint when this many env steps (0: never) or seconds
             (None: never) have passed since the last one, checked after each block.
@@ -117,7 +117,7 @@ class ReplayServer:
     # ------------------------------------------------------------------ checkpoints
     def _restore(self, checkpoint_dir: str) -> None:
         """Load the latest checkpoint in ``checkpoint_dir`` (store, tables, adder, counters), if one was written."""
-        from rlflow import run_checkpoint
+        from rlflow.loop import checkpoint as run_checkpoint
 
         path = run_checkpoint.latest(checkpoint_dir)
         if path is None:
@@ -136,7 +136,7 @@ class ReplayServer:
         """Write a checkpoint now (atomically: a crash while writing keeps the one before); its directory."""
         if self.checkpoint_dir is None:
             return None
-        from rlflow import run_checkpoint
+        from rlflow.loop import checkpoint as run_checkpoint
 
         p = self._progress
         counters = {"env_steps": p.env_steps, "blocks": p.blocks, "inserts": p.inserts, "samples": p.samples}

@@ -75,7 +75,7 @@ class EpisodicLife(gymnasium.Wrapper):
     episode; a new game if that step ends it) instead of starting a new one. A reset after the game ended
     (or the first one, or one given a ``seed`` or options) resets the game. Every step's and reset's
     ``info`` holds ``game_over`` (bool): True where the step ended the game (terminated or truncated), False
-    where only a life was lost or the game goes on; :class:`~rlflow.actors.EpisodeStats` (the returns and lengths
+    where only a life was lost or the game goes on; :class:`~rlflow.loop.actors.EpisodeStats` (the returns and lengths
     the loop logs) adds the episodes of one game up until ``game_over``. Put it under a frame stack, so that
     stacks start over at each life, as at each episode's start."""
 

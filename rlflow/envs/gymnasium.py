@@ -40,7 +40,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import create_empty_array
 
-from rlflow import env_state
+from rlflow.envs import state as env_state
 from rlflow.envs.kinds import wrapper_for
 from rlflow.specs import Spec, from_space
 from rlflow.specs import frame_stack as frame_stack_spec
@@ -352,10 +352,10 @@ class GymEnvironment:
 
     # ------------------------------------------------------------------ checkpoint state
     def state_dict(self) -> dict[str, Any]:
-        """The env's state as plain data (:mod:`rlflow.env_state`: every wrapper's and sub-env's attributes,
+        """The env's state as plain data (:mod:`rlflow.envs.state`: every wrapper's and sub-env's attributes,
         RNG states included) and the wrapper's own (the lanes ``NEXT_STEP`` resets on the next call, the
         seed of a first reset not yet made), for :meth:`load_state_dict` on an env built the same way.
-        Raises :class:`~rlflow.env_state.EnvStateError` when the env holds an object that is not plain
+        Raises :class:`~rlflow.envs.state.EnvStateError` when the env holds an object that is not plain
         data (e.g. a Box2D world, or an ``AsyncVectorEnv``'s worker processes)."""
         return {"env": env_state.capture(self._env), "pending": self._pending.copy(),
                 "needs_reset": self._needs_reset, "seed": self._seed}

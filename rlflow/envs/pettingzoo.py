@@ -60,8 +60,8 @@ from typing import Any
 
 import numpy as np
 
-from rlflow import env_state
 from rlflow import specs as _specs
+from rlflow.envs import state as env_state
 from rlflow.envs.groups import make_groups
 from rlflow.envs.kinds import make_envs
 from rlflow.specs import AgentGroup, Field, Spec, SpecError
@@ -394,9 +394,9 @@ class ParallelEnvironment:
     # ------------------------------------------------------------------ lifetime
     # ------------------------------------------------------------------ checkpoint state
     def state_dict(self) -> dict[str, Any]:
-        """Every env's state as plain data (:mod:`rlflow.env_state`) and the wrapper's own (the seed of a
+        """Every env's state as plain data (:mod:`rlflow.envs.state`) and the wrapper's own (the seed of a
         first reset not yet made), for :meth:`load_state_dict` on envs built the same way. Raises
-        :class:`~rlflow.env_state.EnvStateError` when an env holds an object that is not plain data (e.g.
+        :class:`~rlflow.envs.state.EnvStateError` when an env holds an object that is not plain data (e.g.
         MPE's ``World``)."""
         return {"envs": [env_state.capture(env, f"envs[{e}]") for e, env in enumerate(self._envs)],
                 "needs_reset": self._needs_reset, "seed": self._seed}

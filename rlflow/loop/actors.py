@@ -338,7 +338,7 @@ def evaluate(env: Environment, policy: Policy, episodes: int, *, seed: int | Non
 
     All lanes of ``env`` run until ``episodes`` episodes ended; the first ``episodes`` to end count.
     """
-    from rlflow.run_checks import check_env
+    from rlflow.loop.checks import check_env
 
     check_env(env, "env", "rlflow.evaluate")
     actor = Actor(policy, env.action_spec, env.num_envs, env.single_action_space)

@@ -7,7 +7,7 @@ A checkpoint is a directory ``<checkpoint_dir>/step-<env steps>`` holding
 - ``run.pt``: the adder's state (its lanes' positions, its staged steps and the settings of its items,
   checked on load before anything changes), the learner's and policy's ``state_dict()``, the variable
   client's last pull, the loop's counters, its finished episodes and evaluations, the per-lane episode
-  statistics in progress, the policy's recurrent state, the env's state (:mod:`rlflow.env_state`; None
+  statistics in progress, the policy's recurrent state, the env's state (:mod:`rlflow.envs.state`; None
   when it cannot be saved) with the timestep the loop acts on next, and torch's global RNG state,
   saved with ``torch.save`` and loaded with ``weights_only=True``. State dicts may hold tensors, numpy
   arrays and scalars of numbers, and plain values (numbers, strings, None) in dicts, lists and tuples.

@@ -19,13 +19,13 @@ batch_size`` learner steps every ``train_freq`` inserted items; ``docs/loop.md``
 A limiter that never refuses samples (``MinSize``) would starve the actor, so :func:`run` refuses it; it
 also refuses a window too narrow to take one env step's items after a learner step (which would
 deadlock), and a table nothing samples whose limiter would refuse some of the run's items (its inserts
-would wait for ever): :mod:`rlflow.run_checks`. The loop itself never waits
+would wait for ever): :mod:`rlflow.loop.checks`. The loop itself never waits
 inside a table; a wait for room that another writer took is made in slices that a stop request ends.
 
 Around that (:class:`RunConfig`): the policy gets the learner's parameters every ``sync_period`` env steps
 (:class:`VariableClient`), evaluation episodes run on a separate env every ``eval_every`` env steps
 with ``evaluation=True``, metrics go to CSV and TensorBoard (:mod:`rlflow.loggers`), checkpoints are
-written every ``checkpoint_every`` env steps (:mod:`rlflow.run_checkpoint`), a progress bar shows the
+written every ``checkpoint_every`` env steps (:mod:`rlflow.loop.checkpoint`), a progress bar shows the
 run, and Ctrl-C or SIGTERM stops it cleanly after the current step.
 """
 
@@ -46,11 +46,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rlflow.actors import Actor, EpisodeStats, VariableClient
-from rlflow.actors import evaluate as evaluate_policy
 from rlflow.core import Learner, Policy, learner_step
 from rlflow.loggers import MultiLogger, evaluation_line, make_logger, progress_bar
-from rlflow.run_checks import check_bursts, check_limiter, check_parts, check_unsampled, unsampled_tables
+from rlflow.loop.actors import Actor, EpisodeStats, VariableClient
+from rlflow.loop.actors import evaluate as evaluate_policy
+from rlflow.loop.checks import check_bursts, check_limiter, check_parts, check_unsampled, unsampled_tables
 
 if TYPE_CHECKING:
     from rlflow.adders.base import Adder
@@ -71,7 +71,7 @@ class RunConfig:
     keyword of :func:`run` (``run(..., eval_every=5_000)`` is ``run(..., config=RunConfig(eval_every=5_000))``).
 
     Attributes:
-        sync_period: env steps between parameter pulls (:class:`~rlflow.actors.VariableClient`).
+        sync_period: env steps between parameter pulls (:class:`~rlflow.loop.actors.VariableClient`).
         eval_env, eval_every, eval_episodes: evaluate on ``eval_env`` every ``eval_every`` env steps and at
             the end (``eval_every=0``: only at the end; no ``eval_env``: never), ``eval_episodes`` episodes.
         logdir: write ``train.csv``, ``learner.csv``, ``eval.csv`` (and TensorBoard events) there.
@@ -84,7 +84,7 @@ class RunConfig:
         checkpoint_every: env steps between run checkpoints (0: none); a checkpoint is also written at the
             end and when the run is stopped. It holds the env's state (``env.state_dict()``) and the episodes
             in progress, so a resumed run goes on exactly; an env that cannot be saved ends its episodes as
-            truncated at each checkpoint instead (a warning says so once). See :mod:`rlflow.run_checkpoint`
+            truncated at each checkpoint instead (a warning says so once). See :mod:`rlflow.loop.checkpoint`
             and ``docs/loop.md``.
         checkpoint_dir: where checkpoints go (default ``<logdir>/checkpoints``).
         resume: continue from the latest checkpoint in ``checkpoint_dir``, if there is one.
@@ -220,7 +220,7 @@ class StopRequest:
 class _Loop:
     """One call of :func:`run`: its parts, its counters, and what a turn of the loop does.
 
-    Built, it has checked its parts (:mod:`rlflow.run_checks`) and, with ``resume``, loaded the latest
+    Built, it has checked its parts (:mod:`rlflow.loop.checks`) and, with ``resume``, loaded the latest
     checkpoint; :meth:`run` then alternates :meth:`learn_once` and :meth:`act_once` as the table allows,
     and logs, evaluates and checkpoints when their env steps come."""
 
@@ -459,7 +459,7 @@ class _Loop:
     def checkpoint(self) -> bool:
         """Write a run checkpoint at the timestep the loop acts on next; whether the envs must restart (their
         state could not be saved, so the episodes in progress were ended)."""
-        from rlflow import run_checkpoint
+        from rlflow.loop import checkpoint as run_checkpoint
 
         env_saved: dict[str, Any] | str | None = _env_state(self.env)
         if isinstance(env_saved, str):
@@ -495,9 +495,9 @@ class _Loop:
 
     def _resume(self) -> bool:
         """Load the latest checkpoint in ``checkpoint_dir`` (False if there is none): the env, store and table
-        first (:func:`rlflow.run_checkpoint.load_run` checks everything before they change), then the adder,
+        first (:func:`rlflow.loop.checkpoint.load_run` checks everything before they change), then the adder,
         learner, policy, actor, statistics, counters and the timestep to act on next."""
-        from rlflow import run_checkpoint
+        from rlflow.loop import checkpoint as run_checkpoint
         from rlflow.types import TimeStep
 
         path = run_checkpoint.latest(self._checkpoint_dir())
@@ -541,7 +541,7 @@ class _Loop:
 
 def _env_state(env: Any) -> dict[str, Any] | str:
     """``env.state_dict()``, or why the env's state cannot be saved."""
-    from rlflow.env_state import EnvStateError
+    from rlflow.envs.state import EnvStateError
 
     state_dict = getattr(env, "state_dict", None)
     if state_dict is None:

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from rlflow.run_checkpoint import CheckpointError, load_state, save_state
+from rlflow.loop.checkpoint import CheckpointError, load_state, save_state
 
 __all__ = ["HasState", "load", "save"]
 
