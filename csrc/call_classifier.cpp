@@ -11,6 +11,65 @@ namespace rlflow {
 
 namespace nb = nanobind;
 
+namespace {
+
+// One call of an env judged: a NEXT_STEP reset step (right after an episode end, obs is that end's next_obs,
+// reward zero, neither flag), an episode that starts at obs before the transition (obs is not the next_obs of
+// the episode in progress), and the env's state after the call.
+struct Judged {
+  bool reset, starts;
+  CallState next;
+};
+
+Judged judge(CallState state, bool same, bool last, bool zero) {
+  const bool reset = state == CallState::Ended && same && !last && zero;
+  return {reset, !(state == CallState::InEpisode && same) && !reset, last ? CallState::Ended : CallState::InEpisode};
+}
+
+// A call's rewards as the judgement reads them: the bytes of each row of an array [rows, ...], zero where every
+// byte is, a float's (or a complex number's parts') sign bit aside (-0.0 is zero); a long double is read as
+// one. Anything that is not such an array counts as zero (the adder names it).
+struct Rewards {
+  const uint8_t* data = nullptr;
+  int64_t row_bytes = 0, itemsize = 1, sign_period = 0;
+  bool long_double = false;
+
+  // False where the reward is an array to convert first (strided, byte-swapped, an unreadable long double).
+  bool read(PyObject* reward, int64_t rows) {
+    if (!PyArray_Check(reward)) return true;
+    auto* r = reinterpret_cast<PyArrayObject*>(reward);
+    if (PyArray_NDIM(r) < 1 || PyArray_DIM(r, 0) != rows || !(PyArray_ISNUMBER(r) || PyArray_ISBOOL(r))) return true;
+    if (!PyArray_IS_C_CONTIGUOUS(r) || !PyArray_ISNOTSWAPPED(r)) return false;
+    data = static_cast<const uint8_t*>(PyArray_DATA(r));
+    row_bytes = rows ? PyArray_NBYTES(r) / rows : 0;
+    itemsize = PyArray_ITEMSIZE(r);
+    const bool is_float = PyArray_ISFLOAT(r), is_complex = PyArray_ISCOMPLEX(r);
+    const int64_t part = is_complex ? itemsize / 2 : itemsize;
+    long_double = (is_float || is_complex) && part != 2 && part != 4 && part != 8;
+    if (long_double && (is_complex || static_cast<int64_t>(sizeof(long double)) != itemsize)) return false;
+    sign_period = is_float || is_complex ? part : 0;
+    return true;
+  }
+
+  bool zero(int64_t row) const {
+    bool z = true;
+    for (int64_t b = 0; data != nullptr && z && b < row_bytes; b += long_double ? itemsize : 1) {
+      const uint8_t* at = data + row * row_bytes + b;
+      if (long_double) {
+        long double v;
+        std::memcpy(&v, at, sizeof(v));
+        z = v == 0;
+      } else {
+        const uint8_t mask = sign_period && (b + 1) % sign_period == 0 ? 0x7F : 0xFF;  // little-endian sign bit
+        z = (*at & mask) == 0;
+      }
+    }
+    return z;
+  }
+};
+
+}  // namespace
+
 CallClassifier::CallClassifier(const std::vector<nb::handle>& last, nb::handle state, nb::handle was,
                                nb::handle calls) {
   PyArrayObject* s = checked_array(state, NPY_INT8, -1, "state");
@@ -55,42 +114,14 @@ int CallClassifier::classify(PyObject* obs, PyObject* terminated, PyObject* trun
       if (!fits(PyTuple_GET_ITEM(obs, j), last_[j])) return Convert;
     }
   }
-  // The reward's bytes per env, when it is an array [E, ...]: zero where every byte is, a float's (or a complex
-  // number's parts') sign bit aside (-0.0 is zero); a long double is read as one.
-  const uint8_t* rewards = nullptr;
-  int64_t reward_bytes = 0, itemsize = 1, sign_period = 0;
-  bool long_double = false;
-  if (PyArray_Check(reward)) {
-    auto* r = reinterpret_cast<PyArrayObject*>(reward);
-    if (PyArray_NDIM(r) >= 1 && PyArray_DIM(r, 0) == envs_ && (PyArray_ISNUMBER(r) || PyArray_ISBOOL(r))) {
-      if (!PyArray_IS_C_CONTIGUOUS(r) || !PyArray_ISNOTSWAPPED(r)) return Convert;
-      rewards = static_cast<const uint8_t*>(PyArray_DATA(r));
-      reward_bytes = envs_ ? PyArray_NBYTES(r) / envs_ : 0;
-      itemsize = PyArray_ITEMSIZE(r);
-      const bool is_float = PyArray_ISFLOAT(r), is_complex = PyArray_ISCOMPLEX(r);
-      const int64_t part = is_complex ? itemsize / 2 : itemsize;
-      long_double = (is_float || is_complex) && part != 2 && part != 4 && part != 8;
-      if (long_double && (is_complex || static_cast<int64_t>(sizeof(long double)) != itemsize)) return Convert;
-      sign_period = is_float || is_complex ? part : 0;
-    }
-  }
+  Rewards rewards;
+  if (!rewards.read(reward, envs_)) return Convert;
   int bits = 0;
   bool* row[5];
   for (int k = 0; k < 5; ++k) row[k] = calls_ + k * envs_;
   for (int64_t e = 0; e < envs_; ++e) {
     const bool t = term[e], u = trunc[e], last = t || u;  // both: the block filler keeps it terminated
-    bool zero = true;
-    for (int64_t b = 0; rewards != nullptr && zero && b < reward_bytes; b += long_double ? itemsize : 1) {
-      const uint8_t* at = rewards + e * reward_bytes + b;
-      if (long_double) {
-        long double v;
-        std::memcpy(&v, at, sizeof(v));
-        zero = v == 0;
-      } else {
-        const uint8_t mask = sign_period && (b + 1) % sign_period == 0 ? 0x7F : 0xFF;  // little-endian sign bit
-        zero = (*at & mask) == 0;
-      }
-    }
+    const bool zero = rewards.zero(e);
     const auto state = static_cast<CallState>(state_[e]);
     bool same = compare && state != CallState::NoEpisodeYet;
     for (std::size_t j = 0; same && j < last_.size(); ++j) {
@@ -99,8 +130,8 @@ int CallClassifier::classify(PyObject* obs, PyObject* terminated, PyObject* trun
           PyTuple_GET_ITEM(obs, j))));
       same = c.row_bytes == 0 || std::memcmp(leaf + e * c.row_bytes, c.data + e * c.row_bytes, c.row_bytes) == 0;
     }
-    const bool reset = state == CallState::Ended && same && !last && zero;
-    const bool starts = !(state == CallState::InEpisode && same) && !reset;
+    const Judged j = judge(state, same, last, zero);
+    const bool reset = j.reset, starts = j.starts;
     row[static_cast<int>(CallRow::Terminated)][e] = t;
     row[static_cast<int>(CallRow::Truncated)][e] = u;
     row[static_cast<int>(CallRow::Last)][e] = last;
@@ -109,7 +140,7 @@ int CallClassifier::classify(PyObject* obs, PyObject* terminated, PyObject* trun
     if (starts) bits |= AnyStart;
     if (last) bits |= AnyLast;
     was_[e] = state_[e];
-    state_[e] = static_cast<int8_t>(last ? CallState::Ended : CallState::InEpisode);
+    state_[e] = static_cast<int8_t>(j.next);
   }
   return bits;
 }
@@ -124,6 +155,39 @@ bool CallClassifier::remember(PyObject* next_obs) {
     if (c.row_bytes == 0) continue;
     std::memcpy(c.data, PyArray_DATA(reinterpret_cast<PyArrayObject*>(PyTuple_GET_ITEM(next_obs, j))),
                 envs_ * c.row_bytes);
+  }
+  return true;
+}
+
+bool CallClassifier::fits_steps(PyObject* leaves, int64_t t) const {
+  if (!PyTuple_Check(leaves) || PyTuple_GET_SIZE(leaves) != static_cast<Py_ssize_t>(last_.size())) return false;
+  for (std::size_t j = 0; j < last_.size(); ++j) {
+    if (!has_layout(PyTuple_GET_ITEM(leaves, j), last_[j].descr, {t}, last_[j].shape)) return false;
+  }
+  return true;
+}
+
+bool CallClassifier::judge_steps(int64_t env, PyObject* obs, PyObject* next_obs, PyObject* reward,
+                                 const bool* terminated, const bool* truncated, int64_t t, bool* reset,
+                                 bool* starts) const {
+  if (!fits_steps(obs, t) || !fits_steps(next_obs, t)) return false;
+  Rewards rewards;
+  if (!rewards.read(reward, t)) return false;
+  auto state = static_cast<CallState>(state_[env]);
+  for (int64_t i = 0; i < t; ++i) {
+    bool same = state != CallState::NoEpisodeYet;
+    for (std::size_t j = 0; same && j < last_.size(); ++j) {  // obs[i] against the next_obs before it
+      const LastColumn& c = last_[j];
+      const auto* o = static_cast<const uint8_t*>(PyArray_DATA(reinterpret_cast<PyArrayObject*>(PyTuple_GET_ITEM(obs, j))));
+      const uint8_t* before = i == 0 ? c.data + env * c.row_bytes
+                                     : static_cast<const uint8_t*>(PyArray_DATA(reinterpret_cast<PyArrayObject*>(
+                                           PyTuple_GET_ITEM(next_obs, j)))) + (i - 1) * c.row_bytes;
+      same = c.row_bytes == 0 || std::memcmp(o + i * c.row_bytes, before, c.row_bytes) == 0;
+    }
+    const Judged jd = judge(state, same, terminated[i] || truncated[i], rewards.zero(i));
+    reset[i] = jd.reset;
+    starts[i] = jd.starts;
+    state = jd.next;
   }
   return true;
 }

@@ -69,9 +69,18 @@ class CallClassifier {
   // refuses) and NextKept when next_obs was kept. The states are restored if the put raises.
   int add(StepBlockCore& block, int64_t s, PyObject* obs, PyObject* terminated, PyObject* truncated,
           const CallStep& step);
+  // The same judgement for t consecutive calls of env `env` at once (ReplayBuffer.extend), from its state and
+  // last next_obs, changing nothing: obs and next_obs are tuples of leaves [t, *shape] of its columns' dtypes,
+  // reward [t, ...] (as classify reads it), terminated and truncated [t]. Per step, reset[i] (a NEXT_STEP
+  // reset step) and starts[i] (an episode starts at obs[i] before its transition). False (nothing judged)
+  // where a leaf or the reward is not as it compares them.
+  int64_t envs() const { return envs_; }
+  bool judge_steps(int64_t env, PyObject* obs, PyObject* next_obs, PyObject* reward, const bool* terminated,
+                   const bool* truncated, int64_t t, bool* reset, bool* starts) const;
 
  private:
   bool fits(PyObject* leaf, const LastColumn& c) const;
+  bool fits_steps(PyObject* leaves, int64_t t) const;
 
   int64_t envs_ = 0;
   std::vector<LastColumn> last_;

@@ -1,4 +1,11 @@
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
+
+#include <optional>
+#include <tuple>
+
+#include "arrays.h"
 
 #include "bind.h"
 #include "call_classifier.h"
@@ -53,7 +60,29 @@ void bind_call_classifier(nb::module_& m) {
           nb::arg("extras").none(), nb::arg("next_obs").none(), nb::arg("terminated"), nb::arg("truncated"),
           nb::arg("flag_rows"),
           "classify, then put a step that goes on into the block at row s and keep next_obs; the bits "
-          "(CALL_PUT: put, CALL_KEPT: kept).");
+          "(CALL_PUT: put, CALL_KEPT: kept).")
+      .def(
+          "judge_steps",
+          [](const CallClassifier& self, int64_t env, nb::handle obs, nb::handle next_obs, nb::handle reward,
+             nb::handle terminated, nb::handle truncated) -> std::optional<std::tuple<NdArray, NdArray>> {
+            if (env < 0 || env >= self.envs()) {
+              throw std::out_of_range("judge_steps: env " + std::to_string(env) + " is outside the " +
+                                      std::to_string(self.envs()) + " envs");
+            }
+            const int64_t t = array_size(terminated);
+            const auto term = array_in<bool>(terminated, NPY_BOOL, t, "terminated");
+            const auto trunc = array_in<bool>(truncated, NPY_BOOL, t, "truncated");
+            NdArray reset = new_numpy({t}, NPY_BOOL), starts = new_numpy({t}, NPY_BOOL);
+            if (!self.judge_steps(env, obs.ptr(), next_obs.ptr(), reward.ptr(), term, trunc, t,
+                                  numpy_data<bool>(reset), numpy_data<bool>(starts))) {
+              return std::nullopt;
+            }
+            return std::make_tuple(reset, starts);
+          },
+          nb::arg("env"), nb::arg("obs"), nb::arg("next_obs"), nb::arg("reward").none(), nb::arg("terminated"),
+          nb::arg("truncated"),
+          "Judge T consecutive calls of one env (changing nothing): per step, whether it is a reset step and "
+          "whether an episode starts at its obs; None where a leaf or the reward is to be converted.");
 }
 
 }  // namespace rlflow

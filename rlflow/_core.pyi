@@ -124,6 +124,11 @@ class CallClassifier:
         classify, then put a step that goes on into the block at row s and keep next_obs; the bits (CALL_PUT: put, CALL_KEPT: kept).
         """
 
+    def judge_steps(self, env: int, obs: object, next_obs: object, reward: object | None, terminated: object, truncated: object) -> tuple[numpy.ndarray, numpy.ndarray] | None:
+        """
+        Judge T consecutive calls of one env (changing nothing): per step, whether it is a reset step and whether an episode starts at its obs; None where a leaf or the reward is to be converted.
+        """
+
 def window_index(meta: object, capacity: int) -> tuple[numpy.ndarray, numpy.ndarray, bool]:
     """
     Flat store indices [B, L] of the records' windows, their mask of valid rows, and whether all are.

@@ -24,7 +24,6 @@ saying why.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -346,49 +345,62 @@ class ReplayBuffer:
                 if "extras" not in self.store.spec:
                     raise SpecError("extend: extras given, but the buffer has no extras spec")
                 cols.update(checks.columns("extras", pick(extras), t, "extend: extras"))
-            checked.append((checks.columns("observation", pick(obs), t, "extend: obs"),
-                            checks.columns("observation", pick(next_obs), t, "extend: next_obs"), cols))
-            self._check_stacks(lane, *checked[-1][:2], cols["reward"], term[:, lane], trunc[:, lane])
-        for lane, (o, nxt, cols) in enumerate(checked):
-            self._extend_lane(lane, t, o, nxt, cols, term[:, lane], trunc[:, lane])
+            o = checks.columns("observation", pick(obs), t, "extend: obs")
+            nxt = checks.columns("observation", pick(next_obs), t, "extend: next_obs")
+            reset, starts = self._judge(lane, o, nxt, cols["reward"], term[:, lane], trunc[:, lane])
+            begins = starts.copy()  # the steps whose obs starts an episode: judged so, or right after a reset step
+            begins[1:] |= reset[:-1]
+            self._check_stacks(lane, o, nxt, reset, begins)
+            checked.append((o, nxt, cols, reset, begins))
+        for lane, (o, nxt, cols, reset, begins) in enumerate(checked):
+            self._extend_lane(lane, o, nxt, cols, term[:, lane], trunc[:, lane], reset, begins)
 
-    def _extend_lane(self, lane: int, t: int, obs: dict[str, np.ndarray], nxt: dict[str, np.ndarray],
-                     cols: dict[str, np.ndarray], terminated: np.ndarray, truncated: np.ndarray) -> None:
-        """:meth:`extend` of one env, its columns checked: an episode starts wherever ``obs`` is not the step
-        before's ``next_obs`` (bit for bit) or that step ended one; without an end there, the episode
-        before is truncated at that ``next_obs``, as :meth:`add` does."""
-        reset = self._reset_steps(lane, obs, nxt, cols["reward"], terminated, truncated)
+    def _judge(self, lane: int, obs: dict[str, np.ndarray], nxt: dict[str, np.ndarray], reward: np.ndarray,
+               terminated: np.ndarray, truncated: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per step of :meth:`extend` of one env (checked columns): whether it is a NEXT_STEP reset step, and
+        whether an episode starts at its obs before its transition: the call classifier's judgement of
+        :meth:`add`'s calls, made for the ``T`` calls at once (nothing changes)."""
+        judged = self._classifier.judge_steps(
+            lane, tuple(np.ascontiguousarray(obs[name]) for name in self._obs_fields),
+            tuple(np.ascontiguousarray(nxt[name]) for name in self._obs_fields), np.ascontiguousarray(reward),
+            np.ascontiguousarray(terminated), np.ascontiguousarray(truncated))
+        if judged is None:
+            raise RuntimeError(f"extend: the call classifier cannot compare the checked observations "
+                               f"({[v.dtype for v in obs.values()]})")
+        return judged
+
+    def _extend_lane(self, lane: int, obs: dict[str, np.ndarray], nxt: dict[str, np.ndarray],
+                     cols: dict[str, np.ndarray], terminated: np.ndarray, truncated: np.ndarray, reset: np.ndarray,
+                     begins: np.ndarray) -> None:
+        """:meth:`extend` of one env, its columns checked and its steps judged: NEXT_STEP reset steps are left
+        out (the step after each starts the next episode, at its obs: the reset step's next_obs), an episode
+        starts at the obs of each step in ``begins``, and where no episode ended before it, the episode before
+        is truncated at that step's next_obs, as :meth:`add` does."""
         first = None
         if reset[-1]:  # the last step's next_obs starts the next episode, as add does
             first = {name: v[-1:] for name, v in nxt.items()}
-        if reset.any():  # NEXT_STEP reset steps are left out: the step after each starts the next episode
+        if reset.any():
             keep = ~reset
             obs, nxt, cols = ({name: v[keep] for name, v in part.items()} for part in (obs, nxt, cols))
-            terminated, truncated, t = terminated[keep], truncated[keep], int(keep.sum())
-        if t:
-            self._write_lane(lane, t, obs, nxt, cols, terminated, truncated)
+            terminated, truncated, begins = terminated[keep], truncated[keep], begins[keep]
+        if terminated.size:
+            self._write_lane(lane, obs, nxt, cols, terminated, truncated, begins)
             for name, v in nxt.items():
                 self._last_next[name][lane] = v[-1]
             self._state[lane] = _ENDED if terminated[-1] | truncated[-1] else _IN_EPISODE
         if first is not None:
             self._start(lane, first)
 
-    def _check_stacks(self, lane: int, obs: dict[str, np.ndarray], nxt: dict[str, np.ndarray], reward: np.ndarray,
-                      terminated: np.ndarray, truncated: np.ndarray) -> None:
+    def _check_stacks(self, lane: int, obs: dict[str, np.ndarray], nxt: dict[str, np.ndarray], reset: np.ndarray,
+                      begins: np.ndarray) -> None:
         """Frame stacks (:meth:`extend` of one env, before anything is written): SpecError unless each
-        transition's next_obs continues its obs, and each obs that starts an episode (see
-        :meth:`_extend_lane`) is its first frame repeated."""
-        stacked = [name for name in obs if self.store.fields[name].stack > 1]
-        if not stacked:
-            return
-        keep = ~self._reset_steps(lane, obs, nxt, reward, terminated, truncated)
-        starts = np.zeros(keep.size, bool)
-        starts[0] = not self._is_last_next(lane, obs) or self._state[lane] == _ENDED
-        starts[1:] = (terminated | truncated)[:-1]
+        transition's next_obs continues its obs, and each observation that starts an episode is its first
+        frame repeated: the obs of the steps in ``begins``, and the next_obs of each ``reset`` step."""
+        keep = ~reset
         for name in obs:
-            starts[1:] |= _rows_differ(obs[name][1:], nxt[name][:-1])
-        for name in stacked:
             k = self.store.fields[name].stack
+            if k <= 1:
+                continue
             o, n = obs[name], nxt[name]
             bad = np.flatnonzero(keep & stack_breaks(n, o))
             if bad.size:
@@ -396,34 +408,17 @@ class ReplayBuffer:
                                 f"does not continue obs[{int(bad[0])}] (its frames 0..{k - 2} must be obs's frames "
                                 f"1..{k - 1}): stack the frames on axis 0 with gymnasium's FrameStackObservation(env, "
                                 f"{k}); nothing was added")
-            bad = np.flatnonzero(keep & starts & stack_not_repeated(o))
+            bad = np.flatnonzero(reset & stack_not_repeated(n))
+            if bad.size:
+                raise SpecError(f"extend: next_obs[{int(bad[0])}] of env {lane} starts an episode (its step is a reset "
+                                f"step), but field {name!r} is not its first frame repeated {k} times, as gymnasium's "
+                                f"FrameStackObservation(env, {k}) (padding_type='reset', its default) gives it; "
+                                "nothing was added")
+            bad = np.flatnonzero(keep & begins & stack_not_repeated(o))
             if bad.size:
                 raise SpecError(f"extend: obs[{int(bad[0])}] of env {lane} starts an episode, but field {name!r} is "
                                 f"not its first frame repeated {k} times, as gymnasium's FrameStackObservation(env, "
                                 f"{k}) (padding_type='reset', its default) gives it; nothing was added")
-
-    def _reset_steps(self, lane: int, obs: dict[str, np.ndarray], nxt: dict[str, np.ndarray], reward: np.ndarray,
-                     terminated: np.ndarray, truncated: np.ndarray) -> np.ndarray:
-        """Per step of :meth:`extend` of one env: whether it is a NEXT_STEP reset step (see :meth:`add`): right
-        after an episode end, ``obs`` is that end's next_obs bit for bit, reward 0, neither flag."""
-        t = terminated.size
-        ended = terminated | truncated
-        reset = np.zeros(t, bool)
-        if not (self._state[lane] == _ENDED or ended[:-1].any()):
-            return reset  # no step follows an episode end
-        reset[0] = self._state[lane] == _ENDED
-        reset[1:] = ended[:-1]
-        reset &= (reward.reshape(t, -1) == 0).all(axis=1) & ~ended
-        if reset.any():
-            for name in obs:
-                reset[1:] &= ~_rows_differ(obs[name][1:], nxt[name][:-1])
-            reset[0] = reset[0] and self._is_last_next(lane, obs)
-        return reset
-
-    def _is_last_next(self, lane: int, obs: dict[str, np.ndarray]) -> bool:
-        """Whether the first of ``obs`` (checked columns) is, bit for bit, ``lane``'s last next_obs."""
-        return self._state[lane] != _NO_EPISODE_YET and all(
-            v[0].tobytes() == self._last_next[name][lane].tobytes() for name, v in obs.items())
 
     def _start(self, lane: int, first: dict[str, np.ndarray]) -> None:
         """Start ``lane``'s next episode at ``first`` (checked columns of one observation)."""
@@ -434,21 +429,19 @@ class ReplayBuffer:
             self._last_next[name][lane] = v[0]
         self._state[lane] = _IN_EPISODE
 
-    def _write_lane(self, lane: int, t: int, obs: dict[str, np.ndarray], nxt: dict[str, np.ndarray],
-                    cols: dict[str, np.ndarray], terminated: np.ndarray, truncated: np.ndarray) -> None:
+    def _write_lane(self, lane: int, obs: dict[str, np.ndarray], nxt: dict[str, np.ndarray],
+                    cols: dict[str, np.ndarray], terminated: np.ndarray, truncated: np.ndarray,
+                    begins: np.ndarray) -> None:
         """:meth:`_extend_lane`'s steps (reset steps left out) through ``add_steps``."""
         adder = self.adder
-        starts = np.zeros(t, bool)
-        for name in obs:
-            starts[1:] |= _rows_differ(obs[name][1:], nxt[name][:-1])
-        starts[1:] |= terminated[:-1] | truncated[:-1]
-        cut = np.append(starts[1:] & ~(terminated[:-1] | truncated[:-1]), False)  # the step before a jump
-        if not (self._state[lane] == _IN_EPISODE and self._is_last_next(lane, obs)):
+        ended = terminated | truncated
+        cut = np.append(begins[1:] & ~ended[:-1], False)  # the step before a jump: its episode is truncated there
+        if begins[0]:
             with self.store.lock:
                 if self._state[lane] == _IN_EPISODE:
                     adder.truncate([lane])
                 self._start(lane, {name: v[:1] for name, v in obs.items()})
-        k = np.flatnonzero(starts)
+        k = np.flatnonzero(begins[1:]) + 1
         top = adder.top({name: v for name, v in {**cols, **nxt}.items()})
         restart = adder.top_observation({name: v[k] for name, v in obs.items()}) if k.size else None
         adder.add_steps(lane, top["action"], top["reward"], top["observation"], terminated=terminated,
@@ -573,17 +566,3 @@ _DERIVED = frozenset({"_classifier", "_call_rows", "_obs_leaves", "_act_leaves",
 
 _SCALARS = frozenset({float, int, np.float64, np.float32, np.float16, np.int64, np.int32})
 _BOOLS = frozenset({bool, np.bool_})  # flags of one env taken as they come
-
-_UINTS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
-
-
-def _rows_differ(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Per row (leading axis) of two arrays of one dtype and shape: whether their bits differ anywhere."""
-    n, width = a.shape[0], math.prod(a.shape[1:])
-    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
-    if a.tobytes() == b.tobytes():  # one comparison of all the bytes: the usual answer when a stream goes on
-        return np.zeros(n, bool)
-    unit = _UINTS.get(a.itemsize)
-    if unit is None:  # compare the bytes
-        unit, width = np.uint8, width * a.itemsize
-    return (a.view(unit).reshape(n, width) != b.view(unit).reshape(n, width)).any(axis=1)

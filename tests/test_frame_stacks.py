@@ -445,6 +445,39 @@ def test_extend_and_add_steps_refuse_a_bad_stack_with_nothing_added():
     assert store.count.tolist() == [1] and table.size == 0
 
 
+@pytest.mark.parametrize("how", ["add", "extend"])
+def test_the_episode_a_reset_step_starts_must_begin_with_repeated_frames(how):
+    """After an episode end, a NEXT_STEP reset step (obs is the end's next_obs, reward 0, neither flag) starts the
+    next episode at its next_obs: add and extend both refuse one whose frames are not its first frame repeated,
+    adding nothing of the call, and take the same stream with a proper first observation."""
+    k = 3
+    frames = np.arange(1, 11, dtype=np.uint8).reshape(10, 1, 1)
+    stacks = np.stack([frames[np.maximum(np.arange(t - k + 1, t + 1), 0)] for t in range(10)])  # [10, 3, 1, 1]
+    start = np.repeat(frames[5:6], k, axis=0)  # the next episode's first observation: frame 6 three times
+    spec = Field((k, 1, 1), np.uint8, stack=k)
+    for good in (False, True):
+        buffer = ReplayBuffer(spec, Field((), np.int64), capacity=64)
+        reset_next = start if good else stacks[5]  # a stack that goes on, not a new episode's first observation
+        obs = np.stack([stacks[0], stacks[1], stacks[2]])
+        nxt = np.stack([stacks[1], stacks[2], reset_next])
+        obs[2] = stacks[2]  # step 2 is the reset step: its obs is step 1's next_obs, reward 0, neither flag
+        term = np.array([False, True, False])
+        rewards = np.array([1.0, 1.0, 0.0], np.float32)
+        def feed():
+            if how == "extend":
+                buffer.extend(obs, np.zeros(3, np.int64), rewards, nxt, term, np.zeros(3, bool))
+                return
+            for i in range(3):
+                buffer.add(obs[i], 0, float(rewards[i]), nxt[i], bool(term[i]), False)
+        if good:
+            feed()
+            assert len(buffer) == 2
+            continue
+        with pytest.raises(SpecError, match="first frame repeated|repeated"):
+            feed()
+        assert len(buffer) == (2 if how == "add" else 0)  # add kept the calls before the refused one
+
+
 def test_a_block_from_elsewhere_whose_stacks_do_not_follow_is_refused_whole():
     """A remote actor's block is checked again when written: one whose stacks were changed after they were put
     raises, and nothing of it is written."""
