@@ -447,11 +447,10 @@ class Adder:
 
     def top(self, flat: dict[str, np.ndarray]) -> dict[str, Any]:
         """Flat columns back into top-level keys of the row (nested parts unflattened)."""
-        out: dict[str, Any] = {}
-        for key in ("observation", "action", "reward", "extras"):
-            if key in self.store.spec and any(_under(n, key) for n in flat):
-                out[key] = _specs.unflatten(self.store.spec[key], flat, key)
-        return out
+        spec = self.store.spec
+        keys = {name.partition("/")[0] for name in flat}  # the top-level keys the columns belong to
+        return {key: _specs.unflatten(spec[key], flat, key) for key in ("observation", "action", "reward", "extras")
+                if key in keys and key in spec}
 
     def insert_items(self, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
                      fields: dict[str, np.ndarray] | None, priorities: np.ndarray | None = None) -> None:
