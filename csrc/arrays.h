@@ -42,13 +42,14 @@ T* array_data(nanobind::handle h, int type_num, int64_t size, const char* what) 
 
 // An array the call only reads, as native, aligned, C-contiguous values of `type_num`: the array itself when it
 // is already so, else a converted copy held as long as this object (a value that numpy cannot cast safely
-// raises its TypeError). Reads as a `const T*`.
+// raises its TypeError). Reads as a `const T*`. `own_copy`: always a copy of the caller's values, for indices
+// that are checked and then used with the GIL released (no other thread can change a checked index then).
 template <class T>
 class ArrayIn {
  public:
-  ArrayIn(nanobind::handle h, int type_num, int64_t size, const char* what) {
+  ArrayIn(nanobind::handle h, int type_num, int64_t size, const char* what, bool own_copy = false) {
     if (!PyArray_Check(h.ptr())) throw std::invalid_argument(std::string(what) + ": expected a numpy array");
-    PyObject* a = PyArray_FROMANY(h.ptr(), type_num, 0, 0, NPY_ARRAY_IN_ARRAY);
+    PyObject* a = PyArray_FROMANY(h.ptr(), type_num, 0, 0, NPY_ARRAY_IN_ARRAY | (own_copy ? NPY_ARRAY_ENSURECOPY : 0));
     if (a == nullptr) throw nanobind::python_error();
     owner_ = nanobind::steal(a);
     auto* arr = reinterpret_cast<PyArrayObject*>(a);
@@ -69,6 +70,24 @@ class ArrayIn {
 template <class T>
 ArrayIn<T> array_in(nanobind::handle h, int type_num, int64_t size, const char* what) {
   return ArrayIn<T>(h, type_num, size, what);
+}
+
+// Indices (or other values checked where they enter) that the call reads after releasing the GIL: a copy.
+template <class T>
+ArrayIn<T> indices_in(nanobind::handle h, int type_num, int64_t size, const char* what) {
+  return ArrayIn<T>(h, type_num, size, what, true);
+}
+
+// Uniform draws in [0, 1) handed in (a value outside, NaN included, would pick outside what it draws from).
+inline ArrayIn<double> uniforms_in(nanobind::handle h, int64_t size, const char* what) {
+  ArrayIn<double> u(h, NPY_FLOAT64, size, what, true);
+  for (int64_t i = 0; i < size; ++i) {
+    if (!(u[i] >= 0.0 && u[i] < 1.0)) {
+      throw std::invalid_argument(std::string(what) + ": expected values in [0, 1), got " + std::to_string(u[i]) +
+                                  " at entry " + std::to_string(i));
+    }
+  }
+  return u;
 }
 
 // Like array_data, for arrays of at least `size` entries (outputs that may be larger than one call needs).

@@ -194,11 +194,11 @@ bool CallClassifier::judge_steps(int64_t env, PyObject* obs, PyObject* next_obs,
 
 int CallClassifier::add(StepBlockCore& block, int64_t s, PyObject* obs, PyObject* terminated, PyObject* truncated,
                         const CallStep& step) {
-  int bits = classify(obs, terminated, truncated, step.reward);
-  if (bits == Convert || (bits & AnyStart)) return bits;
-  nb::object reward = nb::steal(PyTuple_Pack(1, step.reward));
+  nb::object reward = nb::steal(PyTuple_Pack(1, step.reward));  // made first: nothing can fail after classify
   nb::object no_final = nb::steal(PyTuple_New(0));
   if (!reward.is_valid() || !no_final.is_valid()) throw nb::python_error();
+  int bits = classify(obs, terminated, truncated, step.reward);
+  if (bits == Convert || (bits & AnyStart)) return bits;
   PyObject* const parts[5] = {step.action, reward.ptr(), step.extras, step.next_obs,
                               (bits & AnyLast) ? step.next_obs : no_final.ptr()};
   Put status;

@@ -79,7 +79,7 @@ void bind_gather(nb::module_& m) {
         std::vector<ByteColumn> columns;
         for (nb::handle c : columns_h) columns.push_back(byte_column(c, "column"));
         const int64_t n = array_size(index_h);
-        const auto idx = array_in<int64_t>(index_h, NPY_INT64, n, "index");
+        const auto idx = indices_in<int64_t>(index_h, NPY_INT64, n, "index");
         for (const ByteColumn& c : columns) check_index(idx, n, c.rows);
         nb::gil_scoped_release release;
         prefetch_rows(columns, idx, n);
@@ -90,7 +90,7 @@ void bind_gather(nb::module_& m) {
       [](nb::handle column_h, nb::handle index_h, nb::handle out_h) {
         const ByteColumn column = byte_column(column_h, "column");
         const int64_t n = array_size(index_h);
-        const auto idx = array_in<int64_t>(index_h, NPY_INT64, n, "index");
+        const auto idx = indices_in<int64_t>(index_h, NPY_INT64, n, "index");
         auto* out = array_data<uint8_t>(out_h, NPY_UINT8, n * column.width, "out");
         check_index(idx, n, column.rows);
         nb::gil_scoped_release release;
@@ -104,9 +104,9 @@ void bind_gather(nb::module_& m) {
         const ByteColumn column = byte_column(column_h, "column");
         const int64_t a = array_dim(index_h, 0), n = array_size(index_h);
         const int64_t cols = a ? n / a : 0;
-        const auto idx = array_in<int64_t>(index_h, NPY_INT64, a * cols, "index");
-        if (column.rows != rings.lanes() * rings.capacity() || frames < 1) {
-          throw std::invalid_argument("take_stacks: expected a column of the store's rows and frames >= 1");
+        const auto idx = indices_in<int64_t>(index_h, NPY_INT64, a * cols, "index");
+        if (column.rows != rings.lanes() * rings.capacity() || frames < 1 || frames > rings.capacity()) {
+          throw std::invalid_argument("take_stacks: expected a column of the store's rows and 1 <= frames <= capacity");
         }
         auto* out = array_data<uint8_t>(out_h, NPY_UINT8, n * frames * column.width, "out");
         check_index(idx, n, column.rows);
@@ -118,7 +118,11 @@ void bind_gather(nb::module_& m) {
   m.def(
       "values_pass",
       [](nb::handle values, ValueCheck check, double low, double high) {
-        PyArrayObject* a = checked_array(values, -1, -1, "values", true);
+        // Any alignment: the values are read with memcpy.
+        if (!PyArray_Check(values.ptr()) || !PyArray_IS_C_CONTIGUOUS(reinterpret_cast<PyArrayObject*>(values.ptr()))) {
+          throw std::invalid_argument("values_pass: expected a C-contiguous numpy array");
+        }
+        auto* a = reinterpret_cast<PyArrayObject*>(values.ptr());
         const char kind = PyArray_DESCR(a)->kind;
         const int64_t itemsize = PyArray_ITEMSIZE(a);
         if (!checkable(check, kind, itemsize) || !PyArray_ISNOTSWAPPED(a)) {

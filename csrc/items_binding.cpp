@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "arrays.h"
 #include "bind.h"
@@ -55,7 +56,7 @@ int64_t dense_apply(nb::handle items, nb::handle where, nb::handle live, int64_t
                     int64_t (DenseSet::*op)(const int64_t*, int64_t)) {
   DenseSet set = dense_set(items, where, live, count);
   const int64_t n = array_size(slots_h);
-  const auto slots = array_in<int64_t>(slots_h, NPY_INT64, n, "slots");
+  const auto slots = indices_in<int64_t>(slots_h, NPY_INT64, n, "slots");
   check_slots(slots, n, set.capacity, "selector", "slots");
   nb::gil_scoped_release release;
   return (set.*op)(slots, n);
@@ -79,8 +80,8 @@ void bind_items(nb::module_& m) {
           [](ItemSlots& t, int64_t num_free, int64_t next_seq, nb::handle lanes_h, nb::handle starts_h,
              nb::handle lengths_h, nb::handle valid_h, nb::handle priorities_h) {
             const int64_t n = array_size(lanes_h);
-            const auto lanes = array_in<int64_t>(lanes_h, NPY_INT64, n, "lanes");
-            const auto starts = array_in<int64_t>(starts_h, NPY_INT64, n, "starts");
+            const auto lanes = indices_in<int64_t>(lanes_h, NPY_INT64, n, "lanes");
+            const auto starts = indices_in<int64_t>(starts_h, NPY_INT64, n, "starts");
             const auto lengths = array_in<int64_t>(lengths_h, NPY_INT64, n, "lengths");
             const auto valid = array_in<int64_t>(valid_h, NPY_INT64, n, "valid");
             const auto priorities = array_in<double>(priorities_h, NPY_FLOAT64, n, "priorities");
@@ -110,7 +111,7 @@ void bind_items(nb::module_& m) {
           "remove",
           [](ItemSlots& t, int64_t num_free, nb::handle slots_h) {
             const int64_t n = array_size(slots_h);
-            const auto slots = array_in<int64_t>(slots_h, NPY_INT64, n, "slots");
+            const auto slots = indices_in<int64_t>(slots_h, NPY_INT64, n, "slots");
             if (num_free < 0 || num_free + n > t.slots()) {
               throw std::out_of_range("remove: " + std::to_string(n) + " slots do not fit the free stack");
             }
@@ -206,8 +207,8 @@ void bind_items(nb::module_& m) {
               throw std::invalid_argument("place: the rings are not the table's store's");
             }
             const int64_t n = array_size(lanes_h);
-            const auto lanes = array_in<int64_t>(lanes_h, NPY_INT64, n, "lanes");
-            const auto starts = array_in<int64_t>(starts_h, NPY_INT64, n, "starts");
+            const auto lanes = indices_in<int64_t>(lanes_h, NPY_INT64, n, "lanes");
+            const auto starts = indices_in<int64_t>(starts_h, NPY_INT64, n, "starts");
             const auto lengths = array_in<int64_t>(lengths_h, NPY_INT64, n, "lengths");
             NdArray valid = new_numpy({n}, NPY_INT64), slots = new_numpy({n}, NPY_INT64),
                        keys = new_numpy({n}, NPY_INT64);
@@ -240,7 +241,7 @@ void bind_items(nb::module_& m) {
               throw std::invalid_argument("draw_stored: the rings are not the table's store's");
             }
             const int64_t m = array_size(uniforms_h);
-            const auto uniforms = array_in<double>(uniforms_h, NPY_FLOAT64, m, "uniforms");
+            const auto uniforms = uniforms_in(uniforms_h, m, "uniforms");
             Draws d = draws_into(slots, rows, probabilities, t.width());
             if (j < 0 || j > d.n || size < 0) {
               throw std::out_of_range("draw_stored: expected 0 <= j <= draws and size >= 0");
@@ -259,13 +260,14 @@ void bind_items(nb::module_& m) {
           [](RowSlots& t, nb::handle uniforms_h, nb::handle live_h, int64_t limit, nb::handle slots, nb::handle rows,
              nb::handle probabilities) {
             Draws d = draws_into(slots, rows, probabilities, t.width());
-            const auto uniforms = array_in<double>(uniforms_h, NPY_FLOAT64, d.n, "uniforms");
+            const auto uniforms = uniforms_in(uniforms_h, d.n, "uniforms");
             const int64_t size = array_size(live_h);
-            auto* live = array_data<int64_t>(live_h, NPY_INT64, size, "live");
-            check_slots(live, size, t.lanes() * t.capacity(), "table", "slots");
+            const auto given = indices_in<int64_t>(live_h, NPY_INT64, size, "live");
+            check_slots(given, size, t.lanes() * t.capacity(), "table", "slots");
+            std::vector<int64_t> live(given.get(), given.get() + size);  // the draws take retired slots out of it
             {
               nb::gil_scoped_release release;
-              d.n = t.draw_live(uniforms, live, size, limit, d);
+              d.n = t.draw_live(uniforms, live.data(), size, limit, d);
             }
             return d;
           },
@@ -278,7 +280,7 @@ void bind_items(nb::module_& m) {
         Records r{nullptr, array_dim(meta, 0), array_dim(meta, 1)};
         r.rows = array_data<int64_t>(meta, NPY_INT64, r.slots * r.width, "meta");
         const int64_t n = array_size(slots_h);
-        const auto slots = array_in<int64_t>(slots_h, NPY_INT64, n, "slots");
+        const auto slots = indices_in<int64_t>(slots_h, NPY_INT64, n, "slots");
         if (r.width < RECORD_COLUMNS) throw std::invalid_argument("draw_rows: expected records of >= 6 columns");
         check_slots(slots, n, r.slots, "table", "slots");
         NdArray out = new_numpy({n, r.width}, NPY_INT64);
@@ -321,7 +323,7 @@ void bind_items(nb::module_& m) {
       [](nb::handle uniforms_h, nb::handle items, nb::handle where, nb::handle live, int64_t count) {
         DenseSet set = dense_set(items, where, live, count);
         const int64_t n = array_size(uniforms_h) / 2;
-        const auto uniforms = array_in<double>(uniforms_h, NPY_FLOAT64, 2 * n, "uniforms");
+        const auto uniforms = uniforms_in(uniforms_h, 2 * n, "uniforms");
         if (count < 1) throw std::invalid_argument("uniform_pick: the set holds no slot");
         NdArray out = new_numpy({n}, NPY_INT64);
         {

@@ -52,7 +52,7 @@ PlaceResult RowSlots::place(const StoreRings& rings, bool cross_episodes, int64_
 
 int64_t RowSlots::evict(int64_t lane, int64_t lo, int64_t hi, int64_t* times) {
   int64_t removed = 0;
-  for (int64_t r = lo; r < std::min(hi, lo + capacity_); ++r) {
+  for (int64_t r = lo; r < lo + std::min(hi - lo, capacity_); ++r) {
     int64_t* rec = records_.at(ring_pos(r, capacity_) * lanes_ + lane);
     if (rec[KEY] >= 0) {
       ++removed;

@@ -66,9 +66,11 @@ int64_t StoreRings::check_windows(const int64_t* lanes, const int64_t* starts, c
                                   bool cross_episodes, int64_t* valid) const {
   int64_t first_bad = -1;
   for (int64_t i = 0; i < n; ++i) {
-    const int64_t ahead = i + 16;  // other lanes' rows are far apart: requested ahead of use
-    if (ahead < n && 0 <= lanes[ahead] && lanes[ahead] < lanes_) {
-      __builtin_prefetch(episode_id_ + lanes[ahead] * capacity_ + ring_pos(starts[ahead], capacity_));
+    if (i + 16 < n) {  // other lanes' rows are far apart: requested ahead of use
+      const int64_t ahead_lane = lanes[i + 16];
+      if (0 <= ahead_lane && ahead_lane < lanes_) {
+        __builtin_prefetch(episode_id_ + ahead_lane * capacity_ + ring_pos(starts[i + 16], capacity_));
+      }
     }
     const int64_t lane = lanes[i], start = starts[i], length = lengths[i];
     bool ok = lane >= 0 && lane < lanes_ && length >= 1 && length <= capacity_;

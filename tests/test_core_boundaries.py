@@ -99,6 +99,49 @@ def test_row_slots_and_draws_refuse_bad_slots():
     assert records.meta[0, TIMES] == 0
 
 
+@pytest.mark.parametrize("bad", [-0.25, 1.0, np.nan])
+def test_draws_refuse_uniforms_outside_zero_one(bad):
+    """A uniform outside [0, 1) (NaN too) would pick outside the rows, slots or set it draws from."""
+    store = _store()
+    records = RowRecords(store.num_lanes, store.capacity, {})
+    n = 2
+    slots, rows, probs = np.empty(n, np.int64), np.empty((n, records.meta.shape[1]), np.int64), np.empty(n)
+    u = np.array([0.5, bad])
+    with pytest.raises(ValueError, match=r"uniforms: expected values in \[0, 1\)"):
+        records.core.draw_live(u, np.array([0, 1]), 0, slots, rows, probs)
+    with pytest.raises(ValueError, match=r"uniforms: expected values in \[0, 1\)"):
+        records.core.draw_stored(store.rings(), u, 0, 1, 0, slots, rows, probs)
+    items, where, live = np.zeros(4, np.int64), np.full(4, -1, np.int64), np.zeros(4, bool)
+    _core.dense_insert(items, where, live, 0, np.array([1, 2]))
+    with pytest.raises(ValueError, match=r"uniforms: expected values in \[0, 1\)"):
+        _core.uniform_pick(np.array([0.5, 0.5, 0.5, bad]), items, where, live, 2)
+
+
+def test_frame_stacks_refuse_more_frames_than_a_lane_holds():
+    """A frame count whose output size would overflow (or that no lane can hold) is refused before any copy."""
+    store = _store()
+    column = np.zeros((8, 12), np.uint8)
+    for frames in (2**62, store.capacity + 1, 0):
+        with pytest.raises(ValueError, match="1 <= frames <= capacity"):
+            _core.take_stacks(store.rings(), column, np.array([[0, 1], [2, 3]]), frames, False, np.empty(0, np.uint8))
+
+
+def test_value_checks_take_unaligned_arrays():
+    """Spec validation of an array that is C-contiguous but not aligned (a view into a byte buffer) checks it
+    as any other."""
+    from rlflow import specs
+
+    raw = np.zeros(8 * 4 + 1, np.uint8)
+    unaligned = raw[1:].view(np.float64)  # 4 float64 values starting one byte into the buffer
+    assert not unaligned.flags.aligned
+    assert _core.values_pass(unaligned, _core.ValueCheck.FINITE)
+    unaligned[2] = np.inf
+    assert not _core.values_pass(unaligned, _core.ValueCheck.FINITE)
+    field = Field((4,), np.float64)
+    with pytest.raises(specs.SpecError, match="finite"):
+        specs.validate({"x": field}, {"x": unaligned[None]}, (1,))
+
+
 def test_gathers_refuse_rows_outside_the_column():
     store = _store()
     column = np.zeros((8, 12), np.uint8)
