@@ -359,7 +359,7 @@ def fits(field: Field, value: Any, n: int) -> bool:
     if kind == "f":
         if field.allow_nonfinite:
             return True
-        if value.size == 1:  # one value (one lane of a scalar field): no kernel call
+        if value.size == 1:  # one value (one lane of a scalar field): no compiled call
             return math.isfinite(value.item())
         return _all_finite(value)
     if kind in "iu" and (field.low is not None or field.high is not None):

@@ -334,7 +334,7 @@ def test_insertion_ring_compacts_dead_entries_between_live_ends(cls):
 
 @settings(max_examples=80, deadline=None)
 @given(live=st.sets(st.integers(0, CAP - 1), min_size=1), ops=ops, n=st.integers(1, 40))
-@example(live=set(range(CAP)), ops=[], n=5)  # every slot live: the one-call kernel
+@example(live=set(range(CAP)), ops=[], n=5)  # every slot live: draws read the one-byte flags
 @example(live={2, 5}, ops=[], n=5)  # fewer than half: the packed array
 def test_uniform_draw_rows_is_sample_then_each_draws_row(live, ops, n):
     """The tables' one-call draw gives the draws, probabilities and weights of ``sample_with_weights`` (same

@@ -223,7 +223,7 @@ class Items(Records):
 
     def _placed(self, slots: np.ndarray, lanes: np.ndarray, starts: np.ndarray, clash: np.ndarray, clashes: int,
                 cols: dict[str, np.ndarray]) -> np.ndarray:
-        """Bookkeeping after the slot kernel placed ``slots``: counters, item fields, overflow lists; the seqs."""
+        """Bookkeeping after the core placed ``slots``: counters, item fields, overflow lists; the seqs."""
         n = slots.size
         seqs = np.arange(self.next_seq, self.next_seq + n, dtype=np.int64)
         self.num_free -= n

@@ -43,7 +43,7 @@ from rlflow import specs as _specs
 from rlflow.replay.items import LANE, LENGTH, START, VALID
 from rlflow.specs import Field, Spec, SpecError
 
-# bytes: rows up to this size are gathered by the compiled, prefetching kernel; np.take copies larger rows
+# bytes: rows up to this size are gathered by the core's prefetching byte gather; np.take copies larger rows
 # faster (benchmarks/gather.py: a tie at 96 bytes)
 _SMALL_ROW = 96
 # rows: a gather of at least this many first requests every row of every column (one compiled call)
