@@ -26,7 +26,7 @@ enum class CallRow : int { Terminated = 0, Truncated = 1, Last = 2, Reset = 3, S
 // observation leaf is not a C-contiguous array of its column's dtype and shape [E, ...], or the reward not a
 // C-contiguous native one: the caller converts them and classifies again (nothing changed). add's further
 // bits: the step is in the block (StepPut), and next_obs is kept as each env's last (NextKept).
-enum CallBits : int { AnyStart = 1, AnyLast = 2, StepPut = 4, NextKept = 8, Convert = -1 };
+enum CallBits : int { AnyStart = 1, AnyLast = 2, StepPut = 4, NextKept = 8, Convert = 16 };
 
 class StepBlockCore;
 

@@ -6,10 +6,6 @@
 
 namespace rlflow {
 
-namespace {
-constexpr int64_t kAhead = 16;
-}  // namespace
-
 int64_t DenseSet::insert(const int64_t* slots, int64_t n) {
   for (int64_t j = 0; j < n; ++j) {
     if (j + kAhead < n) {  // the slots' cells are far apart: requested ahead of use

@@ -11,6 +11,7 @@
 #include "bind.h"
 #include "gather.h"
 #include "item_records.h"
+#include "slots.h"
 #include "store_rings.h"
 #include "value_checks.h"
 
@@ -19,20 +20,13 @@ namespace rlflow {
 namespace {
 
 // A [rows, width] uint8 array as a ByteColumn.
-ByteColumn byte_column(nb::handle column, const char* what, bool read_only = true) {
+ByteColumn byte_column(nb::handle column, const char* what) {
   const int64_t rows = array_dim(column, 0), width = array_dim(column, 1);
-  auto* data = const_cast<uint8_t*>(array_at_least<uint8_t>(column, NPY_UINT8, rows * width, what, read_only));
+  auto* data = const_cast<uint8_t*>(array_at_least<uint8_t>(column, NPY_UINT8, rows * width, what, true));
   return ByteColumn{data, rows, width};
 }
 
-void check_index(const int64_t* idx, int64_t n, int64_t rows) {
-  for (int64_t i = 0; i < n; ++i) {
-    if (idx[i] < 0 || idx[i] >= rows) {
-      throw std::out_of_range("row index " + std::to_string(idx[i]) + " (entry " + std::to_string(i) +
-                              ") is outside the column's " + std::to_string(rows) + " rows");
-    }
-  }
-}
+void check_index(const int64_t* idx, int64_t n, int64_t rows) { check_indices(idx, n, rows, "row index", "column", "rows"); }
 
 // Records [B, width >= 6] int64 handed in, and their count, of windows in rings of `capacity` rows.
 ArrayIn<int64_t> records_in(nb::handle meta, int64_t capacity, int64_t* b_count, int64_t* width) {

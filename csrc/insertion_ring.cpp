@@ -8,12 +8,6 @@
 
 namespace rlflow {
 
-namespace {
-
-constexpr int64_t kAhead = 16;  // how far ahead a walk over scattered slots requests their cache lines
-
-}  // namespace
-
 InsertionRing::InsertionRing(int64_t capacity) {
   check_capacity(capacity);
   // Written in full now (not committed lazily): pushes go round the ring once per two capacities of inserts.

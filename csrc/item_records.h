@@ -11,9 +11,6 @@ namespace rlflow {
 
 enum MetaColumn : int64_t { KEY = 0, LANE = 1, START = 2, LENGTH = 3, VALID = 4, TIMES = 5, RECORD_COLUMNS = 6 };
 
-// Rows further than this ahead of the one in use are requested from memory (their cells are far apart).
-constexpr int64_t kAhead = 16;
-
 // The records of `slots` slots, `width` int64 columns each (at least RECORD_COLUMNS).
 struct Records {
   int64_t* rows = nullptr;

@@ -70,25 +70,6 @@ int64_t ItemSlots::remove(int64_t num_free, const int64_t* slots, int64_t n, boo
   return total;
 }
 
-int64_t ItemSlots::evict(int64_t num_free, int64_t lane, int64_t lo, int64_t hi, int64_t* out, int64_t* times) {
-  for (int64_t row = lo; row < hi; ++row) {  // the records are cold lines: request them all before reading any
-    const int64_t s = *cell(lane, row);
-    if (s >= 0) prefetch_write(records_.at(s));
-  }
-  int64_t m = 0;
-  for (int64_t row = lo; row < hi; ++row) {
-    int64_t* c = cell(lane, row);
-    const int64_t s = *c;
-    if (s < 0) continue;
-    *c = -1;
-    *times += records_.at(s)[TIMES];
-    records_.at(s)[KEY] = -1;
-    free_[num_free + m] = s;
-    out[m++] = s;
-  }
-  return m;
-}
-
 int64_t ItemSlots::indexed(int64_t lane, int64_t lo, int64_t hi, int64_t* out) const {
   int64_t m = 0;
   for (int64_t row = lo; row < hi; ++row) {

@@ -45,10 +45,6 @@ class ItemSlots {
   // Free live, distinct slots onto the free stack from num_free; clear their index cells. indirect[i]: the item
   // was not in its index cell. Returns the times sampled they had, summed.
   int64_t remove(int64_t num_free, const int64_t* slots, int64_t n, bool* indirect);
-  // Remove the items indexed at rows lo .. hi - 1 of `lane` (a table without overflow lists), pushing their
-  // slots on the free stack from num_free and writing them to `out` (room for hi - lo); returns how many, and
-  // adds their times sampled to *times.
-  int64_t evict(int64_t num_free, int64_t lane, int64_t lo, int64_t hi, int64_t* out, int64_t* times);
   // The slots indexed at rows lo .. hi - 1 of `lane` (empty cells skipped) into `out`; how many.
   int64_t indexed(int64_t lane, int64_t lo, int64_t hi, int64_t* out) const;
   // Store the priorities of live keys, in order (a repeated key keeps its last value); the live keys' slots

@@ -18,12 +18,7 @@ namespace rlflow {
 namespace {
 
 void check_lanes(const int64_t* lanes, int64_t n, int64_t num_lanes) {
-  for (int64_t i = 0; i < n; ++i) {
-    if (lanes[i] < 0 || lanes[i] >= num_lanes) {
-      throw std::out_of_range("lane " + std::to_string(lanes[i]) + " (item " + std::to_string(i) +
-                              ") is outside the store's " + std::to_string(num_lanes) + " lanes");
-    }
-  }
+  check_indices(lanes, n, num_lanes, "lane", "store", "lanes");
 }
 
 void check_rows(int64_t lo, int64_t hi) {
@@ -138,27 +133,6 @@ void bind_items(nb::module_& m) {
           nb::arg("num_free"), nb::arg("slots"),
           "Free live slots; (their times sampled summed, whether each was outside its index cell).")
       .def(
-          "evict",
-          [](ItemSlots& t, int64_t num_free, int64_t lane, int64_t lo, int64_t hi) {
-            check_lanes(&lane, 1, t.lanes());
-            check_rows(lo, hi);
-            NdArray out = new_numpy({hi - lo}, NPY_INT64);
-            auto* o = numpy_data<int64_t>(out);
-            const int64_t found = t.indexed(lane, lo, hi, o);
-            check_slots(o, found, t.slots(), "table", "slots");
-            if (num_free < 0 || num_free + found > t.slots()) {
-              throw std::out_of_range("evict: the items do not fit the free stack");
-            }
-            int64_t times = 0, m;
-            {
-              nb::gil_scoped_release release;
-              m = t.evict(num_free, lane, lo, hi, o, &times);
-            }
-            return std::make_tuple(first_entries(out, m), times);
-          },
-          nb::arg("num_free"), nb::arg("lane"), nb::arg("lo"), nb::arg("hi"),
-          "Remove the items indexed at rows lo .. hi - 1 of lane; (their slots, their times sampled summed).")
-      .def(
           "indexed",
           [](const ItemSlots& t, int64_t lane, int64_t lo, int64_t hi) {
             check_lanes(&lane, 1, t.lanes());
@@ -262,9 +236,9 @@ void bind_items(nb::module_& m) {
             Draws d = draws_into(slots, rows, probabilities, t.width());
             const auto uniforms = uniforms_in(uniforms_h, d.n, "uniforms");
             const int64_t size = array_size(live_h);
-            const auto given = indices_in<int64_t>(live_h, NPY_INT64, size, "live");
-            check_slots(given, size, t.lanes() * t.capacity(), "table", "slots");
-            std::vector<int64_t> live(given.get(), given.get() + size);  // the draws take retired slots out of it
+            const auto given = array_in<int64_t>(live_h, NPY_INT64, size, "live");
+            std::vector<int64_t> live(given.get(), given.get() + size);  // the core's copy: the draws change it
+            check_slots(live.data(), size, t.lanes() * t.capacity(), "table", "slots");
             {
               nb::gil_scoped_release release;
               d.n = t.draw_live(uniforms, live.data(), size, limit, d);

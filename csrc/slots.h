@@ -8,16 +8,25 @@
 
 namespace rlflow {
 
-// Throws std::out_of_range (IndexError) naming the first of slots[0 .. n) outside [0, capacity): "slot S
-// (entry J) is outside the <owner>'s <capacity> <unit>".
-inline void check_slots(const int64_t* slots, int64_t n, int64_t capacity, const char* owner, const char* unit) {
+// Throws std::out_of_range (IndexError) naming the first of values[0 .. n) outside [0, bound): "<noun> V
+// (entry J) is outside the <owner>'s <bound> <unit>".
+inline void check_indices(const int64_t* values, int64_t n, int64_t bound, const char* noun, const char* owner,
+                          const char* unit) {
   for (int64_t j = 0; j < n; ++j) {
-    if (slots[j] < 0 || slots[j] >= capacity) {
-      throw std::out_of_range("slot " + std::to_string(slots[j]) + " (entry " + std::to_string(j) + ") is outside the " +
-                              owner + "'s " + std::to_string(capacity) + " " + unit);
+    if (values[j] < 0 || values[j] >= bound) {
+      throw std::out_of_range(std::string(noun) + " " + std::to_string(values[j]) + " (entry " + std::to_string(j) +
+                              ") is outside the " + owner + "'s " + std::to_string(bound) + " " + unit);
     }
   }
 }
+
+// check_indices of slots: "slot S (entry J) is outside the <owner>'s <capacity> <unit>".
+inline void check_slots(const int64_t* slots, int64_t n, int64_t capacity, const char* owner, const char* unit) {
+  check_indices(slots, n, capacity, "slot", owner, unit);
+}
+
+// Entries further than this ahead of the one in use are requested from memory (their cells are far apart).
+constexpr int64_t kAhead = 16;
 
 // Throws std::invalid_argument (ValueError) unless capacity >= 1.
 inline void check_capacity(int64_t capacity) {

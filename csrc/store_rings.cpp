@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "arrays.h"
+#include "slots.h"
 
 namespace rlflow {
 
@@ -66,10 +67,10 @@ int64_t StoreRings::check_windows(const int64_t* lanes, const int64_t* starts, c
                                   bool cross_episodes, int64_t* valid) const {
   int64_t first_bad = -1;
   for (int64_t i = 0; i < n; ++i) {
-    if (i + 16 < n) {  // other lanes' rows are far apart: requested ahead of use
-      const int64_t ahead_lane = lanes[i + 16];
+    if (i + kAhead < n) {  // other lanes' rows are far apart: requested ahead of use
+      const int64_t ahead_lane = lanes[i + kAhead];
       if (0 <= ahead_lane && ahead_lane < lanes_) {
-        __builtin_prefetch(episode_id_ + ahead_lane * capacity_ + ring_pos(starts[i + 16], capacity_));
+        prefetch(episode_id_ + ahead_lane * capacity_ + ring_pos(starts[i + kAhead], capacity_));
       }
     }
     const int64_t lane = lanes[i], start = starts[i], length = lengths[i];

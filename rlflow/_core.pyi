@@ -98,7 +98,7 @@ CALL_ANY_START: int = 1
 
 CALL_ANY_LAST: int = 2
 
-CALL_CONVERT: int = -1
+CALL_CONVERT: int = 16
 
 CALL_PUT: int = 4
 
@@ -180,11 +180,6 @@ class ItemSlots:
     def remove(self, num_free: int, slots: object) -> tuple[int, numpy.ndarray]:
         """
         Free live slots; (their times sampled summed, whether each was outside its index cell).
-        """
-
-    def evict(self, num_free: int, lane: int, lo: int, hi: int) -> tuple[numpy.ndarray, int]:
-        """
-        Remove the items indexed at rows lo .. hi - 1 of lane; (their slots, their times sampled summed).
         """
 
     def indexed(self, lane: int, lo: int, hi: int) -> numpy.ndarray:

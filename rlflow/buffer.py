@@ -182,7 +182,7 @@ class ReplayBuffer:
             filler, s = self.adder.staging()
             bits = self._classifier.add(filler, s, obs_leaves, self._act_leaves(action), reward,
                                         self._extras_given(extras), next_leaves, terminated, truncated, self._put_flags)
-            if bits & _core.CALL_PUT and bits != _core.CALL_CONVERT:
+            if bits & _core.CALL_PUT:
                 self.adder.staged(write=e > 1)
                 if not bits & _core.CALL_KEPT:
                     self._remember(next_obs, next_leaves)

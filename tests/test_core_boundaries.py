@@ -49,7 +49,7 @@ def test_item_slots_refuse_bad_slots_lanes_and_counts_changing_nothing():
     with pytest.raises(ValueError, match="given twice"):
         core.remove(items.num_free, np.array([live[0], live[1], live[0]]))
     with pytest.raises(IndexError, match="lane 2"):
-        core.evict(items.num_free, 2, 0, 4)
+        core.indexed(2, 0, 4)
     with pytest.raises(IndexError, match="expected 0 <= lo <= hi"):
         core.indexed(0, 3, 1)
     with pytest.raises(IndexError, match="lane -1"):
@@ -202,4 +202,5 @@ def test_value_checks_refuse_what_they_cannot_read():
 
 
 def test_records_keep_the_core_layout():
+    """The record columns Python names are the core's, in the order checkpoints store them (``meta[:, :6]``)."""
     assert (KEY, LANE, START, TIMES) == (0, 1, 2, 5)

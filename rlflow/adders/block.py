@@ -291,13 +291,10 @@ class StepBlock:
         # step in one call; a part it cannot take as it is gets converted here (cast where the spec allows,
         # SpecError otherwise), written to row s, and the step is put again without it.
         final = ts.final_observation
-        act, rew, obs = self._action, self._reward, self._observation
-        # A part of one field is its value's one leaf; the filler judges it.
-        a = (actions,) if act.single else act.leaves(actions)
-        r = (ts.reward,) if rew.single else rew.leaves(ts.reward)
+        obs = self._observation
+        a, r = self._action.leaves(actions), self._reward.leaves(ts.reward)
         x = () if self._extras is None else self._extras.leaves(extras)
-        o = (ts.observation,) if obs.single else obs.leaves(ts.observation)
-        f = () if final is None else (final,) if obs.single else obs.leaves(final)
+        o, f = obs.leaves(ts.observation), () if final is None else obs.leaves(final)
         status = self._core.put(s, a, r, x, o, f, ts.first, ts.last, ts.terminated, ts.truncated)
         if status is not _OK:
             self._put_converted(status, s, actions, ts, extras, [a, r, x, o, f])

@@ -258,13 +258,8 @@ class Items(Records):
         """Remove every item starting at rows ``lo .. hi - 1`` of ``lane``; return their slots, in the order of
         the rows, items sharing a row in insertion order (so the result does not depend on which of them
         holds the row's index cell, which differs after a checkpoint restore)."""
-        if self.overflow:
-            slots = self.starting_in(lane, lo, hi)
-            self.remove(slots)
-            return slots
-        slots, times = self.core.evict(self.num_free, lane, lo, hi)
-        self.num_free += slots.size
-        self.times_total -= times
+        slots = self.starting_in(lane, lo, hi)
+        self.remove(slots)
         return slots
 
     def starting_in(self, lane: int, lo: int, hi: int) -> np.ndarray:

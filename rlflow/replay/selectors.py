@@ -204,14 +204,10 @@ class Uniform(Selector):
 
     def sample(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         if 2 * self.size >= self.capacity:
-            slots = self._pick(n)
+            slots = _core.uniform_pick(self.rng.random(2 * n), self._items, self._where, self._live, self.size)
         else:
             slots = self._items[self._below(self.size, n)]
         return slots, np.full(n, 1.0 / self.size)
-
-    def _pick(self, n: int) -> np.ndarray:
-        """``n`` draws while at least half the slots are live (the class docstring's two-uniform draw)."""
-        return _core.uniform_pick(self.rng.random(2 * n), self._items, self._where, self._live, self.size)
 
     def sequential_weights(self, slots: np.ndarray, retires: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Draw ``j`` is uniform over the items left: ``1 / (size - items retired by the draws before it)``."""
