@@ -80,6 +80,7 @@ class Case:
     nstep: int = 1  # > 1: n-step transitions (return over nstep rewards, next obs nstep steps ahead)
     gamma: float = NSTEP_GAMMA  # discount of the n-step return (unused when nstep == 1)
     facade: bool = False  # rlflow through ReplayBuffer.add / extend (the peers time their own adds as usual)
+    prioritized: bool = False  # an add case into a prioritized buffer (new items enter a sum tree)
 
     @property
     def obs_nbytes(self) -> int:
@@ -102,6 +103,10 @@ CASES: dict[str, Case] = {
     "add_one_nstep3": Case("add_one_nstep3", (17,), np.float32, 6, np.float32, 1_000_000, 1, "add", nstep=3,
                            facade=True),
     "extend": Case("extend", (17,), np.float32, 6, np.float32, 1_000_000, 256, "add", facade=True),
+    "extend_nstep3": Case("extend_nstep3", (17,), np.float32, 6, np.float32, 1_000_000, 256, "add", nstep=3,
+                          facade=True),
+    "extend_per": Case("extend_per", (17,), np.float32, 6, np.float32, 1_000_000, 256, "add", facade=True,
+                       prioritized=True),
     "sample_nstep3": Case("sample_nstep3", (17,), np.float32, 6, np.float32, 1_000_000, 256, "sample", nstep=3),
 }
 
@@ -417,6 +422,8 @@ class CpprbAdapter(_Base):
     def describe(self, case: Case) -> str:
         if case.pixel:
             return "ReplayBuffer(next_of='obs').sample"
+        if case.prioritized:
+            return "PrioritizedReplayBuffer.add(**kwargs): new items at the largest priority"
         if case.nstep > 1:
             if case.op == "add":
                 return "ReplayBuffer(Nstep).add(**kwargs): return summed at add"
@@ -454,7 +461,7 @@ class CpprbAdapter(_Base):
         cpprb = importlib.import_module("cpprb")
         pool = get_pool(case)
         nstep = case.nstep > 1
-        if case.op == "per":
+        if case.op == "per" or case.prioritized:
             self.buf = cpprb.PrioritizedReplayBuffer(case.capacity, self._env_dict(case), alpha=PER_ALPHA)
         elif case.pixel:
             self.buf = cpprb.ReplayBuffer(case.capacity, self._env_dict(case), next_of="obs")
@@ -550,9 +557,11 @@ class TorchRLAdapter(_Base):
         return None
 
     def supports(self, case: Case) -> bool:
-        return case.op != "per" or self._extension_error() is None
+        return not case.prioritized and (case.op != "per" or self._extension_error() is None)
 
     def describe(self, case: Case) -> str:
+        if case.prioritized:
+            return "not measured: the prioritized add case covers cpprb"
         if case.op == "per":
             err = self._extension_error()
             if err is not None:
@@ -700,9 +709,11 @@ class TianshouAdapter(_Base):
         return _import("tianshou.data")[1]
 
     def supports(self, case: Case) -> bool:
-        return True
+        return not case.prioritized
 
     def describe(self, case: Case) -> str:
+        if case.prioritized:
+            return "not measured: the prioritized add case covers cpprb"
         if case.pixel:
             return "ReplayBuffer(ignore_obs_next=True).sample"
         if case.op == "add":
@@ -849,10 +860,10 @@ class SB3Adapter(_Base):
     def supports(self, case: Case) -> bool:
         if case.nstep > 1:
             return self._has_nstep()
-        return case.op != "per"
+        return case.op != "per" and not case.prioritized
 
     def describe(self, case: Case) -> str:
-        if case.op == "per":
+        if case.op == "per" or case.prioritized:
             return "unsupported: Stable-Baselines3 has no prioritized replay buffer"
         if case.nstep > 1:
             if not self._has_nstep():
@@ -954,10 +965,10 @@ class FlexibuffAdapter(_Base):
         return _import("flexibuff")[1]
 
     def supports(self, case: Case) -> bool:
-        return case.op != "per" and case.nstep == 1
+        return case.op != "per" and case.nstep == 1 and not case.prioritized
 
     def describe(self, case: Case) -> str:
-        if case.op == "per":
+        if case.op == "per" or case.prioritized:
             return "unsupported: flexibuff has no prioritized replay"
         if case.nstep > 1:
             return (

@@ -48,8 +48,9 @@ class RlflowAdapter(peers._Base):
     steps of one env (``NStepTransition.add_steps`` on one lane) or one step of 256 envs (``stage``
     with one row per lane on 256 lanes: checked at once, written 64 steps at a time, the flushes inside
     the timed calls). The facade cases time the public ``ReplayBuffer`` as a user's loop calls it:
-    ``add_one`` and ``add_one_nstep3`` its ``add`` of one transition (1-step and 3-step), ``extend`` its
-    ``extend`` of 256 consecutive transitions of one env. Sample cases fill 256 lanes (32 for pixels).
+    ``add_one`` and ``add_one_nstep3`` its ``add`` of one transition (1-step and 3-step), ``extend`` and
+    ``extend_nstep3`` its ``extend`` of 256 consecutive transitions of one env, ``extend_per`` the same into a
+    prioritized buffer. Sample cases fill 256 lanes (32 for pixels).
     """
 
     name = "rlflow"
@@ -63,7 +64,8 @@ class RlflowAdapter(peers._Base):
     def describe(self, case: Case) -> str:
         n = f"NStepTransition(n={case.nstep})"
         if case.facade:
-            return "ReplayBuffer.add (one env)" if case.batch == 1 else f"ReplayBuffer.extend ({case.batch} steps)"
+            kind = "ReplayBuffer(prioritized=True)" if case.prioritized else "ReplayBuffer"
+            return f"{kind}.add (one env)" if case.batch == 1 else f"{kind}.extend ({case.batch} steps)"
         if case.op == "add":
             if self.add_layout == "stream":
                 return f"{n}.add_steps, {case.batch} steps of one lane"
@@ -142,7 +144,8 @@ class RlflowAdapter(peers._Base):
         view made for it, equal in value to the previous call's ``next_obs`` but not the same object, as a
         loop that copies or patches its observations hands them over."""
         obs, act = specs.Field(case.obs_shape, case.obs_dtype), specs.Field((case.act_dim,), case.act_dtype)
-        self.buf = ReplayBuffer(obs, act, capacity=case.capacity, n_step=case.nstep, discount=case.gamma)
+        self.buf = ReplayBuffer(obs, act, capacity=case.capacity, n_step=case.nstep, discount=case.gamma,
+                                prioritized=case.prioritized)
         self.store, self.table, self.adder = self.buf.store, self.buf.table, self.buf.adder
         self.buf.add(pool.frames[0], pool.act[0], pool.rew[0], pool.frames[1], False, False)
         self.buf.flush()

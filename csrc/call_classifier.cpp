@@ -1,6 +1,7 @@
 #include "call_classifier.h"
 
 #include <cstring>
+#include <memory>
 #include <stdexcept>
 #include <string>
 
@@ -203,7 +204,7 @@ int CallClassifier::add(StepBlockCore& block, int64_t s, PyObject* obs, PyObject
                               (bits & AnyLast) ? step.next_obs : no_final.ptr()};
   Put status;
   try {
-    status = block.put(s, 1, false, parts, step.flag_rows);
+    status = block.put(s, 1, false, parts, step.flag_rows, StepBlockCore::Sources{});
   } catch (...) {
     std::memcpy(state_, was_, envs_);
     throw;
@@ -212,6 +213,85 @@ int CallClassifier::add(StepBlockCore& block, int64_t s, PyObject* obs, PyObject
   bits |= StepPut;
   if (remember(step.next_obs)) bits |= NextKept;
   return bits;
+}
+
+StepsPut CallClassifier::extend(StepBlockCore& block, int64_t env, const StepsCall& call) const {
+  StepsPut out;
+  const int64_t t = call.t;
+  std::unique_ptr<bool[]> judged(new bool[2 * t]);
+  bool* reset = judged.get();
+  bool* starts = reset + t;
+  if (!judge_steps(env, call.obs, call.next_obs, call.reward, call.terminated, call.truncated, t, reset, starts)) {
+    return out;
+  }
+  out.judged = true;
+  out.reset.assign(reset, reset + t);
+  std::vector<int64_t> rows;  // the call's steps that are transitions (reset steps left out)
+  rows.reserve(t);
+  for (int64_t i = 0; i < t; ++i) {
+    if (!reset[i]) rows.push_back(i);
+  }
+  const int64_t m = static_cast<int64_t>(rows.size());
+  if (m == 0) return out;
+  // An episode starts at obs[i] when the classifier judged so, or right after a reset step.
+  auto begins = [&](int64_t i) { return starts[i] || (i > 0 && reset[i - 1]); };
+  std::unique_ptr<bool[]> flags(new bool[4 * m]);
+  bool* first = flags.get();
+  bool* last = first + m;
+  bool* terminated = last + m;
+  bool* truncated = terminated + m;
+  std::vector<int64_t> first_rows;  // each restart's observation: the obs of the step that begins the episode
+  for (int64_t j = 0; j < m; ++j) {
+    const int64_t i = rows[j];
+    const bool restarts = j + 1 < m && begins(rows[j + 1]);
+    // A step before a jump that did not end its episode ends it truncated; a step both terminated and
+    // truncated is terminated (the block filler keeps it so).
+    first[j] = restarts;
+    last[j] = call.terminated[i] || call.truncated[i] || restarts;
+    terminated[j] = call.terminated[i];
+    truncated[j] = last[j] && !call.terminated[i];
+    if (restarts) first_rows.push_back(rows[j + 1]);
+  }
+  out.first_step = rows[0];
+  out.last_step = rows[m - 1];
+  out.ended = last[m - 1];
+  out.starts = begins(rows[0]);
+  if (out.starts) {  // the block's steps follow from obs[first_step], where an episode starts before them
+    std::vector<const uint8_t*> start(last_.size());
+    for (std::size_t j = 0; j < last_.size(); ++j) {
+      start[j] = static_cast<const uint8_t*>(PyArray_DATA(reinterpret_cast<PyArrayObject*>(PyTuple_GET_ITEM(call.obs, j)))) +
+                 rows[0] * last_[j].row_bytes;
+    }
+    out.status = block.start_at(start);
+    if (out.status != Put::Ok) {
+      out.fault_step = rows[0];
+      out.fault_first = true;
+      return out;
+    }
+  }
+  nb::object reward = nb::steal(PyTuple_Pack(1, call.reward));
+  if (!reward.is_valid()) throw nb::python_error();
+  PyObject* const parts[5] = {call.action, reward.ptr(), call.extras, call.next_obs, call.next_obs};
+  const bool* const f[4] = {first, last, terminated, truncated};
+  StepBlockCore::Sources sources;
+  sources.rows = rows.data();
+  sources.source_rows = t;
+  if (!first_rows.empty()) {
+    sources.firsts = call.obs;
+    sources.first_rows = first_rows.data();
+    sources.first_count = t;
+  }
+  out.status = block.put_flags(0, m, true, parts, f, sources);
+  if (out.status == Put::Ok) {
+    out.steps = m;
+  } else if (out.status == Put::StackStart ||
+             (out.status == Put::Value && block.fault_part == Part::Observation && first[block.fault_step])) {
+    out.fault_step = rows[block.fault_step + 1];  // the observation that starts the next episode there
+    out.fault_first = true;
+  } else {
+    out.fault_step = rows[block.fault_step];
+  }
+  return out;
 }
 
 }  // namespace rlflow

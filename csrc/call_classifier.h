@@ -29,6 +29,35 @@ enum class CallRow : int { Terminated = 0, Truncated = 1, Last = 2, Reset = 3, S
 enum CallBits : int { AnyStart = 1, AnyLast = 2, StepPut = 4, NextKept = 8, Convert = 16 };
 
 class StepBlockCore;
+enum class Put : int;
+
+// ReplayBuffer.extend's T steps of one env: leaf tuples [T, ...] of obs and next_obs (the observation
+// columns), of the action and the extras (the block filler's parts), the reward [T, ...], and the flags [T].
+struct StepsCall {
+  PyObject* obs;
+  PyObject* action;
+  PyObject* reward;
+  PyObject* extras;
+  PyObject* next_obs;
+  const bool* terminated;
+  const bool* truncated;
+  int64_t t;
+};
+
+// What extend did. judged false: obs, next_obs or the reward are not as the classifier compares them (nothing
+// done: the caller converts them). Else `reset` holds each step's judgement (a NEXT_STEP reset step) and
+// `status` the block filler's: Ok: `steps` transitions are in the block, the call's steps first_step ..
+// last_step less its reset steps; `starts`: an episode starts at obs[first_step] before them (the caller writes
+// that start before the block); `ended`: the last one ends its episode. A fault names the call's step
+// (fault_step) and whether it is in an observation that starts an episode there (obs[fault_step]) rather than
+// in the step's own parts; the block filler's fault_part and fault_column say the rest.
+struct StepsPut {
+  bool judged = false;
+  Put status{};
+  bool starts = false, ended = false, fault_first = false;
+  int64_t steps = 0, first_step = -1, last_step = -1, fault_step = -1;
+  std::vector<bool> reset;
+};
 
 // What add() puts a step of: the leaf tuples of the action, the extras and next_obs (the step's observation),
 // the reward as classify reads it, and the views of the classifier's Reset, Last, Terminated and Truncated
@@ -77,6 +106,11 @@ class CallClassifier {
   int64_t envs() const { return envs_; }
   bool judge_steps(int64_t env, PyObject* obs, PyObject* next_obs, PyObject* reward, const bool* terminated,
                    const bool* truncated, int64_t t, bool* reset, bool* starts) const;
+  // extend's T steps of env `env`, judged as judge_steps judges them and put into one-lane `block` (empty,
+  // started at the env's open row): the reset steps are left out, an episode starts at the obs of each step
+  // that starts one (the step before it ends its episode there, truncated where it did not end), read in place
+  // from the call's arrays; nothing is written to the store and the env's state is unchanged.
+  StepsPut extend(StepBlockCore& block, int64_t env, const StepsCall& call) const;
 
  private:
   bool fits(PyObject* leaf, const LastColumn& c) const;

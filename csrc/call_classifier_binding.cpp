@@ -2,6 +2,7 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <optional>
 #include <tuple>
 
@@ -62,27 +63,47 @@ void bind_call_classifier(nb::module_& m) {
           "classify, then put a step that goes on into the block at row s and keep next_obs; the bits "
           "(CALL_PUT: put, CALL_KEPT: kept).")
       .def(
-          "judge_steps",
-          [](const CallClassifier& self, int64_t env, nb::handle obs, nb::handle next_obs, nb::handle reward,
-             nb::handle terminated, nb::handle truncated) -> std::optional<std::tuple<NdArray, NdArray>> {
+          "extend",
+          [](const CallClassifier& self, StepBlockCore& block, int64_t env, nb::handle obs, nb::handle action,
+             nb::handle reward, nb::handle extras, nb::handle next_obs, nb::handle terminated,
+             nb::handle truncated) {
             if (env < 0 || env >= self.envs()) {
-              throw std::out_of_range("judge_steps: env " + std::to_string(env) + " is outside the " +
+              throw std::out_of_range("extend: env " + std::to_string(env) + " is outside the " +
                                       std::to_string(self.envs()) + " envs");
             }
             const int64_t t = array_size(terminated);
+            if (t < 1) throw std::invalid_argument("extend: expected at least one step");
             const auto term = array_in<bool>(terminated, NPY_BOOL, t, "terminated");
             const auto trunc = array_in<bool>(truncated, NPY_BOOL, t, "truncated");
-            NdArray reset = new_numpy({t}, NPY_BOOL), starts = new_numpy({t}, NPY_BOOL);
-            if (!self.judge_steps(env, obs.ptr(), next_obs.ptr(), reward.ptr(), term, trunc, t,
-                                  numpy_data<bool>(reset), numpy_data<bool>(starts))) {
-              return std::nullopt;
-            }
-            return std::make_tuple(reset, starts);
+            const StepsCall call{obs.ptr(), action.ptr(), reward.ptr(), extras.ptr(), next_obs.ptr(), term, trunc, t};
+            return self.extend(block, env, call);
           },
-          nb::arg("env"), nb::arg("obs"), nb::arg("next_obs"), nb::arg("reward").none(), nb::arg("terminated"),
-          nb::arg("truncated"),
-          "Judge T consecutive calls of one env (changing nothing): per step, whether it is a reset step and "
-          "whether an episode starts at its obs; None where a leaf or the reward is to be converted.");
+          nb::arg("block"), nb::arg("env"), nb::arg("obs"), nb::arg("action"), nb::arg("reward").none(),
+          nb::arg("extras"), nb::arg("next_obs"), nb::arg("terminated"), nb::arg("truncated"),
+          "ReplayBuffer.extend's T steps of one env (leaf tuples [T, ...]; the reward an array [T, ...]; the flags "
+          "bool [T]), judged as add judges its calls and put into the one-lane block, nothing written (see "
+          "StepsPut).");
+  nb::class_<StepsPut>(m, "StepsPut", "What CallClassifier.extend did.")
+      .def_ro("judged", &StepsPut::judged,
+              "False: obs, next_obs or the reward are not as the classifier compares them; nothing was done.")
+      .def_ro("status", &StepsPut::status, "The block filler's status (OK: the steps are in the block).")
+      .def_ro("starts", &StepsPut::starts, "An episode starts at obs[first_step], before the steps.")
+      .def_ro("ended", &StepsPut::ended, "The last step put ends its episode.")
+      .def_ro("steps", &StepsPut::steps, "The steps put (the call's, less its reset steps).")
+      .def_ro("first_step", &StepsPut::first_step, "The call's step of the first step put.")
+      .def_ro("last_step", &StepsPut::last_step, "The call's step of the last step put.")
+      .def_ro("fault_step", &StepsPut::fault_step, "The call's step of a fault.")
+      .def_ro("fault_first", &StepsPut::fault_first,
+              "The fault is in obs[fault_step], an observation that starts an episode.")
+      .def_prop_ro(
+          "reset",
+          [](const StepsPut& p) -> std::optional<NdArray> {
+            if (std::find(p.reset.begin(), p.reset.end(), true) == p.reset.end()) return std::nullopt;
+            NdArray out = new_numpy({static_cast<npy_intp>(p.reset.size())}, NPY_BOOL);
+            std::copy(p.reset.begin(), p.reset.end(), numpy_data<bool>(out));
+            return out;
+          },
+          "Per step of the call, a NEXT_STEP reset step (left out); None when there is none.");
 }
 
 }  // namespace rlflow

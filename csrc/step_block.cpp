@@ -1,5 +1,6 @@
 #include "step_block.h"
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -128,7 +129,7 @@ const bool* StepBlockCore::step_flags(PyObject* flags, int64_t count, bool stepp
   return flags_of(flags, count, lanes_, stepped);
 }
 
-bool StepBlockCore::resolve(Part part, PyObject* leaves, int64_t count, bool stepped, Source& src) {
+bool StepBlockCore::resolve(Part part, PyObject* leaves, int64_t rows, bool stepped, Source& src) {
   src.resolved = true;
   src.written = leaves == Py_None;  // converted, written and checked by the caller
   if (src.written) return true;
@@ -139,7 +140,7 @@ bool StepBlockCore::resolve(Part part, PyObject* leaves, int64_t count, bool ste
   src.data.assign(cols.size(), nullptr);
   for (std::size_t j = 0; j < cols.size(); ++j) {
     PyObject* leaf = PyTuple_GET_ITEM(leaves, j);
-    if (!(stepped ? fits_steps(leaf, cols[j], count, lanes_) : fits(leaf, cols[j], lanes_))) {
+    if (!(stepped ? fits_steps(leaf, cols[j], rows, lanes_) : fits(leaf, cols[j], lanes_))) {
       fault_column = static_cast<int>(j);
       return false;
     }
@@ -154,7 +155,8 @@ void StepBlockCore::copy_rows(Part part, const Source& src, int64_t s, int64_t i
   for (std::size_t j = 0; j < cols.size(); ++j) {
     const BlockColumn& c = cols[j];
     if (c.row_bytes == 0) continue;
-    const uint8_t* from = src.data[j] + i * lanes_ * c.row_bytes;
+    const int64_t r = src.rows != nullptr ? src.rows[i] : i;
+    const uint8_t* from = src.data[j] + r * lanes_ * c.row_bytes;
     uint8_t* dst = c.row(s, lanes_);
     if (only_lanes == nullptr) {
       std::memcpy(dst, from, lanes_ * c.row_bytes);
@@ -164,24 +166,6 @@ void StepBlockCore::copy_rows(Part part, const Source& src, int64_t s, int64_t i
       if (only_lanes[e]) std::memcpy(dst + e * c.row_bytes, from + e * c.row_bytes, c.row_bytes);
     }
   }
-}
-
-bool StepBlockCore::value_fault(Part part, int64_t s, const bool* only_lanes) {
-  const auto& cols = parts_[static_cast<int>(part)];
-  for (std::size_t j = 0; j < cols.size(); ++j) {
-    const BlockColumn& c = cols[j];
-    if (c.check == ValueCheck::None) continue;
-    const uint8_t* row = c.row(s, lanes_);
-    for (int64_t e = 0; e < lanes_; ++e) {
-      if ((only_lanes == nullptr || only_lanes[e]) && row_fault(c, row + e * c.row_bytes)) {
-        fault_part = part;
-        fault_column = static_cast<int>(j);
-        fault_lane = e;
-        return true;
-      }
-    }
-  }
-  return false;
 }
 
 void StepBlockCore::zero_inactive(int64_t s) {
@@ -232,117 +216,300 @@ Put StepBlockCore::stack_fault(int64_t s, const bool* first, const bool* last, b
   return Put::Ok;
 }
 
-Put StepBlockCore::put(int64_t s, int64_t count, bool stepped, PyObject* const parts[5], PyObject* const flags[4]) {
+bool StepBlockCore::resolve_firsts(const Sources& sources, const bool* first, int64_t count, Firsts& out) const {
+  const auto& cols = parts_[static_cast<int>(Part::Observation)];
+  PyObject* leaves = sources.firsts;
+  if (!PyTuple_Check(leaves) || PyTuple_GET_SIZE(leaves) != static_cast<Py_ssize_t>(cols.size())) return false;
+  const int64_t k = std::count(first, first + count * lanes_, true);
+  const int64_t n = sources.first_rows != nullptr ? sources.first_count : k;
+  for (int64_t j = 0; sources.first_rows != nullptr && j < k; ++j) {
+    if (sources.first_rows[j] < 0 || sources.first_rows[j] >= n) return false;
+  }
+  out.data.assign(cols.size(), nullptr);
+  out.rows = sources.first_rows;
+  for (std::size_t j = 0; j < cols.size(); ++j) {
+    PyObject* leaf = PyTuple_GET_ITEM(leaves, j);
+    if (!has_layout(leaf, cols[j].descr, {n}, cols[j].shape)) return false;
+    out.data[j] = static_cast<const uint8_t*>(PyArray_DATA(reinterpret_cast<PyArrayObject*>(leaf)));
+  }
+  return true;
+}
+
+void StepBlockCore::put_firsts(int64_t s, const bool* first, Firsts& firsts) {
+  if (firsts.data.empty()) return;
+  const auto& cols = parts_[static_cast<int>(Part::Observation)];
+  for (int64_t e = 0; e < lanes_; ++e) {
+    if (!first[e]) continue;
+    const int64_t r = firsts.rows != nullptr ? firsts.rows[firsts.next] : firsts.next;
+    for (std::size_t j = 0; j < cols.size(); ++j) {
+      const BlockColumn& c = cols[j];
+      if (c.row_bytes) std::memcpy(c.row(s, lanes_) + e * c.row_bytes, firsts.data[j] + r * c.row_bytes, c.row_bytes);
+    }
+    ++firsts.next;
+  }
+}
+
+Put StepBlockCore::start_at(const std::vector<const uint8_t*>& rows) {
+  const auto& cols = parts_[static_cast<int>(Part::Observation)];
+  if (lanes_ != 1 || rows.size() != cols.size()) {
+    throw std::invalid_argument("start_at: expected a one-lane block and one row per observation column");
+  }
+  fault_part = Part::Observation;
+  fault_lane = 0;
+  for (std::size_t j = 0; j < cols.size(); ++j) {
+    fault_column = static_cast<int>(j);
+    if (row_fault(cols[j], rows[j])) return Put::Value;
+  }
+  for (const StackColumn& sc : stacks_) {
+    const BlockColumn& c = cols[sc.column];
+    const int64_t w = c.row_bytes / sc.frames, kept = (sc.frames - 1) * w;
+    fault_column = sc.column;
+    for (int64_t f = 0; f + 1 < sc.frames; ++f) {
+      if (differ(rows[sc.column] + f * w, rows[sc.column] + kept, w)) return Put::StackStart;
+    }
+  }
+  fault_lane = -1;
+  fault_column = -1;
+  is_open_[0] = true;
+  for (const StackColumn& sc : stacks_) std::memcpy(sc.open, rows[sc.column], cols[sc.column].row_bytes);
+  if (active_ != nullptr) std::memcpy(active_, rows[active_column_], agents_);
+  return Put::Ok;
+}
+
+Put StepBlockCore::put(int64_t s, int64_t count, bool stepped, PyObject* const parts[5], PyObject* const flags[4],
+                       const Sources& sources) {
+  const bool* f[4];
+  for (int k = 0; k < 4; ++k) {
+    f[k] = step_flags(flags[k], count, stepped);
+    if (f[k] == nullptr) {
+      fault_step = s;
+      fault_lane = -1;
+      fault_column = -1;
+      return Put::Flags;
+    }
+  }
+  return put_flags(s, count, stepped, parts, f, sources);
+}
+
+Put StepBlockCore::put_flags(int64_t s, int64_t count, bool stepped, PyObject* const parts[5],
+                             const bool* const flags[4], const Sources& sources) {
   if (count < 1 || count > steps_ || s < 0 || s > steps_ - count) {
     throw std::out_of_range("put: steps " + std::to_string(s) + ".." + std::to_string(s + count) +
                             " outside the block's " + std::to_string(steps_));
   }
+  const int64_t source_rows = sources.source_rows > 0 ? sources.source_rows : count;
+  if (sources.rows != nullptr) {
+    if (!stepped) throw std::invalid_argument("put: source rows are for stepped puts");
+    for (int64_t i = 0; i < count; ++i) {
+      if (sources.rows[i] < 0 || sources.rows[i] >= source_rows) {
+        throw std::out_of_range("put: source row " + std::to_string(sources.rows[i]) + " outside the " +
+                                std::to_string(source_rows) + " rows");
+      }
+    }
+  } else if (source_rows != count) {
+    throw std::invalid_argument("put: sources of other than `count` rows need their rows");
+  }
   fault_lane = -1;
   fault_column = -1;
   fault_step = s;
-  const bool* f[4];
-  for (int k = 0; k < 4; ++k) {
-    f[k] = step_flags(flags[k], count, stepped);
-    if (f[k] == nullptr) return Put::Flags;
-  }
   Source src[5];
-  // The parts an action fills in come first: a step whose values need converting is converted before its
-  // flags are judged.
+  for (Source& one : src) one.rows = sources.rows;
   for (Part p : {Part::Action, Part::Reward, Part::Extras}) {
-    if (!resolve(p, parts[static_cast<int>(p)], count, stepped, src[static_cast<int>(p)])) return Put::Convert;
+    if (!resolve(p, parts[static_cast<int>(p)], source_rows, stepped, src[static_cast<int>(p)])) return Put::Convert;
   }
-  // The lanes' states before the steps, restored if a later one fails.
-  const std::vector<bool> is_open(is_open_, is_open_ + lanes_);
-  const std::vector<bool> active(active_, active_ + (active_ != nullptr ? lanes_ * agents_ : 0));
-  std::vector<std::vector<uint8_t>> open_stacks;
-  if (count > 1) {
-    for (const StackColumn& sc : stacks_) {
-      const int64_t bytes = lanes_ * parts_[static_cast<int>(Part::Observation)][sc.column].row_bytes;
-      open_stacks.emplace_back(sc.open, sc.open + bytes);
-    }
+  const bool *first = flags[0], *last = flags[1], *terminated = flags[2], *truncated = flags[3];
+  Firsts first_rows;
+  if (sources.firsts != nullptr && sources.firsts != Py_None && !resolve_firsts(sources, first, count, first_rows)) {
+    throw std::invalid_argument("put: firsts must be a tuple of observation leaves of the columns' dtypes and "
+                                "shapes, one row per first flag (or rows of it within its rows)");
   }
-  for (int64_t i = 0; i < count; ++i) {
-    const bool* step[4];
-    for (int k = 0; k < 4; ++k) step[k] = f[k] + i * lanes_;
-    const Put r = put_step(s + i, i, src, parts, step, count, stepped);
-    if (r == Put::Ok) continue;
-    fault_step = s + i;
-    if (i > 0) {  // the steps before it are taken back
-      std::copy(is_open.begin(), is_open.end(), is_open_);
-      if (active_ != nullptr) std::copy(active.begin(), active.end(), active_);
-      for (std::size_t k = 0; k < open_stacks.size(); ++k) {
-        std::copy(open_stacks[k].begin(), open_stacks[k].end(), stacks_[k].open);
-      }
-    }
-    return r;
-  }
-  return Put::Ok;
-}
 
-Put StepBlockCore::put_step(int64_t s, int64_t i, Source src[5], PyObject* const parts[5], const bool* const f[4],
-                            int64_t count, bool stepped) {
-  const bool *first = f[0], *last = f[1], *terminated = f[2], *truncated = f[3];
-  for (Part p : {Part::Action, Part::Reward, Part::Extras}) copy_rows(p, src[static_cast<int>(p)], s, i, nullptr);
-  bool needs_obs = false, needs_final = false;
-  for (int64_t e = 0; e < lanes_; ++e) {
-    fault_lane = e;
-    if (last[e] != (terminated[e] || truncated[e])) return Put::LastMismatch;
-    if (is_open_[e]) {
-      if (first[e] && !last[e]) return Put::StartsInEpisode;
-    } else if (!first[e]) {
-      return Put::NoEpisode;
-    } else if (last[e]) {
-      return Put::EndsNoEpisode;
+  // 1. The flags, step by step: each lane's must follow from its state. The steps before the first that does
+  // not (n of them) are copied and checked further.
+  std::vector<uint8_t> open(is_open_, is_open_ + lanes_), needs_obs(count, 0), needs_final(count, 0);
+  int64_t n = count;
+  Put flow = Put::Ok;
+  int64_t flow_lane = -1;
+  for (int64_t i = 0; i < count && flow == Put::Ok; ++i) {
+    const int64_t at = i * lanes_;
+    for (int64_t e = 0; e < lanes_; ++e) {
+      const bool fi = first[at + e], la = last[at + e];
+      if (la != (terminated[at + e] || truncated[at + e])) {
+        flow = Put::LastMismatch;
+      } else if (open[e]) {
+        if (fi && !la) flow = Put::StartsInEpisode;
+      } else if (!fi) {
+        flow = Put::NoEpisode;
+      } else if (la) {
+        flow = Put::EndsNoEpisode;
+      }
+      if (flow != Put::Ok) {
+        n = i;
+        flow_lane = e;
+        break;
+      }
+      needs_final[i] = needs_final[i] || la;
+      needs_obs[i] = needs_obs[i] || fi || !la;
     }
-    needs_final = needs_final || last[e];
-    needs_obs = needs_obs || first[e] || !last[e];
+    if (flow != Put::Ok) break;
+    for (int64_t e = 0; e < lanes_; ++e) open[e] = (open[e] && !last[at + e]) || first[at + e];
   }
-  fault_lane = -1;
-  if (active_ != nullptr && !src[static_cast<int>(Part::Action)].written) zero_inactive(s);
-  for (Part p : {Part::Action, Part::Reward, Part::Extras}) {
-    if (!src[static_cast<int>(p)].written && value_fault(p, s, nullptr)) return Put::Value;
-  }
+  const int64_t obs_at = std::find(needs_obs.begin(), needs_obs.begin() + n, 1) - needs_obs.begin();
+  const int64_t final_at = std::find(needs_final.begin(), needs_final.begin() + n, 1) - needs_final.begin();
   Source& obs = src[static_cast<int>(Part::Observation)];
-  if (needs_obs) {
-    if (!obs.resolved && !resolve(Part::Observation, parts[static_cast<int>(Part::Observation)], count, stepped, obs)) {
-      return Put::Convert;
-    }
-    copy_rows(Part::Observation, obs, s, i, nullptr);
-    if (!obs.written && value_fault(Part::Observation, s, nullptr)) return Put::Value;
-  }
   Source& fin = src[static_cast<int>(Part::Final)];
-  if (needs_final) {
+  if (obs_at < n && !resolve(Part::Observation, parts[static_cast<int>(Part::Observation)], source_rows, stepped, obs)) {
+    fault_step = s + obs_at;
+    return Put::Convert;
+  }
+  if (final_at < n) {
     PyObject* leaves = parts[static_cast<int>(Part::Final)];
     if (leaves != Py_None && PyTuple_Check(leaves) && PyTuple_GET_SIZE(leaves) == 0 &&
         !parts_[static_cast<int>(Part::Final)].empty()) {
+      fault_step = s + final_at;
       return Put::FinalMissing;
     }
-    if (!fin.resolved && !resolve(Part::Final, leaves, count, stepped, fin)) return Put::Convert;
-    copy_rows(Part::Final, fin, s, i, last);
-    if (!fin.written && value_fault(Part::Final, s, last)) return Put::Value;
-  }
-  if (!stacks_.empty()) {
-    const Put stack = stack_fault(s, first, last, needs_final);
-    if (stack != Put::Ok) return stack;
-  }
-  // The step is good: its flags and the lanes' new states.
-  const int64_t at = s * lanes_;
-  for (int64_t e = 0; e < lanes_; ++e) {
-    first_[at + e] = first[e];
-    terminated_[at + e] = terminated[e];
-    truncated_[at + e] = truncated[e] && !terminated[e];  // a step both terminated and truncated is terminated
-    is_open_[e] = (is_open_[e] && !last[e]) || first[e];
-    if (!first[e] && last[e]) continue;  // no new open row
-    if (active_ != nullptr) {
-      const BlockColumn& c = parts_[static_cast<int>(Part::Observation)][active_column_];
-      std::memcpy(active_ + e * agents_, c.row(s, lanes_) + e * c.row_bytes, agents_);
-    }
-    for (const StackColumn& sc : stacks_) {
-      const BlockColumn& c = parts_[static_cast<int>(Part::Observation)][sc.column];
-      std::memcpy(sc.open + e * c.row_bytes, c.row(s, lanes_) + e * c.row_bytes, c.row_bytes);
+    if (!resolve(Part::Final, leaves, source_rows, stepped, fin)) {
+      fault_step = s + final_at;
+      return Put::Convert;
     }
   }
+
+  // 2. The rows of steps 0 .. n-1: what an action fills in, the observations of the steps that need them (the
+  // first observations of the lanes that start an episode from `firsts`), the final observations of the lanes
+  // that end one.
+  for (Part p : {Part::Action, Part::Reward, Part::Extras}) copy_steps(p, src[static_cast<int>(p)], s, n, nullptr);
+  if (obs_at < n) {
+    copy_steps(Part::Observation, obs, s, n, needs_obs.data());
+    for (int64_t i = 0; i < n; ++i) put_firsts(s + i, first + i * lanes_, first_rows);
+  }
+  if (final_at < n) {
+    for (int64_t i = final_at; i < n; ++i) {
+      if (needs_final[i]) copy_rows(Part::Final, fin, s + i, i, last + i * lanes_);
+    }
+  }
+  // Multi-agent rows: an agent not active at its open row takes no action there (zeroed before the checks); the
+  // flags at each lane's open row follow the rows the steps open.
+  const std::vector<uint8_t> active_before(active_, active_ + (active_ != nullptr ? lanes_ * agents_ : 0));
+  if (active_ != nullptr) {
+    const BlockColumn& flags_column = parts_[static_cast<int>(Part::Observation)][active_column_];
+    for (int64_t i = 0; i < n; ++i) {
+      if (!src[static_cast<int>(Part::Action)].written) zero_inactive(s + i);
+      for (int64_t e = 0; e < lanes_; ++e) {
+        const int64_t at = i * lanes_ + e;
+        if (first[at] || !last[at]) {
+          std::memcpy(active_ + e * agents_, flags_column.row(s + i, lanes_) + e * flags_column.row_bytes, agents_);
+        }
+      }
+    }
+  }
+
+  // 3. The values, part by part: the first fault in step order (within a step, in part, column, lane order).
+  Fault found{n, Put::Ok, Part::Action, -1, -1};
+  for (Part p : {Part::Action, Part::Reward, Part::Extras}) {
+    if (!src[static_cast<int>(p)].written) first_value_fault(p, s, n, nullptr, nullptr, found);
+  }
+  if (obs_at < n) {
+    if (!obs.written) {
+      first_value_fault(Part::Observation, s, n, needs_obs.data(), nullptr, found);
+    } else if (!first_rows.data.empty()) {  // the first observations put over rows the caller wrote
+      first_value_fault(Part::Observation, s, n, needs_obs.data(), first, found);
+    }
+  }
+  if (final_at < n && !fin.written) first_value_fault(Part::Final, s, n, needs_final.data(), last, found);
+
+  // 4. Frame stacks, step by step up to the first value fault: each row continues its lane's open stack, and
+  // an episode's first stack is its first frame repeated.
+  std::vector<std::vector<uint8_t>> stacks_before;
+  for (const StackColumn& sc : stacks_) {
+    const int64_t bytes = lanes_ * parts_[static_cast<int>(Part::Observation)][sc.column].row_bytes;
+    stacks_before.emplace_back(sc.open, sc.open + bytes);
+  }
+  for (int64_t i = 0; !stacks_.empty() && i < found.step; ++i) {
+    const bool* fi = first + i * lanes_;
+    const bool* la = last + i * lanes_;
+    const Put r = stack_fault(s + i, fi, la, needs_final[i] != 0);
+    if (r != Put::Ok) {
+      found = Fault{i, r, fault_part, fault_column, fault_lane};
+      break;
+    }
+    for (int64_t e = 0; e < lanes_; ++e) {
+      if (!fi[e] && la[e]) continue;  // no new open row
+      for (const StackColumn& sc : stacks_) {
+        const BlockColumn& c = parts_[static_cast<int>(Part::Observation)][sc.column];
+        std::memcpy(sc.open + e * c.row_bytes, c.row(s + i, lanes_) + e * c.row_bytes, c.row_bytes);
+      }
+    }
+  }
+  if (found.status == Put::Ok && flow != Put::Ok) found = Fault{n, flow, Part::Action, -1, flow_lane};
+  if (found.status != Put::Ok) {  // nothing changes: the lanes' states as they were before step s
+    if (active_ != nullptr) std::copy(active_before.begin(), active_before.end(), active_);
+    for (std::size_t k = 0; k < stacks_.size(); ++k) {
+      std::copy(stacks_before[k].begin(), stacks_before[k].end(), stacks_[k].open);
+    }
+    fault_step = s + found.step;
+    fault_part = found.part;
+    fault_column = found.column;
+    fault_lane = found.lane;
+    return found.status;
+  }
+
+  // 5. The steps are good: their flags and the lanes' new states.
+  for (int64_t i = 0; i < count * lanes_; ++i) {
+    first_[s * lanes_ + i] = first[i];
+    terminated_[s * lanes_ + i] = terminated[i];
+    truncated_[s * lanes_ + i] = truncated[i] && !terminated[i];  // a step both terminated and truncated is terminated
+  }
+  std::copy(open.begin(), open.end(), is_open_);
+  fault_lane = -1;
+  fault_column = -1;
   return Put::Ok;
+}
+
+void StepBlockCore::copy_steps(Part part, const Source& src, int64_t s, int64_t n, const uint8_t* want) {
+  if (src.written || n <= 0) return;
+  const auto& cols = parts_[static_cast<int>(part)];
+  if (src.rows == nullptr && want == nullptr) {  // the steps' rows follow each other in the source and the block
+    for (std::size_t j = 0; j < cols.size(); ++j) {
+      const BlockColumn& c = cols[j];
+      if (c.row_bytes) std::memcpy(c.row(s, lanes_), src.data[j], n * lanes_ * c.row_bytes);
+    }
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    if (want == nullptr || want[i]) copy_rows(part, src, s + i, i, nullptr);
+  }
+}
+
+void StepBlockCore::first_value_fault(Part part, int64_t s, int64_t n, const uint8_t* want, const bool* only_lanes,
+                                      Fault& found) const {
+  const auto& cols = parts_[static_cast<int>(part)];
+  for (std::size_t j = 0; j < cols.size(); ++j) {
+    const BlockColumn& c = cols[j];
+    if (c.check == ValueCheck::None || c.row_bytes == 0) continue;
+    const int64_t per_row = c.row_bytes / c.itemsize;
+    const int64_t end = std::min(n, found.step + 1);  // a fault after the one found changes nothing
+    const bool every_row = only_lanes == nullptr && (want == nullptr || std::all_of(want, want + end, [](uint8_t w) {
+                                                       return w != 0;
+                                                     }));
+    if (every_row && !values_fail(c.row(s, lanes_), end * lanes_ * per_row, c.kind, c.itemsize, c.check, c.low,
+                                  c.high)) {
+      continue;  // every value of the steps passes
+    }
+    for (int64_t i = 0; i < end; ++i) {
+      if (want != nullptr && !want[i]) continue;
+      const uint8_t* row = c.row(s + i, lanes_);
+      for (int64_t e = 0; e < lanes_; ++e) {
+        if (only_lanes != nullptr && !only_lanes[i * lanes_ + e]) continue;
+        if (values_fail(row + e * c.row_bytes, per_row, c.kind, c.itemsize, c.check, c.low, c.high) &&
+            i < found.step) {
+          found = Fault{i, Put::Value, part, static_cast<int>(j), e};
+        }
+        if (found.step == i) break;
+      }
+      if (found.step <= i) break;
+    }
+  }
 }
 
 }  // namespace rlflow

@@ -84,10 +84,32 @@ class StepBlockCore {
   // at each lane's open row; the action columns `zeroed` ([E, A, ...]) get zeros for the agents not active.
   void set_agents(int column, nanobind::handle active, std::vector<int> zeroed);
 
+  // Where a stepped put reads: step i reads row rows[i] of its part leaves (rows nullptr: row i), which hold
+  // `source_rows` rows (0: count); the lanes that start an episode take their observation from `firsts`
+  // (nullptr: from the observation part), a tuple of observation leaves of the columns' dtypes and shapes,
+  // checked by the caller: the j-th first flag (step then lane order) reads row first_rows[j] of it (first_rows
+  // nullptr: row j), of its `first_count` rows (0: one per first flag).
+  struct Sources {
+    const int64_t* rows = nullptr;
+    int64_t source_rows = 0;
+    PyObject* firsts = nullptr;
+    const int64_t* first_rows = nullptr;
+    int64_t first_count = 0;
+  };
+
   // Check `count` steps from s and put them (one leaf tuple per part, each leaf [E, ...] for one step, or with
-  // `stepped` [count, E, ...] (one lane: [count, ...]); None: the part's rows are written and checked already; the
-  // flags likewise). A step that fails leaves the lanes' states as they were before step s.
-  Put put(int64_t s, int64_t count, bool stepped, PyObject* const parts[5], PyObject* const flags[4]);
+  // `stepped` [count, E, ...] (one lane: [count, ...]); None: the part's rows are written and checked already;
+  // the flags: bool arrays [E], or stepped [count, E] (one lane: [count])). A step that fails leaves the lanes'
+  // states as they were before step s.
+  Put put(int64_t s, int64_t count, bool stepped, PyObject* const parts[5], PyObject* const flags[4],
+          const Sources& sources);
+  // The same with the flags given as `count * E` bools each (first, last, terminated, truncated).
+  Put put_flags(int64_t s, int64_t count, bool stepped, PyObject* const parts[5], const bool* const flags[4],
+                const Sources& sources);
+  // The lanes' open rows are observation `rows` (one pointer per observation column, one lane's row each) of a
+  // one-lane block: an episode starts there before the block's steps. Value faults and a frame stack that is
+  // not its first frame repeated (StackStart) are faults of the observation part, nothing changed.
+  Put start_at(const std::vector<const uint8_t*>& rows);
 
   int64_t fault_step = -1;
   int64_t fault_lane = -1;
@@ -98,13 +120,31 @@ class StepBlockCore {
   struct Source {  // a part's leaves: each column's first row (a step's rows follow each other), or written
     bool resolved = false, written = false;
     std::vector<const uint8_t*> data;
+    const int64_t* rows = nullptr;  // step i reads row rows[i] (nullptr: row i)
   };
+  struct Firsts {  // where the lanes that start an episode take their observation (put's sources.firsts)
+    std::vector<const uint8_t*> data;
+    const int64_t* rows = nullptr;
+    int64_t next = 0;
+  };
+  bool resolve_firsts(const Sources& sources, const bool* first, int64_t count, Firsts& out) const;
+  void put_firsts(int64_t s, const bool* first, Firsts& firsts);
   const bool* step_flags(PyObject* flags, int64_t count, bool stepped) const;
-  bool resolve(Part part, PyObject* leaves, int64_t count, bool stepped, Source& src);
+  bool resolve(Part part, PyObject* leaves, int64_t rows, bool stepped, Source& src);
   void copy_rows(Part part, const Source& src, int64_t s, int64_t i, const bool* only_lanes);
-  Put put_step(int64_t s, int64_t i, Source src[5], PyObject* const parts[5], const bool* const f[4], int64_t count,
-               bool stepped);
-  bool value_fault(Part part, int64_t s, const bool* only_lanes);
+  struct Fault {  // a fault a pass over a put's steps found: its step (in the put), what, and where
+    int64_t step;
+    Put status;
+    Part part;
+    int column;
+    int64_t lane;
+  };
+  // Copy part `part` of the put's steps 0 .. n-1 to block rows s .. s+n-1 (the steps where want[i], when given).
+  void copy_steps(Part part, const Source& src, int64_t s, int64_t n, const uint8_t* want);
+  // The first value fault of part `part` in block rows s .. s+n-1 (the steps where want[i], the lanes where
+  // only_lanes[i * E + e], when given) that comes before `found` (an earlier step), into `found`.
+  void first_value_fault(Part part, int64_t s, int64_t n, const uint8_t* want, const bool* only_lanes,
+                         Fault& found) const;
   Put stack_fault(int64_t s, const bool* first, const bool* last, bool final_given);
   void zero_inactive(int64_t s);
 

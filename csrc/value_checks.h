@@ -15,14 +15,19 @@ enum class ValueCheck : int { None = 0, Finite = 1, Bounds = 2 };
 
 namespace detail {
 
-template <class T>
+// Whether any of n floats (T: float or double, read as their bits U) is NaN or infinite: all exponent bits set.
+// Branch-free over the values, so that the compiler vectorises it.
+template <class T, class U>
 bool not_finite(const uint8_t* values, int64_t n) {
+  static_assert(sizeof(T) == sizeof(U), "bits of the float's size");
+  constexpr U exponent = sizeof(T) == 4 ? static_cast<U>(0x7F800000u) : static_cast<U>(0x7FF0000000000000ull);
+  U bad = 0;
   for (int64_t i = 0; i < n; ++i) {
-    T v;
-    std::memcpy(&v, values + i * sizeof(T), sizeof(T));
-    if (!std::isfinite(v)) return true;
+    U bits;
+    std::memcpy(&bits, values + i * sizeof(T), sizeof(T));
+    bad |= static_cast<U>((bits & exponent) == exponent);
   }
-  return false;
+  return bad != 0;
 }
 
 template <class T>
@@ -55,7 +60,7 @@ inline bool checkable(ValueCheck check, char kind, int64_t itemsize) {
 inline bool values_fail(const uint8_t* values, int64_t n, char kind, int64_t itemsize, ValueCheck check,
                         double low, double high) {
   if (check == ValueCheck::Finite) {
-    return itemsize == 8 ? detail::not_finite<double>(values, n) : detail::not_finite<float>(values, n);
+    return itemsize == 8 ? detail::not_finite<double, uint64_t>(values, n) : detail::not_finite<float, uint32_t>(values, n);
   }
   if (check == ValueCheck::Bounds) {
     const bool s = kind == 'i';

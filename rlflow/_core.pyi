@@ -124,9 +124,58 @@ class CallClassifier:
         classify, then put a step that goes on into the block at row s and keep next_obs; the bits (CALL_PUT: put, CALL_KEPT: kept).
         """
 
-    def judge_steps(self, env: int, obs: object, next_obs: object, reward: object | None, terminated: object, truncated: object) -> tuple[numpy.ndarray, numpy.ndarray] | None:
+    def extend(self, block: StepBlockCore, env: int, obs: object, action: object, reward: object | None, extras: object, next_obs: object, terminated: object, truncated: object) -> StepsPut:
         """
-        Judge T consecutive calls of one env (changing nothing): per step, whether it is a reset step and whether an episode starts at its obs; None where a leaf or the reward is to be converted.
+        ReplayBuffer.extend's T steps of one env (leaf tuples [T, ...]; the reward an array [T, ...]; the flags bool [T]), judged as add judges its calls and put into the one-lane block, nothing written (see StepsPut).
+        """
+
+class StepsPut:
+    """What CallClassifier.extend did."""
+
+    @property
+    def judged(self) -> bool:
+        """
+        False: obs, next_obs or the reward are not as the classifier compares them; nothing was done.
+        """
+
+    @property
+    def status(self) -> Put:
+        """The block filler's status (OK: the steps are in the block)."""
+
+    @property
+    def starts(self) -> bool:
+        """An episode starts at obs[first_step], before the steps."""
+
+    @property
+    def ended(self) -> bool:
+        """The last step put ends its episode."""
+
+    @property
+    def steps(self) -> int:
+        """The steps put (the call's, less its reset steps)."""
+
+    @property
+    def first_step(self) -> int:
+        """The call's step of the first step put."""
+
+    @property
+    def last_step(self) -> int:
+        """The call's step of the last step put."""
+
+    @property
+    def fault_step(self) -> int:
+        """The call's step of a fault."""
+
+    @property
+    def fault_first(self) -> bool:
+        """
+        The fault is in obs[fault_step], an observation that starts an episode.
+        """
+
+    @property
+    def reset(self) -> numpy.ndarray | None:
+        """
+        Per step of the call, a NEXT_STEP reset step (left out); None when there is none.
         """
 
 def window_index(meta: object, capacity: int) -> tuple[numpy.ndarray, numpy.ndarray, bool]:
@@ -367,9 +416,9 @@ class StepBlockCore:
         Check step ``s`` and put it (each part a tuple of its leaves, or None: written to row ``s`` and checked already; ``final`` an empty tuple when there are no final observations).
         """
 
-    def put_steps(self, s: int, count: int, action: object | None, reward: object | None, extras: object | None, observation: object | None, final: object | None, first: object | None, last: object | None, terminated: object | None, truncated: object | None) -> Put:
+    def put_steps(self, s: int, count: int, action: object | None, reward: object | None, extras: object | None, observation: object | None, final: object | None, first: object | None, last: object | None, terminated: object | None, truncated: object | None, firsts: object | None = None) -> Put:
         """
-        put for ``count`` steps from ``s`` at once: each leaf and flag array leads with the steps ([count, E, ...], or for one lane [count, ...]); a step that fails leaves the lanes' states as they were.
+        put for ``count`` steps from ``s`` at once: each leaf and flag array leads with the steps ([count, E, ...], or for one lane [count, ...]); a step that fails leaves the lanes' states as they were. ``firsts``: the observations (a tuple of leaves [K, ...], checked already) of the lanes that start an episode, one per first flag in order, instead of their observation rows.
         """
 
     @property

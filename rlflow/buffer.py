@@ -26,13 +26,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from rlflow import _core
 from rlflow import specs as _specs
-from rlflow.adders.block import StepBlock, stack_breaks, stack_not_repeated
+from rlflow.adders.block import StepBlock
 from rlflow.adders.multiagent import MultiAgentTransition
 from rlflow.adders.transition import NStepTransition
 from rlflow.replay.rate_limiters import MinSize
@@ -129,6 +129,7 @@ class ReplayBuffer:
                                                               _core.CallRow.RESET, _core.CallRow.LAST)]
         term, trunc, reset, last = self._call_rows
         self._put_flags = (reset, last, term, trunc)  # a put step's first, last, terminated, truncated
+        self._blocks: list[StepBlock | None] = [None] * self.num_envs  # extend's blocks, with several envs
 
     def __getstate__(self) -> dict[str, Any]:
         """The buffer, less what :meth:`_bind` derives (unpickling binds it again over the unpickled arrays)."""
@@ -332,93 +333,113 @@ class ReplayBuffer:
                             f"{trunc.shape[0]}")
         if not t:
             return
-        checks = self._checks
-        checked = []
+        if extras is None and self._has_extras:
+            raise SpecError("extend: the buffer stores extras; pass extras=")
+        if extras is not None and not self._has_extras:
+            raise SpecError("extend: extras given, but the buffer has no extras spec")
+        # Every env's steps are judged and put into a block first (each checked there); then the blocks are written.
+        puts = []
         for lane in range(e):
-            def pick(x: Any, lane: int = lane) -> Any:
-                return x if e == 1 or x is None else _take(x, lane)
-            cols = {**checks.columns("action", pick(action), t, "extend: action"),
-                    **checks.columns("reward", pick(reward), t, "extend: reward")}
-            if extras is not None or "extras" in self.store.spec:
-                if extras is None:
-                    raise SpecError("extend: the buffer stores extras; pass extras=")
-                if "extras" not in self.store.spec:
-                    raise SpecError("extend: extras given, but the buffer has no extras spec")
-                cols.update(checks.columns("extras", pick(extras), t, "extend: extras"))
-            o = checks.columns("observation", pick(obs), t, "extend: obs")
-            nxt = checks.columns("observation", pick(next_obs), t, "extend: next_obs")
-            reset, starts = self._judge(lane, o, nxt, cols["reward"], term[:, lane], trunc[:, lane])
-            begins = starts.copy()  # the steps whose obs starts an episode: judged so, or right after a reset step
-            begins[1:] |= reset[:-1]
-            self._check_stacks(lane, o, nxt, reset, begins)
-            checked.append((o, nxt, cols, reset, begins))
-        for lane, (o, nxt, cols, reset, begins) in enumerate(checked):
-            self._extend_lane(lane, o, nxt, cols, term[:, lane], trunc[:, lane], reset, begins)
+            o, a, r, x, n = (v if e == 1 or v is None else _take(v, lane)
+                             for v in (obs, action, reward, extras, next_obs))
+            puts.append(self._put_lane(lane, o, a, r, x, n, np.ascontiguousarray(term[:, lane]),
+                                       np.ascontiguousarray(trunc[:, lane])))
+        for lane, put in enumerate(puts):
+            self._write_lane(lane, put)
 
-    def _judge(self, lane: int, obs: dict[str, np.ndarray], nxt: dict[str, np.ndarray], reward: np.ndarray,
-               terminated: np.ndarray, truncated: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Per step of :meth:`extend` of one env (checked columns): whether it is a NEXT_STEP reset step, and
-        whether an episode starts at its obs before its transition: the call classifier's judgement of
-        :meth:`add`'s calls, made for the ``T`` calls at once (nothing changes)."""
-        judged = self._classifier.judge_steps(
-            lane, tuple(np.ascontiguousarray(obs[name]) for name in self._obs_fields),
-            tuple(np.ascontiguousarray(nxt[name]) for name in self._obs_fields), np.ascontiguousarray(reward),
-            np.ascontiguousarray(terminated), np.ascontiguousarray(truncated))
-        if judged is None:
-            raise RuntimeError(f"extend: the call classifier cannot compare the checked observations "
-                               f"({[v.dtype for v in obs.values()]})")
-        return judged
+    def _put_lane(self, lane: int, obs: Any, action: Any, reward: Any, extras: Any, next_obs: Any,
+                  terminated: np.ndarray, truncated: np.ndarray) -> _LanePut:
+        """:meth:`extend` of env ``lane`` judged as :meth:`add` judges its calls and put into a block, nothing
+        written, in one compiled call (``CallClassifier.extend``): NEXT_STEP reset steps are left out (the step
+        after each starts the next episode, at its obs: the reset step's next_obs), an episode starts at the obs
+        of each step that starts one, and where no episode ended before such a step, the episode before is
+        truncated at the step before it, as :meth:`add` does. What the block filler cannot take as it comes is
+        converted (cast where the spec allows) and put again; bad input raises."""
+        t = terminated.size
+        if type(reward) is not np.ndarray:
+            reward = np.asarray(reward)
+        if reward.shape[:1] != (t,):
+            raise SpecError(f"extend: reward: expected a leading axis of {t} steps (as the flags), got shape "
+                            f"{reward.shape}")
+        checks, adder, block = self._checks, self.adder, self._block_for(lane, t)
+        given = {"observation": obs, "action": action, "reward": reward, "extras": extras, "next_obs": next_obs}
+        parts = {"observation": self._obs_leaves(obs), "action": self._act_leaves(action), "reward": reward,
+                 "extras": self._extras_given(extras), "next_obs": self._obs_leaves(next_obs)}
+        converted: set[str] = set()
+        while True:
+            adder.begin_steps(block, lane)
+            put = self._classifier.extend(block.filler, lane, parts["observation"], parts["action"], parts["reward"],
+                                          parts["extras"], parts["next_obs"], terminated, truncated)
+            if not put.judged:  # obs, next_obs or the reward as the classifier compares them
+                todo = ["observation", "next_obs", "reward"]
+            elif put.status is _core.Put.OK:
+                break
+            elif put.status is _core.Put.CONVERT:
+                todo = [_EXTEND_PART[block.filler.fault_part]]
+            else:
+                raise self._extend_fault(put, block, given, t)
+            if converted.issuperset(todo):
+                raise RuntimeError(f"extend: the block filler cannot take {todo} converted to the spec's dtypes")
+            for key in todo:
+                cols = checks.columns(_EXTEND_KEY[key], given[key], t, f"extend: {_EXTEND_NAME[key]}")
+                leaves = tuple(np.ascontiguousarray(v) for v in cols.values())
+                parts[key] = leaves[0] if key == "reward" else leaves
+                converted.add(key)
+        block.took_steps(put.steps)
+        then = None  # the episode the last step starts (a reset step's next_obs starts the next one, as add does)
+        reset = put.reset
+        if reset is not None:  # their next_obs are not stored (but the last's): checked as observations that start one
+            resets = np.flatnonzero(reset)
+            firsts = checks.starts(self._observation_rows(parts["next_obs"], resets), np.full(resets.size, lane),
+                                   "extend: next_obs", f"extend: next_obs of reset steps {resets.tolist()}")
+            then = {name: v[-1:] for name, v in firsts.items()} if reset[-1] else None
+        if not put.steps:
+            return _LanePut(None, None, then, (), False)
+        i = put.first_step
+        start = checks.columns("observation", self._observation_rows(parts["observation"], slice(i, i + 1)), 1,
+                               "extend: obs") if put.starts else None
+        last = tuple(np.asarray(leaf)[put.last_step] for leaf in parts["next_obs"])
+        return _LanePut(block, start, then, last, put.ended)
 
-    def _extend_lane(self, lane: int, obs: dict[str, np.ndarray], nxt: dict[str, np.ndarray],
-                     cols: dict[str, np.ndarray], terminated: np.ndarray, truncated: np.ndarray, reset: np.ndarray,
-                     begins: np.ndarray) -> None:
-        """:meth:`extend` of one env, its columns checked and its steps judged: NEXT_STEP reset steps are left
-        out (the step after each starts the next episode, at its obs: the reset step's next_obs), an episode
-        starts at the obs of each step in ``begins``, and where no episode ended before it, the episode before
-        is truncated at that step's next_obs, as :meth:`add` does."""
-        first = None
-        if reset[-1]:  # the last step's next_obs starts the next episode, as add does
-            first = {name: v[-1:] for name, v in nxt.items()}
-        if reset.any():
-            keep = ~reset
-            obs, nxt, cols = ({name: v[keep] for name, v in part.items()} for part in (obs, nxt, cols))
-            terminated, truncated, begins = terminated[keep], truncated[keep], begins[keep]
-        if terminated.size:
-            self._write_lane(lane, obs, nxt, cols, terminated, truncated, begins)
-            for name, v in nxt.items():
-                self._last_next[name][lane] = v[-1]
-            self._state[lane] = _ENDED if terminated[-1] | truncated[-1] else _IN_EPISODE
-        if first is not None:
-            self._start(lane, first)
+    def _extend_fault(self, put: _core.StepsPut, block: StepBlock, given: dict[str, Any], t: int) -> Exception:
+        """The error of a fault of :meth:`_put_lane`'s block filler (bad values are named by the spec's checks)."""
+        i = put.fault_step
+        if put.status in (_core.Put.STACK_BREAK, _core.Put.STACK_START):
+            return block.stack_error(put.status, f"extend: obs[{i}]" if put.fault_first else f"extend: next_obs[{i}]")
+        if put.status is _core.Put.VALUE:
+            for key in ("action", "reward", "extras", "next_obs", "observation"):
+                if given[key] is not None:
+                    self._checks.columns(_EXTEND_KEY[key], given[key], t, f"extend: {_EXTEND_NAME[key]}")  # raises
+        return RuntimeError(f"extend: the block filler's fault {put.status} at step {i} that the spec's checks pass")
 
-    def _check_stacks(self, lane: int, obs: dict[str, np.ndarray], nxt: dict[str, np.ndarray], reset: np.ndarray,
-                      begins: np.ndarray) -> None:
-        """Frame stacks (:meth:`extend` of one env, before anything is written): SpecError unless each
-        transition's next_obs continues its obs, and each observation that starts an episode is its first
-        frame repeated: the obs of the steps in ``begins``, and the next_obs of each ``reset`` step."""
-        keep = ~reset
-        for name in obs:
-            k = self.store.fields[name].stack
-            if k <= 1:
-                continue
-            o, n = obs[name], nxt[name]
-            bad = np.flatnonzero(keep & stack_breaks(n, o))
-            if bad.size:
-                raise SpecError(f"extend: next_obs[{int(bad[0])}] of env {lane}: field {name!r} (stacks of {k} frames) "
-                                f"does not continue obs[{int(bad[0])}] (its frames 0..{k - 2} must be obs's frames "
-                                f"1..{k - 1}): stack the frames on axis 0 with gymnasium's FrameStackObservation(env, "
-                                f"{k}); nothing was added")
-            bad = np.flatnonzero(reset & stack_not_repeated(n))
-            if bad.size:
-                raise SpecError(f"extend: next_obs[{int(bad[0])}] of env {lane} starts an episode (its step is a reset "
-                                f"step), but field {name!r} is not its first frame repeated {k} times, as gymnasium's "
-                                f"FrameStackObservation(env, {k}) (padding_type='reset', its default) gives it; "
-                                "nothing was added")
-            bad = np.flatnonzero(keep & begins & stack_not_repeated(o))
-            if bad.size:
-                raise SpecError(f"extend: obs[{int(bad[0])}] of env {lane} starts an episode, but field {name!r} is "
-                                f"not its first frame repeated {k} times, as gymnasium's FrameStackObservation(env, "
-                                f"{k}) (padding_type='reset', its default) gives it; nothing was added")
+    def _observation_rows(self, leaves: tuple[Any, ...], rows: Any) -> Any:
+        """Rows ``rows`` of observations given as leaves (in the store's column order), nested as the spec."""
+        return self.adder.top_observation({name: np.asarray(leaf)[rows]
+                                           for name, leaf in zip(self._obs_fields, leaves, strict=True)})
+
+    def _block_for(self, lane: int, t: int) -> StepBlock:
+        """The block :meth:`extend` puts env ``lane``'s ``t`` steps into, one per env (every env's steps are put
+        before any is written), kept for the next call."""
+        block = self._blocks[lane]
+        if block is None or block.max_steps < t:
+            block = self._blocks[lane] = self.adder.lane_block(max(t, _EXTEND_STEPS))
+        return block
+
+    def _write_lane(self, lane: int, put: _LanePut) -> None:
+        """Write what :meth:`_put_lane` put for env ``lane``: the episode started before its steps (ending the one
+        in progress as truncated), the steps, and the episode started after them."""
+        if put.start is not None:
+            with self.store.lock:
+                if self._state[lane] == _IN_EPISODE:
+                    self.adder.truncate([lane])
+                self._start(lane, put.start)
+        if put.block is not None:
+            self.adder.write(put.block)
+            for name, row in zip(self._obs_fields, put.last_next, strict=True):
+                self._last_next[name][lane] = row
+            self._state[lane] = _ENDED if put.ended else _IN_EPISODE
+        if put.then is not None:
+            self._start(lane, put.then)
 
     def _start(self, lane: int, first: dict[str, np.ndarray]) -> None:
         """Start ``lane``'s next episode at ``first`` (checked columns of one observation)."""
@@ -428,24 +449,6 @@ class ReplayBuffer:
         for name, v in first.items():
             self._last_next[name][lane] = v[0]
         self._state[lane] = _IN_EPISODE
-
-    def _write_lane(self, lane: int, obs: dict[str, np.ndarray], nxt: dict[str, np.ndarray],
-                    cols: dict[str, np.ndarray], terminated: np.ndarray, truncated: np.ndarray,
-                    begins: np.ndarray) -> None:
-        """:meth:`_extend_lane`'s steps (reset steps left out) through ``add_steps``."""
-        adder = self.adder
-        ended = terminated | truncated
-        cut = np.append(begins[1:] & ~ended[:-1], False)  # the step before a jump: its episode is truncated there
-        if begins[0]:
-            with self.store.lock:
-                if self._state[lane] == _IN_EPISODE:
-                    adder.truncate([lane])
-                self._start(lane, {name: v[:1] for name, v in obs.items()})
-        k = np.flatnonzero(begins[1:]) + 1
-        top = adder.top({name: v for name, v in {**cols, **nxt}.items()})
-        restart = adder.top_observation({name: v[k] for name, v in obs.items()}) if k.size else None
-        adder.add_steps(lane, top["action"], top["reward"], top["observation"], terminated=terminated,
-                        truncated=truncated | cut, extras=top.get("extras"), first_observations=restart)
 
     def end_episodes(self) -> None:
         """Close every episode in progress as truncated, so its last transitions become sampleable."""
@@ -535,7 +538,7 @@ def _take(value: Any, lane: int) -> Any:
     arr = np.asarray(value)
     if arr.ndim < 2:
         raise SpecError(f"extend: expected a leading axis of steps and one of envs, got shape {arr.shape}")
-    return arr[:, lane]
+    return np.ascontiguousarray(arr[:, lane])
 
 
 def _lift(value: Any) -> Any:
@@ -549,6 +552,15 @@ def _lift(value: Any) -> Any:
     return (value if type(value) is np.ndarray else np.asarray(value))[None]
 
 
+def _rows(value: Any, rows: np.ndarray) -> Any:
+    """Rows ``rows`` of an argument leading with the steps (nested dicts and tuples followed)."""
+    if isinstance(value, dict):
+        return {k: _rows(v, rows) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return tuple(_rows(v, rows) for v in value)
+    return np.asarray(value)[rows]
+
+
 def _take_rows(value: Any, rows: np.ndarray, envs: int) -> Any:
     """Env rows ``rows`` of a batched argument (nested dicts and tuples followed; all of it when every env)."""
     if rows.size == envs:
@@ -560,9 +572,31 @@ def _take_rows(value: Any, rows: np.ndarray, envs: int) -> Any:
     return np.asarray(value)[rows]
 
 
+class _LanePut(NamedTuple):
+    """One env's steps of an extend, checked and put, to be written: the block (None: no transition among them),
+    the checked observation an episode starts at before them and the one after them (or None), the last next_obs
+    (one row per observation column), and whether the last transition ends its episode."""
+
+    block: StepBlock | None
+    start: dict[str, np.ndarray] | None
+    then: dict[str, np.ndarray] | None
+    last_next: tuple[Any, ...]
+    ended: bool
+
+
+_EXTEND_STEPS = 256  # the fewest steps an extend block holds (a longer call makes a longer one)
+
+# extend's parts: the block filler's part of each (as it names faults), the spec's key, the argument's name.
+_EXTEND_PART = {_core.Part.ACTION: "action", _core.Part.REWARD: "reward", _core.Part.EXTRAS: "extras",
+                _core.Part.OBSERVATION: "next_obs", _core.Part.FINAL: "next_obs"}
+_EXTEND_KEY = {"observation": "observation", "next_obs": "observation", "action": "action", "reward": "reward",
+               "extras": "extras"}
+_EXTEND_NAME = {"observation": "obs", "next_obs": "next_obs", "action": "action", "reward": "reward",
+                "extras": "extras"}
+
 # Rewards of one env given as a number: written into the reward's dtype without making an array of them.
 # What ReplayBuffer._bind derives, and what a pickle leaves out.
-_DERIVED = frozenset({"_classifier", "_call_rows", "_obs_leaves", "_act_leaves", "_put_flags"})
+_DERIVED = frozenset({"_classifier", "_call_rows", "_obs_leaves", "_act_leaves", "_put_flags", "_blocks"})
 
 _SCALARS = frozenset({float, int, np.float64, np.float32, np.float16, np.int64, np.int32})
 _BOOLS = frozenset({bool, np.bool_})  # flags of one env taken as they come

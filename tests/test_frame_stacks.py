@@ -426,7 +426,8 @@ def test_extend_and_add_steps_refuse_a_bad_stack_with_nothing_added():
     nxt = np.stack([stacks[1:11], stacks[1:11]], 1).copy()
     nxt[6, 1, 0] += 1
     no = np.zeros((10, 2), bool)
-    with pytest.raises(SpecError, match=r"extend: next_obs\[6\] of env 1: field 'observation'.*not continue"):
+    with pytest.raises(SpecError, match=r"extend: next_obs\[6\]: field 'observation' .* of lanes \[1\]: the stack "
+                                        r"does not continue"):
         buffer.extend(obs, np.zeros((10, 2), np.int64), np.zeros((10, 2), np.float32), nxt, no, no)
     assert buffer.store.count.tolist() == [0, 0] and len(buffer) == 0
     buffer.extend(obs, np.zeros((10, 2), np.int64), np.zeros((10, 2), np.float32),
@@ -501,3 +502,36 @@ def test_a_block_from_elsewhere_whose_stacks_do_not_follow_is_refused_whole():
     with pytest.raises(RuntimeError, match=r"write: .*lane 1: the stack does not continue.*nothing was written"):
         adder.write(block)
     assert (store.count.tolist(), table.size) == before
+
+
+@pytest.mark.parametrize("where", [0, 5])
+def test_extend_refuses_an_episode_that_starts_without_repeated_frames(where):
+    """An extend step whose obs starts an episode (the first of a fresh buffer, or the step after an episode end
+    whose obs is not that end's next_obs) must hold its first frame repeated: extend names that obs and adds
+    nothing; with a proper first stack the same call is taken."""
+    k = 3
+    frames = np.arange(1, 21, dtype=np.uint8).reshape(20, 1, 1)
+    stacks = np.stack([frames[np.maximum(np.arange(t - k + 1, t + 1), 0)] for t in range(20)])  # [20, 3, 1, 1]
+    buffer = ReplayBuffer(Field((k, 1, 1), np.uint8, stack=k), Field((), np.int64), capacity=100)
+    obs, nxt = stacks[:8].copy(), stacks[1:9].copy()
+    term = np.zeros(8, bool)
+    term[4] = True  # step 5 starts the next episode at its obs
+    obs[5] = np.repeat(frames[12:13], k, axis=0)
+    nxt[5] = np.concatenate([obs[5][1:], frames[13:14]])
+    nxt[6], obs[6] = np.concatenate([nxt[5][1:], frames[14:15]]), nxt[5]
+    nxt[7], obs[7] = np.concatenate([nxt[6][1:], frames[15:16]]), nxt[6]
+    bad_obs, bad_nxt = obs.copy(), nxt.copy()
+    bad_obs[where, 0] += 1  # no longer its first frame repeated (and next_obs still continues it)
+    bad_nxt[where] = np.concatenate([bad_obs[where][1:], nxt[where][-1:]])
+    if where > 0:
+        bad_obs[where + 1] = bad_nxt[where]
+        bad_nxt[where + 1] = np.concatenate([bad_nxt[where][1:], nxt[where + 1][-1:]])
+        bad_obs[where + 2] = bad_nxt[where + 1]
+        bad_nxt[where + 2, :-1] = bad_nxt[where + 1, 1:]
+    args = (np.zeros(8, np.int64), np.ones(8, np.float32))
+    with pytest.raises(SpecError, match=rf"extend: obs\[{where}\]: field 'observation' .* starts an episode with a "
+                                        r"stack that is not its first frame repeated"):
+        buffer.extend(bad_obs, *args, bad_nxt, term, np.zeros(8, bool))
+    assert buffer.store.count.tolist() == [0] and len(buffer) == 0
+    buffer.extend(obs, *args, nxt, term, np.zeros(8, bool))
+    assert len(buffer) == 8

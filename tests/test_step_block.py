@@ -345,3 +345,88 @@ def test_the_block_filler_refuses_arrays_that_are_not_a_blocks():
         assert core.fault_part is _core.Part.ACTION and core.fault_column == 0
     assert core.put(0, leaves, (), (), (), (), lanes, lanes, lanes, lanes.astype(np.int8)) is _core.Put.FLAGS
     assert core.put(0, leaves, (), (), (), (), lanes, lanes, lanes, lanes) is _core.Put.NO_EPISODE
+
+
+STACKED = step_spec(specs.Field((2, 1), np.float32, stack=2), specs.Field((), np.int64, low=0, high=3))
+
+
+@settings(max_examples=150, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), lanes=st.integers(1, 2), t=st.integers(1, 12), stacked=st.booleans())
+def test_put_steps_finds_the_fault_t_puts_find(seed, lanes, t, stacked):
+    """The block filler's ``put_steps`` of T steps (flags, values and frame stacks checked over the whole range)
+    reports the fault that putting the steps one at a time meets first: the same status at the same step, part,
+    column and lane; on a fault the lanes' states are as before, else both blocks hold the same rows and flags."""
+    rng = np.random.default_rng(seed)
+    spec = STACKED if stacked else SPEC
+    shape = (2, 1) if stacked else (2,)
+    flags = rng.random((4, t, lanes)) < [[[0.15]], [[0.25]], [[0.15]], [[0.1]]]
+    first, last, term, trunc = flags
+    ok_flags = rng.random() < 0.85  # most streams keep last == terminated | truncated
+    if ok_flags:  # and restart only where an episode ends
+        last = term | trunc
+        first = first & last
+    acts = rng.integers(0, 4, (t, lanes))
+    acts[rng.random((t, lanes)) < 0.1] = 7  # out of bounds
+    frames = rng.standard_normal((t + 1, lanes)).astype(np.float32)
+    obs = np.stack([frames[:-1], frames[1:]], -1)[..., None] if stacked else rng.standard_normal(
+        (t, lanes, 2)).astype(np.float32)
+    obs = np.ascontiguousarray(obs.reshape(t, lanes, *shape))
+    obs[rng.random((t, lanes)) < 0.1] = np.nan
+    fin = np.ascontiguousarray(obs + (rng.random((t, lanes, *shape)) < 0.05).astype(np.float32))
+    rews = rng.standard_normal((t, lanes)).astype(np.float32)
+    rews[rng.random((t, lanes)) < 0.05] = np.inf
+    open0 = rng.random(lanes) < 0.8 if rng.random() < 0.2 else np.ones(lanes, bool)
+
+    def block() -> StepBlock:
+        b = StepBlock(spec, lanes=list(range(lanes)), steps=t)
+        stacks = {name: np.repeat(frames[:1].reshape(lanes, 1, 1), 2, axis=1) for name in b.stacked}
+        b.start(open0.copy(), None, stacks or None)
+        return b
+
+    bulk, one = block(), block()
+    status = bulk.filler.put_steps(0, t, (acts,), (rews,), (), (obs,), (fin,), first, last, term, trunc)
+    for i in range(t):
+        ref = one.filler.put(i, (acts[i],), (rews[i],), (), (obs[i],), (fin[i],), first[i], last[i], term[i], trunc[i])
+        if ref.name != "OK":
+            break
+    assert status == ref
+    if status.name != "OK":
+        got = (bulk.filler.fault_step, bulk.filler.fault_part, bulk.filler.fault_column, bulk.filler.fault_lane)
+        want = (one.filler.fault_step, one.filler.fault_part, one.filler.fault_column, one.filler.fault_lane)
+        assert got == want
+        np.testing.assert_array_equal(bulk.state_dict()["open"], open0)
+        return
+    for key in ("first", "terminated", "truncated", "open"):
+        np.testing.assert_array_equal(bulk.state_dict()[key], one.state_dict()[key], err_msg=key)
+    np.testing.assert_array_equal(bulk.act["action"], one.act["action"])
+    ends = bulk.terminated | bulk.truncated
+    opens = bulk.first | ~ends
+    np.testing.assert_array_equal(bulk.observation["observation"][opens], one.observation["observation"][opens])
+    np.testing.assert_array_equal(bulk.final["observation"][ends], one.final["observation"][ends])
+
+
+@pytest.mark.parametrize("count", [1, 3])
+def test_within_a_step_faults_are_found_in_part_then_lane_order(count):
+    """Two bad values in one step: the action's (the part an action fills in comes first) is the fault, whether
+    the step is put alone or among others; of two bad lanes, the first."""
+    t = count
+    block = StepBlock(SPEC, lanes=[0, 1], steps=t)
+    block.start(np.ones(2, bool))
+    acts = np.zeros((t, 2), np.int64)
+    acts[t - 1, 1] = 7  # out of bounds
+    obs = np.zeros((t, 2, 2), np.float32)
+    obs[t - 1, :, 0] = np.nan
+    z = np.zeros((t, 2), bool)
+    rews = np.zeros((t, 2), np.float32)
+    core = block.filler
+
+    def put() -> object:
+        if count == 1:
+            return core.put(0, (acts[0],), (rews[0],), (), (obs[0],), (obs[0],), z[0], z[0], z[0], z[0])
+        return core.put_steps(0, t, (acts,), (rews,), (), (obs,), (obs.copy(),), z, z, z, z)
+
+    status = put()
+    assert (status.name, core.fault_step, core.fault_part.name, core.fault_lane) == ("VALUE", t - 1, "ACTION", 1)
+    acts[t - 1, 1] = 0
+    status = put()
+    assert (status.name, core.fault_step, core.fault_part.name, core.fault_lane) == ("VALUE", t - 1, "OBSERVATION", 0)

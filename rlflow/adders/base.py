@@ -258,7 +258,7 @@ class Adder:
         """The filler took the step at :meth:`staging`'s row: count it, and write the block when it holds
         ``stage_steps`` steps, or now if ``write`` (as :meth:`add` does)."""
         block = self._block
-        block.took_step()
+        block.took_steps()
         if write or block.steps == self.stage_steps:
             self.write(block)
 
@@ -292,8 +292,12 @@ class Adder:
     def write(self, block: StepBlock) -> None:
         """Write ``block``'s steps: the tables drop the items of the rows it overwrites, its rows are
         written lane by lane, and its items go to every table (:meth:`_make_items`). The block is empty
-        afterwards (its arrays still hold what was written until the next step is put)."""
-        self._write_steps(block, 0, block.steps)
+        afterwards (its arrays still hold what was written until the next step is put). A block longer than
+        ``max_block_steps`` is written in parts of that many steps: a part never overwrites rows of its own
+        items."""
+        t = block.steps
+        for a in range(0, t, self.max_block_steps):
+            self._write_steps(block, a, min(a + self.max_block_steps, t))
 
     def _write_steps(self, block: StepBlock, a: int, z: int) -> None:
         """Write steps ``a .. z - 1`` of ``block`` (see :meth:`write`)."""

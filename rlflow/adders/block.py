@@ -300,11 +300,11 @@ class StepBlock:
             self._put_converted(status, s, actions, ts, extras, [a, r, x, o, f])
         self.steps = s + 1
 
-    def took_step(self) -> None:
-        """A caller put the step of row :attr:`steps` into :attr:`filler` itself, which took it: count it."""
-        if self.steps >= self.max_steps:
-            raise ValueError(f"the block is full ({self.max_steps} steps): no step was put")
-        self.steps += 1
+    def took_steps(self, n: int = 1) -> None:
+        """A caller put ``n`` steps from row :attr:`steps` into :attr:`filler` itself, which took them: count them."""
+        if self.steps + n > self.max_steps:
+            raise ValueError(f"the block holds {self.max_steps} steps: {self.steps} + {n} were not put")
+        self.steps += n
 
     def _put_converted(self, status: _core.Put, s: int, actions: Any, ts: Any, extras: Any,
                        parts: list[tuple[Any, ...] | None]) -> None:
@@ -428,31 +428,27 @@ class StepBlock:
         if (extras is None) == self._has_extras:
             self._action_parts(actions, rewards, extras, "add_steps")  # raises, naming what is missing
         obs = self._observation
-        ended = np.flatnonzero(ends)
-        restarts = ended[:0]
-        opened: dict[str, np.ndarray] | None = None  # the rows the steps open, where some restart
-        if first_observations is not None:  # each restart's observation is its first observation
-            restarts = ended[:_leading(first_observations, obs, "add_steps: first_observations")]
-            firsts = obs.columns(first_observations, restarts.size, "add_steps: first_observations")
-            opened = {name: np.array(v) for name, v in
-                      obs.columns(next_observations, t, "add_steps: next_observations").items()}
-            for name, v in firsts.items():
-                opened[name][restarts] = v
         first = np.zeros(t, bool)
-        first[restarts] = True
+        restarts = firsts = None  # the steps that start an episode (each restart's observation: its first one)
+        if first_observations is not None:
+            restarts = np.flatnonzero(ends)[:_leading(first_observations, obs, "add_steps: first_observations")]
+            firsts = obs.columns(first_observations, restarts.size, "add_steps: first_observations")
+            first[restarts] = True
         flags = [first, ends, ends & terminated, ends & ~terminated]
+        leaves = obs.leaves(next_observations)
         parts: list[tuple[Any, ...] | None] = [
             self._action.leaves(actions), self._reward.leaves(rewards),
-            () if self._extras is None else self._extras.leaves(extras),
-            obs.leaves(next_observations) if opened is None else tuple(opened[name] for name in obs.fields),
-            obs.leaves(next_observations)]
+            () if self._extras is None else self._extras.leaves(extras), leaves, leaves]
+        first_leaves = None if firsts is None else tuple(np.ascontiguousarray(firsts[name]) for name in obs.fields)
         while True:
-            status = self._core.put_steps(0, t, *parts, *flags)
+            status = self._core.put_steps(0, t, parts[0], parts[1], parts[2], parts[3], parts[4], flags[0], flags[1],
+                                          flags[2], flags[3], first_leaves)
             if status is _OK:
                 break
             core = self._core
             if status is _core.Put.CONVERT or status is _core.Put.VALUE:
-                cols = self._steps_columns(core.fault_part, t, actions, rewards, extras, next_observations, opened)
+                cols = self._steps_columns(core.fault_part, t, actions, rewards, extras, next_observations,
+                                           (restarts, firsts))
                 if status is _core.Put.VALUE:
                     raise RuntimeError(f"put_steps: fault {status} at step {core.fault_step} that the spec's checks "
                                        "pass")
@@ -465,27 +461,30 @@ class StepBlock:
                 name = list(self.observation)[core.fault_column]
                 k, i = self._fields[name].stack, core.fault_step
                 if status is _core.Put.STACK_START:
-                    raise SpecError(_stack_start(name, k, self.lanes[:1]).replace(
-                        "timestep.observation", f"add_steps: first_observations[{int(np.searchsorted(restarts, i))}]"))
+                    j = int(np.searchsorted(restarts, i)) if restarts is not None else 0
+                    raise SpecError(_stack_start(name, k, self.lanes[:1], f"add_steps: first_observations[{j}]"))
                 raise SpecError(_stack_break(f"add_steps: next_observations[{i}]", name, k, self.lanes[:1]))
             else:
                 raise RuntimeError(f"put_steps: fault {status} at step {core.fault_step} of a one-lane block")
         self.steps = t
 
     def _steps_columns(self, part: _core.Part, t: int, actions: Any, rewards: Any, extras: Any,
-                       next_observations: Any, opened: dict[str, np.ndarray] | None) -> dict[str, np.ndarray]:
+                       next_observations: Any, restarts: tuple[np.ndarray | None, dict[str, np.ndarray] | None]
+                       ) -> dict[str, np.ndarray]:
         """Part ``part`` of :meth:`put_steps`' ``t`` steps as checked columns (cast where the spec allows; an
-        agent's action zeroed where it is not active at its open row); SpecError naming what does not fit."""
+        agent's action zeroed where it is not active at its open row); SpecError naming what does not fit.
+        ``restarts``: the steps that start an episode and their first observations (checked), or Nones."""
         obs = self._observation
-        if part is _core.Part.FINAL or (part is _core.Part.OBSERVATION and opened is None):
+        if part is _core.Part.FINAL or part is _core.Part.OBSERVATION:  # (the filler puts the first observations)
             return obs.columns(next_observations, t, "add_steps: next_observations")
-        if part is _core.Part.OBSERVATION:
-            return opened  # type: ignore[return-value]
         key = part.name.lower()
         value = {"action": actions, "reward": rewards, "extras": extras}[key]
         if self._agents and part is _core.Part.ACTION:  # each step's open row: the lane's, then the rows opened
-            rows = opened if opened is not None else obs.columns(next_observations, t, "add_steps: next_observations")
-            value = _zero_inactive(value, np.concatenate([self._active[:1], rows["observation/active"][:-1]]))
+            active = np.array(obs.columns(next_observations, t, "add_steps: next_observations")["observation/active"])
+            steps, firsts = restarts
+            if steps is not None and firsts is not None:
+                active[steps] = firsts["observation/active"]
+            value = _zero_inactive(value, np.concatenate([self._active[:1], active[:-1]]))
         return self._parts[key].columns(value, t, f"add_steps: {key}")
 
     def ended_last(self, lanes: np.ndarray) -> np.ndarray:
@@ -508,11 +507,7 @@ class StepBlock:
         s = self.steps - 1
         if not self.ended_last(lanes).all():
             raise ValueError(f"restart: lanes {self.lanes[lanes].tolist()} did not end at the block's last step")
-        obs = self._parts["observation"].columns(observation, lanes.size, "observation")
-        for name in self._stacks:
-            bad = lanes[stack_not_repeated(obs[name])]
-            if bad.size:
-                raise SpecError(_stack_start(name, obs[name].shape[1], self.lanes[bad]))
+        obs = self.starts(observation, self.lanes[lanes], "observation", "timestep.observation")
         for name, value in obs.items():
             self.observation[name][s, lanes] = value
             if name in self._stacks:
@@ -521,6 +516,28 @@ class StepBlock:
         self._open[lanes] = True
         if self._agents:
             self._active[lanes] = obs["observation/active"]
+
+    def stack_error(self, status: _core.Put, what: str) -> SpecError:
+        """The error of the block filler's frame-stack fault ``status`` (``STACK_BREAK``: a stack does not continue
+        the one before it; ``STACK_START``: an episode's first stack is not its first frame repeated) at its
+        fault column and lane, naming ``what``."""
+        core = self._core
+        name = list(self.observation)[core.fault_column]
+        k, lanes = self._fields[name].stack, self.lanes[[max(core.fault_lane, 0)]]
+        if status is _core.Put.STACK_START:
+            return SpecError(_stack_start(name, k, lanes, what))
+        return SpecError(_stack_break(what, name, k, lanes))
+
+    def starts(self, observation: Any, lanes: np.ndarray, what: str, where: str) -> dict[str, np.ndarray]:
+        """Observations that start episodes on store lanes ``lanes`` (one each) as checked columns; SpecError
+        naming ``what`` (the values) or ``where`` (a frame stack) unless each fits the spec and each frame stack
+        is its first frame repeated."""
+        obs = self._parts["observation"].columns(observation, lanes.size, what)
+        for name in self._stacks:
+            bad = lanes[stack_not_repeated(obs[name])]
+            if bad.size:
+                raise SpecError(_stack_start(name, obs[name].shape[1], bad, where))
+        return obs
 
     # ------------------------------------------------------------------ helpers
     # ------------------------------------------------------------------ checkpoint state
@@ -616,8 +633,8 @@ def _stack_break(what: str, name: str, k: int, lanes: np.ndarray) -> str:
             "without stack=; nothing was added")
 
 
-def _stack_start(name: str, k: int, lanes: np.ndarray) -> str:
-    return (f"timestep.observation: field {name!r} (stacks of {k} frames) of lanes {lanes.tolist()} starts an "
+def _stack_start(name: str, k: int, lanes: np.ndarray, what: str = "timestep.observation") -> str:
+    return (f"{what}: field {name!r} (stacks of {k} frames) of lanes {lanes.tolist()} starts an "
             f"episode with a stack that is not its first frame repeated {k} times, as gymnasium's "
             f"FrameStackObservation(env, {k}) (padding_type='reset', its default) gives it; nothing was added")
 

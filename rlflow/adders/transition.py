@@ -133,10 +133,10 @@ class NStepTransition(Adder):
         term, trunc = _end_flags("terminated", terminated, t), _end_flags("truncated", truncated, t)
         ends = term | trunc  # a step marked both ways is terminated, as in add
         inner = np.count_nonzero(ends[:-1])
-        block = self._lane_block(lane, t)
-        active = self._active_at_open_rows()  # None unless the rows are multi-agent
-        block.start(np.ones(1, bool), None if active is None else active[lane:lane + 1],
-                    self.open_stacks(np.array([lane])))
+        block = self._one_lane
+        if block is None or block.max_steps < t:
+            block = self._one_lane = self.lane_block(max(t, self.stage_steps))
+        self.begin_steps(block, lane)
         k = 0 if first_observations is None else block.leading_rows(first_observations,
                                                                      "add_steps: first_observations")
         allowed = (inner, inner + 1) if ends[-1] else (inner,)
@@ -146,17 +146,20 @@ class NStepTransition(Adder):
             raise SpecError(f"add_steps: expected {' or '.join(map(str, allowed))} first_observations (one per "
                             f"episode ending before the last step{after}), got {got}")
         block.put_steps(actions, rewards, next_observations, ends, term, first_observations, extras)
-        # Written in blocks of at most max_block_steps: a block never overwrites rows of its own items.
-        for a in range(0, t, self.max_block_steps):
-            self._write_steps(block, a, min(a + self.max_block_steps, t))
+        self.write(block)
 
-    def _lane_block(self, lane: int, t: int) -> StepBlock:
-        """An empty one-lane block of at least ``t`` steps for ``lane`` (kept for the next call)."""
-        block = self._one_lane
-        if block is None or block.max_steps < t:
-            block = self._one_lane = StepBlock(self.store.spec, [lane], max(t, self.stage_steps))
+    def lane_block(self, t: int) -> StepBlock:
+        """A new empty one-lane block of ``t`` steps (:meth:`begin_steps` starts it on a lane)."""
+        return StepBlock(self.store.spec, [0], t)
+
+    def begin_steps(self, block: StepBlock, lane: int) -> None:
+        """Empty one-lane ``block`` and start it on ``lane``: its steps follow from the lane's open row (its frame
+        stacks, its agents active there), or start an episode when the lane has none in progress."""
+        self.flush()
         block.lanes[0] = lane
-        return block
+        active = self._active_at_open_rows()  # None unless the rows are multi-agent
+        block.start(self._open[lane:lane + 1] >= 0, None if active is None else active[lane:lane + 1],
+                    self.open_stacks(block.lanes))
 
     def on_step(self, events: StepEvents) -> None:
         # truncate(): the events of one step as the item maker takes them.
