@@ -128,6 +128,13 @@ inline bool has_layout(PyObject* leaf, PyArray_Descr* descr, std::initializer_li
   return true;
 }
 
+// has_layout for one row of each of `rows` lanes or envs, [rows, *shape]; with `unbatched`, one row may also
+// come without that axis.
+inline bool has_rows_layout(PyObject* leaf, PyArray_Descr* descr, int64_t rows, const std::vector<int64_t>& shape,
+                            bool unbatched) {
+  return has_layout(leaf, descr, {rows}, shape) || (unbatched && rows == 1 && has_layout(leaf, descr, {}, shape));
+}
+
 // A 1-D C-contiguous bool array of `n` flags handed in with a call (one per lane or env), or nullptr.
 inline const bool* one_flag_each(PyObject* o, int64_t n) {
   if (!PyArray_Check(o)) return nullptr;

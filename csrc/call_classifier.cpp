@@ -99,7 +99,7 @@ CallClassifier::CallClassifier(const std::vector<nb::handle>& last, nb::handle s
 }
 
 bool CallClassifier::fits(PyObject* leaf, const LastColumn& c) const {
-  return has_layout(leaf, c.descr, {envs_}, c.shape);
+  return has_rows_layout(leaf, c.descr, envs_, c.shape, true);  // one env's call may leave the env axis out
 }
 
 int CallClassifier::classify(PyObject* obs, PyObject* terminated, PyObject* truncated, PyObject* reward) {
@@ -204,7 +204,9 @@ int CallClassifier::add(StepBlockCore& block, int64_t s, PyObject* obs, PyObject
                               (bits & AnyLast) ? step.next_obs : no_final.ptr()};
   Put status;
   try {
-    status = block.put(s, 1, false, parts, step.flag_rows, StepBlockCore::Sources{});
+    StepBlockCore::Sources sources;
+    sources.unbatched = true;  // one env's call may leave the env axis out
+    status = block.put(s, 1, false, parts, step.flag_rows, sources);
   } catch (...) {
     std::memcpy(state_, was_, envs_);
     throw;

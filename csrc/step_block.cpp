@@ -57,8 +57,8 @@ BlockColumn block_column(nb::handle array, int64_t steps, int64_t lanes) {
   return c;
 }
 
-bool fits(PyObject* leaf, const BlockColumn& c, int64_t lanes) {
-  return c.exact && has_layout(leaf, c.descr, {lanes}, c.shape);
+bool fits(PyObject* leaf, const BlockColumn& c, int64_t lanes, bool unbatched) {
+  return c.exact && has_rows_layout(leaf, c.descr, lanes, c.shape, unbatched);
 }
 
 bool fits_steps(PyObject* leaf, const BlockColumn& c, int64_t count, int64_t lanes) {
@@ -140,7 +140,7 @@ bool StepBlockCore::resolve(Part part, PyObject* leaves, int64_t rows, bool step
   src.data.assign(cols.size(), nullptr);
   for (std::size_t j = 0; j < cols.size(); ++j) {
     PyObject* leaf = PyTuple_GET_ITEM(leaves, j);
-    if (!(stepped ? fits_steps(leaf, cols[j], rows, lanes_) : fits(leaf, cols[j], lanes_))) {
+    if (!(stepped ? fits_steps(leaf, cols[j], rows, lanes_) : fits(leaf, cols[j], lanes_, src.unbatched))) {
       fault_column = static_cast<int>(j);
       return false;
     }
@@ -313,7 +313,10 @@ Put StepBlockCore::put_flags(int64_t s, int64_t count, bool stepped, PyObject* c
   fault_column = -1;
   fault_step = s;
   Source src[5];
-  for (Source& one : src) one.rows = sources.rows;
+  for (Source& one : src) {
+    one.rows = sources.rows;
+    one.unbatched = sources.unbatched;
+  }
   for (Part p : {Part::Action, Part::Reward, Part::Extras}) {
     if (!resolve(p, parts[static_cast<int>(p)], source_rows, stepped, src[static_cast<int>(p)])) return Put::Convert;
   }

@@ -95,6 +95,7 @@ class StepBlockCore {
     PyObject* firsts = nullptr;
     const int64_t* first_rows = nullptr;
     int64_t first_count = 0;
+    bool unbatched = false;  // a one-lane step's leaves may leave the lane axis out (ReplayBuffer.add of one env)
   };
 
   // Check `count` steps from s and put them (one leaf tuple per part, each leaf [E, ...] for one step, or with
@@ -121,6 +122,7 @@ class StepBlockCore {
     bool resolved = false, written = false;
     std::vector<const uint8_t*> data;
     const int64_t* rows = nullptr;  // step i reads row rows[i] (nullptr: row i)
+    bool unbatched = false;         // one lane's leaves may come without the lane axis
   };
   struct Firsts {  // where the lanes that start an episode take their observation (put's sources.firsts)
     std::vector<const uint8_t*> data;
@@ -168,8 +170,9 @@ class StepBlockCore {
 // A numpy array as a block column (ValueError unless it is a writeable, aligned, C-contiguous, native-order
 // array [steps, lanes, ...]).
 BlockColumn block_column(nanobind::handle array, int64_t steps, int64_t lanes);
-// Whether `leaf` is an array of the column's dtype and shape [lanes, *shape], C-contiguous: copied as is.
-bool fits(PyObject* leaf, const BlockColumn& column, int64_t lanes);
+// Whether `leaf` is an array of the column's dtype and shape [lanes, *shape] (with `unbatched`, one lane's may
+// leave the lane axis out), C-contiguous: copied as is.
+bool fits(PyObject* leaf, const BlockColumn& column, int64_t lanes, bool unbatched);
 // The same for `count` steps: [count, lanes, *shape], or for one lane [count, *shape].
 bool fits_steps(PyObject* leaf, const BlockColumn& column, int64_t count, int64_t lanes);
 

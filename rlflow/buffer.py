@@ -155,16 +155,14 @@ class ReplayBuffer:
             batched = not (e == 1 and self._unbatched(obs))
         if batched:
             terminated, truncated = _flags("terminated", terminated, e), _flags("truncated", truncated, e)
-        else:
-            obs = obs[None] if type(obs) is np.ndarray else _lift(obs)
+        else:  # (the compiled call takes one env's observations without the env axis; the rest of add adds it)
             action = action[None] if type(action) is np.ndarray else _lift(action)
-            next_obs = next_obs[None] if type(next_obs) is np.ndarray else _lift(next_obs)
+            extras = None if extras is None else _lift(extras)
             if type(reward) in _SCALARS:
                 self._reward_in[0] = reward  # to the reward's dtype; the block checks it is finite
                 reward = self._reward_in
             else:
                 reward = _lift(reward)
-            extras = None if extras is None else _lift(extras)
             self._term_in[0] = terminated if type(terminated) in _BOOLS else _flag("terminated", terminated)
             self._trunc_in[0] = truncated if type(truncated) in _BOOLS else _flag("truncated", truncated)
             terminated, truncated = self._term_in, self._trunc_in
@@ -190,6 +188,8 @@ class ReplayBuffer:
                 return
         else:
             bits = self._classifier.classify(obs_leaves, terminated, truncated, reward)
+        if not batched:
+            obs, next_obs = _lift(obs), _lift(next_obs)
         if bits == _core.CALL_CONVERT:  # obs or reward not as it compares them: judged again as converted
             nonzero = np.not_equal(reward, 0) if reward.dtype.kind in "biufc" else reward  # all it reads of a reward
             converted = self._converted(obs)

@@ -430,3 +430,24 @@ def test_within_a_step_faults_are_found_in_part_then_lane_order(count):
     acts[t - 1, 1] = 0
     status = put()
     assert (status.name, core.fault_step, core.fault_part.name, core.fault_lane) == ("VALUE", t - 1, "OBSERVATION", 0)
+
+
+def test_only_replay_buffer_add_may_leave_the_env_axis_out():
+    """ReplayBuffer.add of one env takes its observations without the env axis (its compiled call reads them as
+    they are); an adder's add of one lane still refuses an observation without the lane axis, naming the shape."""
+    store, _, adder = _parts(lanes=1)
+    adder.add_first(_reset(1))
+    z = np.zeros(1, bool)
+    with pytest.raises(SpecError, match=r"expected shape \(1, 2\), got \(2,\)"):
+        adder.add(np.zeros(1, np.int64), TimeStep(np.zeros(2, np.float32), np.zeros(1, np.float32), z, z, z, z))
+    assert store.count.tolist() == [1] and adder.staged_steps == 0
+    from rlflow import ReplayBuffer
+    buffer = ReplayBuffer(specs.Field((2,), np.float32), specs.Field((), np.int64, low=0, high=3), capacity=16)
+    obs = np.zeros(2, np.float32)
+    for i in range(3):
+        buffer.add(obs, 1, 1.0, obs + i + 1, False, False)
+        obs = obs + i + 1
+    batch = buffer.sample(16).data
+    steps = batch.next_observation - batch.observation  # transition i moves both entries by i + 1
+    np.testing.assert_array_equal(steps[:, 0], steps[:, 1])
+    assert set(steps[:, 0].tolist()) <= {1.0, 2.0, 3.0} and len(buffer) == 3
