@@ -186,6 +186,30 @@ PlanFault BlockWriter::stack_fault(const StepBlockCore& block, const std::vector
   return PlanFault::Ok;
 }
 
+namespace {
+
+// Copy `count` rows of `bytes` bytes from `src` (rows `stride` bytes apart) to the ring rows first .. first +
+// count - 1 of a lane of `dst` (rows `dst_bytes` apart; the lane's rows start at row `base`, its ring holds
+// `capacity`), in one copy per stretch that does not wrap when both sides' rows follow each other.
+void copy_to_ring(uint8_t* dst, int64_t dst_bytes, int64_t base, int64_t capacity, int64_t first, const uint8_t* src,
+                  int64_t stride, int64_t bytes, int64_t count) {
+  if (bytes == 0) return;
+  for (int64_t done = 0; done < count;) {
+    const int64_t pos = ring_pos(first + done, capacity);
+    const int64_t n = std::min(count - done, capacity - pos);
+    uint8_t* d = dst + (base + pos) * dst_bytes;
+    const uint8_t* from = src + done * stride;
+    if (stride == bytes && dst_bytes == bytes) {
+      std::memcpy(d, from, n * bytes);
+    } else {
+      for (int64_t r = 0; r < n; ++r) std::memcpy(d + r * dst_bytes, from + r * stride, bytes);
+    }
+    done += n;
+  }
+}
+
+}  // namespace
+
 void BlockWriter::write(const StepBlockCore& block, int64_t a, int64_t steps, nb::handle codes_h, nb::handle rows_h) {
   check_block(block, a, steps);
   const int64_t E = block.lanes();
@@ -221,6 +245,49 @@ void BlockWriter::write(const StepBlockCore& block, int64_t a, int64_t steps, nb
     for (int64_t k = 0; k < steps; ++k) {
       const int64_t s = a + k, at = s * E + e;
       const auto kind = static_cast<StepKind>(codes[k * E + e]);
+      if (kind == StepKind::Continue) {  // a run of steps that go on: their rows follow each other in the ring
+        int64_t run = 1;
+        while (k + run < steps && static_cast<StepKind>(codes[(k + run) * E + e]) == StepKind::Continue) ++run;
+        const int64_t open = open_rows_[lane], first_new = rings_->written(lane);
+        const int64_t episode = episode_start_[lane];
+        // The open row, then each new row but the last, gets its step's action, reward, extras and flags.
+        const int64_t i = base + ring_pos(open, capacity_);
+        for (std::size_t j = 0; j < act_.size(); ++j) {
+          const StoreColumn& c = act_[j];
+          const int64_t bw = bact[j]->row_bytes;
+          std::memcpy(c.data + i * c.row_bytes, bact[j]->row(s, E) + e * bw, c.row_bytes);
+          if (run > 1) {
+            copy_to_ring(c.data, c.row_bytes, base, capacity_, first_new, bact[j]->row(s + 1, E) + e * bw, E * bw,
+                         c.row_bytes, run - 1);
+          }
+        }
+        terminated_[i] = terminated[at];
+        truncated_[i] = truncated[at];
+        if (run > 1) {
+          const auto* term_run = reinterpret_cast<const uint8_t*>(terminated + at + E);
+          const auto* trunc_run = reinterpret_cast<const uint8_t*>(truncated + at + E);
+          copy_to_ring(reinterpret_cast<uint8_t*>(terminated_), 1, base, capacity_, first_new, term_run, E, 1, run - 1);
+          copy_to_ring(reinterpret_cast<uint8_t*>(truncated_), 1, base, capacity_, first_new, trunc_run, E, 1, run - 1);
+        }
+        // Each new row gets its step's observation (a stacked column's newest frame) and the episode's marks.
+        for (std::size_t j = 0; j < obs_.size(); ++j) {
+          const StoreColumn& c = obs_[j];
+          const int64_t bw = bobs[j].row_bytes;
+          copy_to_ring(c.data, c.row_bytes, base, capacity_, first_new, bobs[j].row(s, E) + e * bw + bw - c.row_bytes,
+                       E * bw, c.row_bytes, run);
+        }
+        for (int64_t r = 0; r < run; ++r) {
+          const int64_t new_row = rings_->mark(lane, false);
+          const int64_t at_row = base + ring_pos(new_row, capacity_);
+          first_[at_row] = last_[at_row] = false;
+          rows[((k + r) * 3 + 0) * E + e] = -1;
+          rows[((k + r) * 3 + 1) * E + e] = episode;
+          rows[((k + r) * 3 + 2) * E + e] = new_row;
+        }
+        open_rows_[lane] = first_new + run - 1;
+        k += run - 1;
+        continue;
+      }
       int64_t final_row = -1, new_row = -1;
       const int64_t episode = kind != StepKind::Start ? episode_start_[lane] : -1;
       if (kind != StepKind::Start) {  // the open row gets its action, reward, extras and flags

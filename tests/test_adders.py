@@ -661,8 +661,8 @@ def test_add_steps_equals_one_add_per_step(n, chunks, end, slack):
 
 def _run_chunks(direct: bool, n: int, chunks: list[tuple[int, str]], prioritized: bool, max_size: int | None,
                 capacity: int, seed: int) -> tuple[StepStore, Table, adders.NStepTransition, list]:
-    """Chunks of one lane's steps through add_steps, sampling (and updating priorities) after each; the
-    one-call path (``direct``) or the general one."""
+    """Chunks of one lane's steps, each through one add_steps call (``direct``) or one add call a step (no
+    samples are drawn: ``[]`` stands for them)."""
     spec = step_spec(OBS, ACT)
     store = StepStore(spec, capacity=capacity)
     sampler = Prioritized(0.6, 0.4, seed=seed) if prioritized else Uniform(seed=seed)
@@ -753,11 +753,10 @@ def _assert_same_runs(got: tuple, want: tuple) -> None:
 @given(st.integers(1, 3), st.lists(st.tuples(st.integers(1, 7), st.sampled_from(["mid", "mid", "term", "trunc"])),
                                    min_size=1, max_size=10),
        st.booleans(), st.sampled_from([None, 3, 8]), st.integers(0, 5), st.integers(0, 99))
-def test_add_steps_one_call_path_leaves_the_state_of_the_general_path(n, chunks, prioritized, max_size, slack, seed):
-    """add_steps's one-call path (one compiled call that also evicts and inserts into a Uniform or Prioritized
-    table with a Fifo remover) leaves the store, the table (items, keys, priorities, times sampled,
-    selector and rate limiter states) and the adder exactly as the general path does: over ring
-    wrap-arounds, episode ends, samples between writes, and tables too small for the new items (the
+def test_add_steps_leaves_the_state_of_one_add_a_step(n, chunks, prioritized, max_size, slack, seed):
+    """add_steps of each chunk of a lane's steps leaves the store, the table (a Uniform or Prioritized sampler and
+    a Fifo remover: items, priorities, times sampled, selector and rate limiter states) and the adder exactly as
+    one add call a step does: over ring wrap-arounds, episode ends, and tables too small for the new items (the
     table's own insert then evicts)."""
     capacity = max(c for c, _ in chunks) + n + 3 + slack
     _assert_same_runs(*(_run_chunks(direct, n, chunks, prioritized, max_size, capacity, seed)
@@ -767,11 +766,10 @@ def test_add_steps_one_call_path_leaves_the_state_of_the_general_path(n, chunks,
 
 
 @pytest.mark.parametrize("prioritized", [False, True])
-def test_one_call_path_over_growing_outputs_and_a_restored_table_leaves_the_state_of_the_general_path(prioritized):
-    """The one-call path's arrays travel in one argument made once and kept: it is made again when its output
-    buffers grow (calls of more items than before), it still holds the table's arrays after their state
-    is loaded from a checkpoint (in place), and the store, table and adder end exactly as on the general
-    path."""
+def test_add_steps_over_growing_outputs_and_a_restored_table_leaves_the_state_of_one_add_a_step(prioritized):
+    """add_steps calls of more items than any before (the n-step rule's output buffers grow), then a table whose
+    state is loaded from a checkpoint (in place) and written on: the store, table and adder end exactly as with
+    one add call a step."""
     chunks = [(5, "mid"), (90, "mid"), (300, "term"), (40, "mid"), (400, "trunc"), (30, "mid")]
     runs = []
     for direct in (True, False):
@@ -821,9 +819,9 @@ def _run_episode_calls(mode: str, n: int, calls: list, prioritized: bool, max_si
                        seed: int, lanes: int = 1) -> tuple[StepStore, Table, adders.NStepTransition, list]:
     """A lane's steps in calls of several episodes each (``calls``: per call, segments of (steps, how the
     last one ends, whether the next episode starts in the same call)), written by ``add_steps`` with
-    per-step flags and first observations (``mode`` "one", or "general" with the one-call paths off)
-    or segment by segment ("segments": ``add_steps`` of each episode, then ``add_first``); a sample
-    (and a priority update) after each call. With several lanes, call ``i`` writes lane ``i % lanes``."""
+    per-step flags and first observations (``mode`` "one"), one add call a step ("adds", one lane) or segment
+    by segment ("segments": ``add_steps`` of each episode, then ``add_first``); no samples are drawn (``[]``
+    stands for them). With several lanes, call ``i`` writes lane ``i % lanes``."""
     store = StepStore(step_spec(OBS, ACT), capacity=capacity, lanes=lanes)
     sampler = Prioritized(0.6, 0.4, seed=seed) if prioritized else Uniform(seed=seed)
     table = Table(store, sampler=sampler, remover=Fifo(seed=seed), max_size=max_size)
@@ -858,7 +856,7 @@ def _run_episode_calls(mode: str, n: int, calls: list, prioritized: bool, max_si
                 if j in restarts:
                     start(lane, firsts[restarts.index(j)])
                 a = b
-        elif mode == "general" and lanes == 1:
+        elif mode == "adds" and lanes == 1:
             _add_one_by_one(adder, lane, acts, rews, nxt, term, trunc, firsts)
         else:
             adder.add_steps(lane, acts, rews, nxt, terminated=term, truncated=trunc, first_observations=firsts)
@@ -889,13 +887,12 @@ def episode_calls(draw):
        st.integers(0, 99), st.sampled_from([1, 1, 3]))
 def test_add_steps_over_episode_ends_leaves_the_state_of_one_call_per_episode(n, calls, prioritized, max_size, slack,
                                                                              seed, lanes):
-    """add_steps with per-step end flags and first observations (one compiled call, and with the one-call
-    paths off) leaves the store, the table (keys, priorities, times sampled, selector arrays and RNGs,
-    rate limiter counts, the next sample) and the adder exactly as add_steps of each episode followed by
-    add_first of the next: over ring wrap-arounds, samples and priority updates between calls, tables
+    """add_steps with per-step end flags and first observations, and one add call a step, each leave the store,
+    the table (items, priorities, times sampled, selector arrays and RNGs, rate limiter counts) and the adder
+    exactly as add_steps of each episode followed by add_first of the next: over ring wrap-arounds, tables
     too small for the new items, and calls on the lanes of a several-lane store in turn."""
     capacity = max(sum(c for c, _, _ in segments) for segments in calls) + n + 3 + slack
-    for mode in ("one", "general"):  # a fresh reference each time: comparing the tables samples them
+    for mode in ("one", "adds"):  # a fresh reference each time
         _assert_same_runs(_run_episode_calls(mode, n, calls, prioritized, max_size, capacity, seed, lanes),
                           _run_episode_calls("segments", n, calls, prioritized, max_size, capacity, seed, lanes))
 
@@ -961,9 +958,8 @@ def test_a_step_both_terminated_and_truncated_is_terminated(path):
 
 
 def test_one_lane_add_rejects_bad_values_changing_nothing():
-    """One lane's add in one call: NaN observations, infinite rewards and actions out of bounds raise the
-    general path's error and change nothing, also on a step that ends the episode and starts the next;
-    the lane then goes on."""
+    """One lane's add: NaN observations, infinite rewards and actions out of bounds raise SpecError and change
+    nothing, also on a step that ends the episode and starts the next; the lane then goes on."""
     store, table, adder, _ = _run_chunks(True, 2, [(5, "mid")], False, None, 12, 0)
     before = ({k: v.copy() for k, v in store.state_dict().items()}, table.state_dict()["arrays"]["meta"].copy(),
               adder.state_dict()["open"].copy())
@@ -1017,8 +1013,9 @@ def test_one_lane_stage_checks_each_step_at_once():
     assert store.count[0] == 10 and table.size == 8
 
 
-def test_add_steps_one_call_path_rejects_bad_values_changing_nothing():
-    """Bad values on the one-call path raise the general path's error and change nothing."""
+def test_add_steps_rejects_bad_values_changing_nothing():
+    """Bad values in an add_steps call (a NaN observation, an infinite reward, an action out of bounds) raise
+    SpecError and change nothing."""
     store, table, adder, _ = _run_chunks(True, 2, [(5, "mid"), (4, "mid")], False, None, 10, 0)
     before = ({k: v.copy() for k, v in store.state_dict().items()}, table.state_dict(), adder.state_dict())
     good = (np.zeros(3, np.int64), np.zeros(3, np.float32), np.zeros((3, 2), np.float32))
@@ -1057,8 +1054,7 @@ def _shared_flags(ts: TimeStep) -> TimeStep:
 def test_staged_steps_write_what_separate_adds_write(cfg, n, stage_steps, flush_at, with_extras, shared, rows):
     """NStepTransition.stage: after a flush the store, the items (keys, windows, returns, discounts) and the
     adder's state equal those of one add per step, whatever the block size, the flush points, the ring's
-    wrap-arounds and the lanes' ends; with extras (the general staging path) and without (one compiled
-    call per step; for one lane, rows staged for add_steps), with fresh flag arrays or the shared ones, into
+    wrap-arounds and the lanes' ends; with extras and without, with fresh flag arrays or the shared ones, into
     a Table or a RowTable."""
     capacity = n + 2 + 2 * cfg.pop("slack")
     spec = SPEC if with_extras else step_spec(OBS, ACT)
@@ -1117,7 +1113,7 @@ def test_staged_steps_reach_the_table_at_flush_and_bad_input_still_raises_at_onc
         adder.stage(*stream.step(stream.random_events(0.0)))
     assert adder.staged_steps == 3 and table.size == 0 and int(store.count.sum()) == 2  # only the first rows
     actions, ts, extras = stream.step(stream.random_events(0.0))
-    bad = np.full_like(actions, 99)  # outside the action space: the general path raises, having flushed
+    bad = np.full_like(actions, 99)  # outside the action space: raises, the steps staged before it kept
     with pytest.raises(SpecError, match="action"):
         adder.stage(bad, ts, extras)
     assert adder.staged_steps == 3 and table.size == 0  # the 3 staged steps stay staged, nothing of the bad one
@@ -1131,7 +1127,7 @@ def test_staged_steps_reach_the_table_at_flush_and_bad_input_still_raises_at_onc
 
 @pytest.mark.parametrize("bad", ["nan_obs", "action_high", "nan_reward", "nan_final", "int_flags", "flag_flow",
                                  "obs_shape", "action_dtype"])
-def test_one_call_staging_rejects_bad_steps_writing_nothing_of_them(bad):
+def test_staging_rejects_bad_steps_writing_nothing_of_them(bad):
     """Each kind of bad input raises at the stage call that brought it, and nothing of it is kept: the steps
     staged before it stay staged (the store and table after a flush equal those of a run that flushed
     instead of the bad call)."""
