@@ -239,6 +239,16 @@ void BlockWriter::write(const StepBlockCore& block, int64_t a, int64_t steps, nb
   };
   const bool* terminated = block.terminated();
   const bool* truncated = block.truncated();
+  // A lane's open row (store row i) gets the action, reward, extras and flags of block step s.
+  auto put_action = [&](int64_t s, int64_t e, int64_t i) {
+    for (std::size_t j = 0; j < act_.size(); ++j) {
+      if (act_[j].row_bytes == 0) continue;
+      std::memcpy(act_[j].data + i * act_[j].row_bytes, bact[j]->row(s, E) + e * bact[j]->row_bytes,
+                  act_[j].row_bytes);
+    }
+    terminated_[i] = terminated[s * E + e];
+    truncated_[i] = truncated[s * E + e];
+  };
   for (int64_t e = 0; e < E; ++e) {
     const int64_t lane = lane_ids[e];
     const int64_t base = lane * capacity_;
@@ -251,19 +261,14 @@ void BlockWriter::write(const StepBlockCore& block, int64_t a, int64_t steps, nb
         const int64_t open = open_rows_[lane], first_new = rings_->written(lane);
         const int64_t episode = episode_start_[lane];
         // The open row, then each new row but the last, gets its step's action, reward, extras and flags.
-        const int64_t i = base + ring_pos(open, capacity_);
-        for (std::size_t j = 0; j < act_.size(); ++j) {
-          const StoreColumn& c = act_[j];
-          const int64_t bw = bact[j]->row_bytes;
-          std::memcpy(c.data + i * c.row_bytes, bact[j]->row(s, E) + e * bw, c.row_bytes);
-          if (run > 1) {
+        put_action(s, e, base + ring_pos(open, capacity_));
+        if (run > 1) {
+          for (std::size_t j = 0; j < act_.size(); ++j) {
+            const StoreColumn& c = act_[j];
+            const int64_t bw = bact[j]->row_bytes;
             copy_to_ring(c.data, c.row_bytes, base, capacity_, first_new, bact[j]->row(s + 1, E) + e * bw, E * bw,
                          c.row_bytes, run - 1);
           }
-        }
-        terminated_[i] = terminated[at];
-        truncated_[i] = truncated[at];
-        if (run > 1) {
           const auto* term_run = reinterpret_cast<const uint8_t*>(terminated + at + E);
           const auto* trunc_run = reinterpret_cast<const uint8_t*>(truncated + at + E);
           copy_to_ring(reinterpret_cast<uint8_t*>(terminated_), 1, base, capacity_, first_new, term_run, E, 1, run - 1);
@@ -290,16 +295,7 @@ void BlockWriter::write(const StepBlockCore& block, int64_t a, int64_t steps, nb
       }
       int64_t final_row = -1, new_row = -1;
       const int64_t episode = kind != StepKind::Start ? episode_start_[lane] : -1;
-      if (kind != StepKind::Start) {  // the open row gets its action, reward, extras and flags
-        const int64_t i = base + ring_pos(open_rows_[lane], capacity_);
-        for (std::size_t j = 0; j < act_.size(); ++j) {
-          if (act_[j].row_bytes == 0) continue;
-          std::memcpy(act_[j].data + i * act_[j].row_bytes, bact[j]->row(s, E) + e * bact[j]->row_bytes,
-                      act_[j].row_bytes);
-        }
-        terminated_[i] = terminated[at];
-        truncated_[i] = truncated[at];
-      }
+      if (kind != StepKind::Start) put_action(s, e, base + ring_pos(open_rows_[lane], capacity_));
       if (kind == StepKind::End || kind == StepKind::EndStart) {  // the episode's final row
         final_row = rings_->mark(lane, false);
         const int64_t i = base + ring_pos(final_row, capacity_);
@@ -309,15 +305,14 @@ void BlockWriter::write(const StepBlockCore& block, int64_t a, int64_t steps, nb
         last_[i] = true;
         open_rows_[lane] = -1;
       }
-      if (kind != StepKind::End) {  // a new open row
-        const bool begins = kind != StepKind::Continue;
-        new_row = rings_->mark(lane, begins);
+      if (kind != StepKind::End) {  // a new open row, which starts an episode (steps that go on are runs, above)
+        new_row = rings_->mark(lane, true);
         const int64_t i = base + ring_pos(new_row, capacity_);
         copy_obs(bobs, s, e, i);
-        first_[i] = begins;
+        first_[i] = true;
         last_[i] = false;
         open_rows_[lane] = new_row;
-        if (begins) episode_start_[lane] = new_row;
+        episode_start_[lane] = new_row;
       }
       rows[(k * 3 + 0) * E + e] = final_row;
       rows[(k * 3 + 1) * E + e] = episode;

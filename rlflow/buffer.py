@@ -381,7 +381,7 @@ class ReplayBuffer:
             if converted.issuperset(todo):
                 raise RuntimeError(f"extend: the block filler cannot take {todo} converted to the spec's dtypes")
             for key in todo:
-                cols = checks.columns(_EXTEND_KEY[key], given[key], t, f"extend: {_EXTEND_NAME[key]}")
+                cols = self._extend_columns(key, given[key], t)
                 leaves = tuple(np.ascontiguousarray(v) for v in cols.values())
                 parts[key] = leaves[0] if key == "reward" else leaves
                 converted.add(key)
@@ -395,9 +395,9 @@ class ReplayBuffer:
             then = {name: v[-1:] for name, v in firsts.items()} if reset[-1] else None
         if not put.steps:
             return _LanePut(None, None, then, (), False)
-        i = put.first_step
-        start = checks.columns("observation", self._observation_rows(parts["observation"], slice(i, i + 1)), 1,
-                               "extend: obs") if put.starts else None
+        i = put.first_step  # (checked by the compiled call, which starts the block there)
+        start = ({name: np.asarray(leaf)[i:i + 1] for name, leaf in zip(self._obs_fields, parts["observation"],
+                                                                        strict=True)} if put.starts else None)
         last = tuple(np.asarray(leaf)[put.last_step] for leaf in parts["next_obs"])
         return _LanePut(block, start, then, last, put.ended)
 
@@ -409,8 +409,13 @@ class ReplayBuffer:
         if put.status is _core.Put.VALUE:
             for key in ("action", "reward", "extras", "next_obs", "observation"):
                 if given[key] is not None:
-                    self._checks.columns(_EXTEND_KEY[key], given[key], t, f"extend: {_EXTEND_NAME[key]}")  # raises
+                    self._extend_columns(key, given[key], t)  # raises
         return RuntimeError(f"extend: the block filler's fault {put.status} at step {i} that the spec's checks pass")
+
+    def _extend_columns(self, key: str, value: Any, t: int) -> dict[str, np.ndarray]:
+        """:meth:`extend`'s argument ``key`` (``[t, ...]``) as checked columns; SpecError naming the argument."""
+        spec_key, name = _EXTEND_ARG[key]
+        return self._checks.columns(spec_key, value, t, f"extend: {name}")
 
     def _observation_rows(self, leaves: tuple[Any, ...], rows: Any) -> Any:
         """Rows ``rows`` of observations given as leaves (in the store's column order), nested as the spec."""
@@ -586,13 +591,11 @@ class _LanePut(NamedTuple):
 
 _EXTEND_STEPS = 256  # the fewest steps an extend block holds (a longer call makes a longer one)
 
-# extend's parts: the block filler's part of each (as it names faults), the spec's key, the argument's name.
+# extend's parts: the block filler's part of each (as it names faults); each part's spec key and argument name.
 _EXTEND_PART = {_core.Part.ACTION: "action", _core.Part.REWARD: "reward", _core.Part.EXTRAS: "extras",
                 _core.Part.OBSERVATION: "next_obs", _core.Part.FINAL: "next_obs"}
-_EXTEND_KEY = {"observation": "observation", "next_obs": "observation", "action": "action", "reward": "reward",
-               "extras": "extras"}
-_EXTEND_NAME = {"observation": "obs", "next_obs": "next_obs", "action": "action", "reward": "reward",
-                "extras": "extras"}
+_EXTEND_ARG = {"observation": ("observation", "obs"), "next_obs": ("observation", "next_obs"),  # (spec key, name)
+               "action": ("action", "action"), "reward": ("reward", "reward"), "extras": ("extras", "extras")}
 
 # Rewards of one env given as a number: written into the reward's dtype without making an array of them.
 # What ReplayBuffer._bind derives, and what a pickle leaves out.

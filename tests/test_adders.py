@@ -667,9 +667,8 @@ def test_add_steps_equals_one_add_per_step(n, chunks, end, slack):
 
 
 def _run_chunks(direct: bool, n: int, chunks: list[tuple[int, str]], prioritized: bool, max_size: int | None,
-                capacity: int, seed: int) -> tuple[StepStore, Table, adders.NStepTransition, list]:
-    """Chunks of one lane's steps, each through one add_steps call (``direct``) or one add call a step (no
-    samples are drawn: ``[]`` stands for them)."""
+                capacity: int, seed: int) -> tuple[StepStore, Table, adders.NStepTransition]:
+    """Chunks of one lane's steps, each through one add_steps call (``direct``) or one add call a step."""
     spec = step_spec(OBS, ACT)
     store = StepStore(spec, capacity=capacity)
     sampler = Prioritized(0.6, 0.4, seed=seed) if prioritized else Uniform(seed=seed)
@@ -679,7 +678,6 @@ def _run_chunks(direct: bool, n: int, chunks: list[tuple[int, str]], prioritized
     z = np.zeros(1, bool)
     obs = rng.standard_normal((1, 2)).astype(np.float32)
     adder.add_first(TimeStep(obs, np.zeros(1, np.float32), z, z, ~z, z))
-    drawn = []
     for c, end in chunks:
         acts = rng.integers(0, 6, c)
         rews = rng.standard_normal(c).astype(np.float32)
@@ -693,7 +691,7 @@ def _run_chunks(direct: bool, n: int, chunks: list[tuple[int, str]], prioritized
         if end != "mid":
             first = rng.standard_normal((1, 2)).astype(np.float32)
             adder.add_first(TimeStep(first, np.zeros(1, np.float32), z, z, ~z, z))
-    return store, table, adder, drawn
+    return store, table, adder
 
 
 def _add_one_by_one(adder: adders.NStepTransition, lane: int, acts: np.ndarray, rews: np.ndarray, nxt: np.ndarray,
@@ -709,15 +707,6 @@ def _add_one_by_one(adder: adders.NStepTransition, lane: int, acts: np.ndarray, 
         flag = np.array
         adder.add(acts[i:i + 1], TimeStep(obs, rews[i:i + 1], flag([bool(term[i])]), flag([bool(trunc[i])]),
                                           flag([restart]), flag([last]), nxt[i:i + 1] if last else None))
-
-
-def _sample_between(table: Table, rng: np.random.Generator, prioritized: bool, drawn: list) -> None:
-    """Between writes: a sample of 3 (its keys kept in ``drawn``), and new priorities for them."""
-    if table.size:
-        sample = table.sample(3)
-        drawn.append(sample.keys.tolist())
-        if prioritized:
-            table.update_priorities(sample.keys, rng.random(3) + 0.1)
 
 
 def _assert_same_state(got: dict, want: dict, prefix: str = "") -> None:
@@ -742,11 +731,10 @@ def _assert_same_tables(t1: Table, t2: Table) -> None:
 
 
 def _assert_same_runs(got: tuple, want: tuple) -> None:
-    """Two runs' ``(store, table, adder, samples drawn)`` end equal: the samples, the store's and the adder's
-    states, and the tables' items in insertion order (windows, fields, priorities, times sampled; their
-    keys name slots, which depend on how many items one insert took)."""
-    (s1, t1, a1, d1), (s2, t2, a2, d2) = got, want
-    assert d1 == d2
+    """Two runs' ``(store, table, adder)`` end equal: the store's and the adder's states, and the tables' items
+    in insertion order (windows, fields, priorities, times sampled; their keys name slots, which depend on how
+    many items one insert took)."""
+    (s1, t1, a1), (s2, t2, a2) = got, want
     _assert_same_state(s1.state_dict(), s2.state_dict())
     _assert_same_state(a1.state_dict(), a2.state_dict())
     i1, i2 = t1.items(), t2.items()
@@ -780,14 +768,14 @@ def test_add_steps_over_growing_outputs_and_a_restored_table_leaves_the_state_of
     chunks = [(5, "mid"), (90, "mid"), (300, "term"), (40, "mid"), (400, "trunc"), (30, "mid")]
     runs = []
     for direct in (True, False):
-        _, table, _, drawn = _run_chunks(direct, 3, chunks[:3], prioritized, None, 900, 4)
+        _, table, _ = _run_chunks(direct, 3, chunks[:3], prioritized, None, 900, 4)
         saved = table.state_dict()
-        store2, table2, adder2, drawn2 = _run_chunks(direct, 3, chunks, prioritized, None, 900, 4)
+        store2, table2, adder2 = _run_chunks(direct, 3, chunks, prioritized, None, 900, 4)
         table2.load_state_dict(saved)  # a table restored to an earlier state, then written on
         rng = np.random.default_rng(5)
         adder2.add_steps(0, rng.integers(0, 6, 200), rng.standard_normal(200).astype(np.float32),
                          rng.standard_normal((200, 2)).astype(np.float32))
-        runs.append((store2, table2, adder2, drawn + drawn2))
+        runs.append((store2, table2, adder2))
     _assert_same_runs(*runs)
 
 
@@ -809,26 +797,25 @@ def test_staged_blocks_leave_the_state_of_one_add_a_step(cfg, n, prioritized, ma
         write = adder.stage if direct else adder.add  # staged blocks, or a block of one step a call
         stream = Stream(cfg["lanes"], np.random.default_rng(cfg["seed"]), cfg["same_step"])
         adder.add_first(stream.reset())
-        drawn = []
         for step in range(cfg["steps"]):
             actions, ts, _ = stream.step(stream.random_events(cfg["p_end"]))
             write(actions, _shared_flags(ts) if shared else ts)
             if step % 3 == 2:
                 adder.flush()
         adder.flush()
-        runs.append((store, table, adder, drawn))
+        runs.append((store, table, adder))
     _assert_same_runs(*runs)
 
 
 
 
 def _run_episode_calls(mode: str, n: int, calls: list, prioritized: bool, max_size: int | None, capacity: int,
-                       seed: int, lanes: int = 1) -> tuple[StepStore, Table, adders.NStepTransition, list]:
+                       seed: int, lanes: int = 1) -> tuple[StepStore, Table, adders.NStepTransition]:
     """A lane's steps in calls of several episodes each (``calls``: per call, segments of (steps, how the
     last one ends, whether the next episode starts in the same call)), written by ``add_steps`` with
     per-step flags and first observations (``mode`` "one"), one add call a step ("adds", one lane) or segment
-    by segment ("segments": ``add_steps`` of each episode, then ``add_first``); no samples are drawn (``[]``
-    stands for them). With several lanes, call ``i`` writes lane ``i % lanes``."""
+    by segment ("segments": ``add_steps`` of each episode, then ``add_first``). With several lanes, call ``i``
+    writes lane ``i % lanes``."""
     store = StepStore(step_spec(OBS, ACT), capacity=capacity, lanes=lanes)
     sampler = Prioritized(0.6, 0.4, seed=seed) if prioritized else Uniform(seed=seed)
     table = Table(store, sampler=sampler, remover=Fifo(seed=seed), max_size=max_size)
@@ -841,7 +828,6 @@ def _run_episode_calls(mode: str, n: int, calls: list, prioritized: bool, max_si
     def start(lane, obs):  # a new episode on one lane (a one-lane store: add_first of every lane)
         adder.add_first(TimeStep(obs[None], np.zeros(1, np.float32), z, z, ~z, z), lanes=None if lanes == 1 else [lane])
 
-    drawn = []
     for i, segments in enumerate(calls):
         lane = i % lanes
         t = sum(c for c, _, _ in segments)
@@ -869,7 +855,7 @@ def _run_episode_calls(mode: str, n: int, calls: list, prioritized: bool, max_si
             adder.add_steps(lane, acts, rews, nxt, terminated=term, truncated=trunc, first_observations=firsts)
         if adder._open[lane] < 0:  # the call ended the episode without starting the next
             start(lane, rng.standard_normal(2).astype(np.float32))
-    return store, table, adder, drawn
+    return store, table, adder
 
 
 @st.composite
@@ -908,7 +894,7 @@ def test_add_steps_over_episode_ends_leaves_the_state_of_one_call_per_episode(n,
 def test_add_steps_over_episode_ends_rejects_bad_input_changing_nothing(direct):
     """Bad flags, a wrong number of first observations, or a bad value in any episode of the call (a later
     one's observation, a first observation) raise a clear error and write nothing, on both paths."""
-    store, table, adder, _ = _run_chunks(direct, 2, [(5, "mid")], False, None, 20, 0)
+    store, table, adder = _run_chunks(direct, 2, [(5, "mid")], False, None, 20, 0)
     before = ({k: v.copy() for k, v in store.state_dict().items()}, table.state_dict(), adder.state_dict())
     acts, rews, obs = np.zeros(4, np.int64), np.zeros(4, np.float32), np.zeros((4, 2), np.float32)
     term = np.array([False, True, False, False])
@@ -967,7 +953,7 @@ def test_a_step_both_terminated_and_truncated_is_terminated(path):
 def test_one_lane_add_rejects_bad_values_changing_nothing():
     """One lane's add: NaN observations, infinite rewards and actions out of bounds raise SpecError and change
     nothing, also on a step that ends the episode and starts the next; the lane then goes on."""
-    store, table, adder, _ = _run_chunks(True, 2, [(5, "mid")], False, None, 12, 0)
+    store, table, adder = _run_chunks(True, 2, [(5, "mid")], False, None, 12, 0)
     before = ({k: v.copy() for k, v in store.state_dict().items()}, table.state_dict()["arrays"]["meta"].copy(),
               adder.state_dict()["open"].copy())
     z, y = np.zeros(1, bool), np.ones(1, bool)
@@ -991,7 +977,7 @@ def test_one_lane_stage_checks_each_step_at_once():
     """One lane's stage: a bad step, or an episode end whose restart observation is bad, raises at once and
     leaves the staged steps staged (nothing of it is kept); the lane then goes on, and a flush writes
     exactly the good steps."""
-    store, table, adder, _ = _run_chunks(True, 1, [(3, "mid")], False, None, 40, 0)
+    store, table, adder = _run_chunks(True, 1, [(3, "mid")], False, None, 40, 0)
     z, o = np.zeros(1, bool), np.ones(1, bool)
     act, rew, obs = np.zeros(1, np.int64), np.zeros(1, np.float32), np.zeros((1, 2), np.float32)
     nan = np.array([[0, np.nan]], np.float32)
@@ -1023,7 +1009,7 @@ def test_one_lane_stage_checks_each_step_at_once():
 def test_add_steps_rejects_bad_values_changing_nothing():
     """Bad values in an add_steps call (a NaN observation, an infinite reward, an action out of bounds) raise
     SpecError and change nothing."""
-    store, table, adder, _ = _run_chunks(True, 2, [(5, "mid"), (4, "mid")], False, None, 10, 0)
+    store, table, adder = _run_chunks(True, 2, [(5, "mid"), (4, "mid")], False, None, 10, 0)
     before = ({k: v.copy() for k, v in store.state_dict().items()}, table.state_dict(), adder.state_dict())
     good = (np.zeros(3, np.int64), np.zeros(3, np.float32), np.zeros((3, 2), np.float32))
     bad = {"obs": (good[0], good[1], np.array([[0, 0], [0, np.nan], [0, 0]], np.float32)),

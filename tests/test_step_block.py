@@ -433,14 +433,29 @@ def test_within_a_step_faults_are_found_in_part_then_lane_order(count):
 
 
 def test_only_replay_buffer_add_may_leave_the_env_axis_out():
-    """ReplayBuffer.add of one env takes its observations without the env axis (its compiled call reads them as
-    they are); an adder's add of one lane still refuses an observation without the lane axis, naming the shape."""
+    """ReplayBuffer.add's compiled call (the call classifier with the block filler) puts one env's step whose
+    observations come without the env axis, as it puts one with it, and the buffer stores them as given; an
+    adder's add of one lane still refuses an observation without the lane axis, naming the shape."""
     store, _, adder = _parts(lanes=1)
     adder.add_first(_reset(1))
     z = np.zeros(1, bool)
     with pytest.raises(SpecError, match=r"expected shape \(1, 2\), got \(2,\)"):
         adder.add(np.zeros(1, np.int64), TimeStep(np.zeros(2, np.float32), np.zeros(1, np.float32), z, z, z, z))
     assert store.count.tolist() == [1] and adder.staged_steps == 0
+    from rlflow import _core
+    for lead in ((), (1,)):  # without the env axis, and with it
+        obs, nxt = np.zeros((*lead, 2), np.float32), np.ones((*lead, 2), np.float32)
+        state, calls = np.full(1, _core.CallState.IN_EPISODE.value, np.int8), np.zeros((5, 1), bool)
+        classifier = _core.CallClassifier(last=[np.zeros((1, 2), np.float32)], state=state, was=state.copy(),
+                                          calls=calls)
+        block = StepBlock(SPEC, lanes=[0], steps=4)
+        block.start(np.ones(1, bool))
+        rows = tuple(calls[row.value] for row in (_core.CallRow.RESET, _core.CallRow.LAST, _core.CallRow.TERMINATED,
+                                                  _core.CallRow.TRUNCATED))
+        bits = classifier.add(block.filler, 0, (obs,), (np.zeros(1, np.int64),), np.ones(1, np.float32), (), (nxt,),
+                              z, z, rows)
+        assert bits & _core.CALL_PUT and bits & _core.CALL_KEPT, lead
+        np.testing.assert_array_equal(block.observation["observation"][0, 0], [1, 1])
     from rlflow import ReplayBuffer
     buffer = ReplayBuffer(specs.Field((2,), np.float32), specs.Field((), np.int64, low=0, high=3), capacity=16)
     obs = np.zeros(2, np.float32)

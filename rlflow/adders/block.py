@@ -365,12 +365,8 @@ class StepBlock:
         elif status is _core.Put.FINAL_MISSING:
             raise SpecError(f"timestep: lanes {np.flatnonzero(last).tolist()} are last but final_observation is None")
         elif status in (_core.Put.STACK_BREAK, _core.Put.STACK_START):
-            name = list(self.observation)[core.fault_column]
-            k = self._fields[name].stack
-            if status is _core.Put.STACK_START:
-                raise SpecError(_stack_start(name, k, lanes))
-            what = "timestep.final_observation" if core.fault_part is _core.Part.FINAL else "timestep.observation"
-            raise SpecError(_stack_break(what, name, k, lanes))
+            raise self.stack_error(status, "timestep.final_observation" if core.fault_part is _core.Part.FINAL
+                                   else "timestep.observation")
         else:
             self._flow_error(status, lanes)
         raise RuntimeError(f"put: fault {status} at lane {int(lanes[0])} that the spec's checks pass")
@@ -458,12 +454,10 @@ class StepBlock:
                     dest[name][:t, 0] = v
                 parts[core.fault_part.value] = None
             elif status in (_core.Put.STACK_BREAK, _core.Put.STACK_START):
-                name = list(self.observation)[core.fault_column]
-                k, i = self._fields[name].stack, core.fault_step
-                if status is _core.Put.STACK_START:
-                    j = int(np.searchsorted(restarts, i)) if restarts is not None else 0
-                    raise SpecError(_stack_start(name, k, self.lanes[:1], f"add_steps: first_observations[{j}]"))
-                raise SpecError(_stack_break(f"add_steps: next_observations[{i}]", name, k, self.lanes[:1]))
+                i = core.fault_step
+                j = int(np.searchsorted(restarts, i)) if restarts is not None else 0
+                raise self.stack_error(status, f"add_steps: first_observations[{j}]" if status is _core.Put.STACK_START
+                                       else f"add_steps: next_observations[{i}]")
             else:
                 raise RuntimeError(f"put_steps: fault {status} at step {core.fault_step} of a one-lane block")
         self.steps = t
@@ -633,7 +627,7 @@ def _stack_break(what: str, name: str, k: int, lanes: np.ndarray) -> str:
             "without stack=; nothing was added")
 
 
-def _stack_start(name: str, k: int, lanes: np.ndarray, what: str = "timestep.observation") -> str:
+def _stack_start(name: str, k: int, lanes: np.ndarray, what: str) -> str:
     return (f"{what}: field {name!r} (stacks of {k} frames) of lanes {lanes.tolist()} starts an "
             f"episode with a stack that is not its first frame repeated {k} times, as gymnasium's "
             f"FrameStackObservation(env, {k}) (padding_type='reset', its default) gives it; nothing was added")
