@@ -26,6 +26,7 @@ expected and what came; nothing is written by the caller when it raises.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
@@ -115,6 +116,11 @@ class Field:
     def nbytes(self) -> int:
         """Bytes of one value (a whole stack for a stacked field)."""
         return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+    @functools.cached_property
+    def value_check(self) -> tuple[int, float, float] | None:
+        """:func:`check_mode` of this field, computed once (hot checks read it on every call)."""
+        return check_mode(self)
 
     @property
     def frame_shape(self) -> tuple[int, ...]:
@@ -353,25 +359,22 @@ def fits(field: Field, value: Any, n: int) -> bool:
     """Whether ``value`` needs no conversion to be ``n`` rows of ``field``: an ndarray of exactly its dtype
     and shape ``(n, *field.shape)``, finite (floats) and within bounds (integers). A quick check for hot
     paths; ``False`` means "run :func:`validate`" (which converts or raises), not "invalid"."""
-    if type(value) is not np.ndarray or value.dtype != field.dtype or value.shape != (n, *field.shape):
+    if type(value) is not np.ndarray or value.shape != (n, *field.shape):
         return False
-    kind = field.dtype.kind
-    if kind == "f":
-        if field.allow_nonfinite:
-            return True
-        if value.size == 1:  # one value (one lane of a scalar field): no compiled call
-            return math.isfinite(value.item())
-        return _all_finite(value)
-    if kind in "iu" and (field.low is not None or field.high is not None):
-        if type(field.low) is tuple or type(field.high) is tuple:  # per element
-            low, high = field.bounds()
-            return bool((low is None or np.all(value >= low)) and (high is None or np.all(value <= high)))
-        low = field.low if field.low is not None else -math.inf
-        high = field.high if field.high is not None else math.inf
-        if value.size == 1:
-            return bool(low <= value.item() <= high)
-        return _within(value, low, high)
-    return True
+    dtype = value.dtype
+    if dtype is not field.dtype and dtype != field.dtype:
+        return False
+    check = field.value_check
+    if check is None:  # bounds per element, or integers float64 does not hold exactly
+        low, high = field.bounds()
+        return bool((low is None or np.all(value >= low)) and (high is None or np.all(value <= high)))
+    mode, low, high = check
+    if mode == NO_CHECK:
+        return True
+    if value.size == 1:  # one value (one lane of a scalar field): no compiled call
+        x = value.item()
+        return math.isfinite(x) if mode == FINITE else low <= x <= high
+    return _all_finite(value) if mode == FINITE else _within(value, low, high)
 
 
 # How :func:`fits` checks a field's values, as compiled checks take it: not at all, finite, or within bounds.
@@ -408,10 +411,11 @@ def _all_finite(arr: np.ndarray) -> bool:
 
 
 def _within(arr: np.ndarray, low: float, high: float) -> bool:
-    """Whether every value of an integer array lies in ``[low, high]`` (a compiled pass for native ints)."""
-    if not _float_exact(low, high) or not arr.dtype.isnative:  # compared as Python integers, not float64
+    """Whether every value of an integer array lies in ``[low, high]`` (:func:`check_mode`'s bounds, exact in
+    float64; a compiled pass for native ints)."""
+    if not arr.dtype.isnative:
         return bool(arr.min() >= low and arr.max() <= high) if arr.size else True
-    return bool(_core.values_pass(np.ascontiguousarray(arr), _core.ValueCheck.BOUNDS, float(low), float(high)))
+    return bool(_core.values_pass(np.ascontiguousarray(arr), _core.ValueCheck.BOUNDS, low, high))
 
 
 def zeros(fields: Mapping[str, Field], batch_shape: tuple[int, ...]) -> dict[str, np.ndarray]:

@@ -224,3 +224,18 @@ def test_stack_reach_is_the_largest_stack_minus_one():
     nested = {"observation": {"pixels": Field((4, 8, 8), np.uint8, stack=4), "ram": Field((2, 5), np.uint8, stack=2)},
               "reward": Field((), np.float32)}
     assert stack_reach(nested) == 3
+
+
+def test_value_check_is_computed_once_and_is_not_part_of_the_field():
+    """A field's ``value_check`` (what hot checks read) is ``check_mode``'s, kept on the field: fields stay
+    equal, hashable and picklable with it computed or not."""
+    import pickle
+
+    field = Field((2,), np.int64, low=0, high=5)
+    assert field.value_check == check_mode(field) == (BOUNDS, 0.0, 5.0)
+    assert field.value_check is field.value_check  # computed once
+    fresh = Field((2,), np.int64, low=0, high=5)
+    assert fresh == field and hash(fresh) == hash(field)
+    back = pickle.loads(pickle.dumps(field))
+    assert back == field and back.value_check == field.value_check
+    assert Field((), np.int64, high=2**60).value_check is None

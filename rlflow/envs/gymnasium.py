@@ -214,7 +214,9 @@ class GymEnvironment:
             other = wrapper_for(env)
             raise TypeError(f"env: expected a gymnasium.Env or gymnasium.vector.VectorEnv, got {type(env).__name__}"
                             + (f"; use {other}" if other else ""))
-        self._one = isinstance(self._vec, _OneEnv)
+        # Each step's TimeStep: a plain env builds its own (one lane, nothing to combine); a vector env's
+        # step is read through its autoreset mode.
+        self._timestep = self._vec.step_timestep if isinstance(self._vec, _OneEnv) else self._vector_timestep
         self._env = env
         self._mode = to_autoreset_mode(mode)
         self._num_envs = int(self._vec.num_envs)
@@ -288,11 +290,12 @@ class GymEnvironment:
         """Take one action per lane (leading axis ``E``, also for a plain env) and report what happened."""
         if self._needs_reset:
             raise RuntimeError("step() before reset(): expected a call to reset() first")
-        if self._one:
-            if not (type(actions) is np.ndarray and actions.shape[:1] == (1,)):
-                self._check_actions(actions)
-            return self._vec.step_timestep(actions)  # type: ignore[attr-defined]
         self._check_actions(actions)
+        return self._timestep(actions)
+
+    def _vector_timestep(self, actions: Any) -> TimeStep:
+        """The TimeStep of the vector env's step, its flags and final observations read through its
+        autoreset mode (the module docstring's table)."""
         obs, reward, terminated, truncated, info = self._vec.step(actions)
         reward = np.array(reward, dtype=np.float32)
         terminated = np.array(terminated, dtype=np.bool_)
@@ -320,7 +323,10 @@ class GymEnvironment:
         return TimeStep(obs, reward, terminated, truncated, first, last, final, info)
 
     def _check_actions(self, actions: Any) -> None:
+        """Raise ValueError unless every leaf of ``actions`` has a leading axis of one action per lane."""
         n = self._num_envs
+        if type(actions) is np.ndarray and actions.shape[:1] == (n,):  # most calls: one array that fits
+            return
         stack: list[tuple[str, Any]] = [("", actions)]
         while stack:
             path, value = stack.pop()

@@ -4,7 +4,6 @@ between learner and policy (:class:`VariableClient`), per-lane episode statistic
 from __future__ import annotations
 
 import inspect
-import math
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -170,7 +169,6 @@ class Actor:
         self._action_fields = _specs.flatten_spec({"action": action_spec})
         self._simple = action_spec if isinstance(action_spec, _specs.Field) else None
         self._space = action_space
-        self._one = _one_value_check(self._simple, self.num_lanes)
         _check_act_signature(policy)
         self.state = policy.initial_state(self.num_lanes)
 
@@ -208,12 +206,6 @@ class Actor:
         actions, extras, self.state = out
         if extras is not None:
             extras = _numpy_leaves(extras, self.policy, "extras")
-        one = self._one
-        if one is not None and type(actions) is np.ndarray and actions.dtype is one[0] and actions.shape == one[1]:
-            mode = one[2]  # _specs.fits of one value, its checks decided in advance
-            if mode == _specs.NO_CHECK or (math.isfinite(actions.item()) if mode == _specs.FINITE
-                                           else one[3] <= actions.item() <= one[4]):
-                return actions, extras
         if self._simple is not None and _specs.fits(self._simple, actions, self.num_lanes):
             return actions, extras
         actions = _numpy_leaves(actions, self.policy, "actions")
@@ -246,18 +238,6 @@ def _numpy_leaves(value: Any, policy: Policy, what: str) -> Any:
                             "or tensors on the CPU or a GPU") from None
 
     return map_structure(convert, value)
-
-
-def _one_value_check(field: Any, num_lanes: int) -> tuple[Any, ...] | None:
-    """What :func:`rlflow.specs.fits` checks of actions that are one value (one lane of a scalar field):
-    ``(dtype, shape, mode, low, high)`` with :func:`rlflow.specs.check_mode`'s mode and bounds; None for
-    other actions, bounds float64 cannot hold, or a dtype that arrays do not carry by identity."""
-    if field is None or num_lanes * int(np.prod(field.shape, dtype=np.int64)) != 1:
-        return None
-    dtype, mode = field.dtype, _specs.check_mode(field)
-    if mode is None or dtype is not np.dtype(dtype.str):  # not the builtin instance arrays of this type carry
-        return None
-    return (dtype, (num_lanes, *field.shape), *mode)
 
 
 def _reset_rows(state: Any, initial: Any, first: np.ndarray) -> Any:
