@@ -16,12 +16,15 @@ settings.load_profile("rlflow")
 def ray_cluster():
     """A local Ray cluster's head node bound to 127.0.0.1 (``ray.cluster_utils.Cluster``, so a test can add and
     remove nodes), with a small object store and a temporary folder of its own; the session's Ray connects
-    to it. Its workers import this folder's helper modules and the examples' modules. Shut down at the end of
+    to it. Its workers import this folder's helper and test modules and the examples' modules. Shut down at the end of
     the session (never ``ray stop``, which would end every Ray process of the machine)."""
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     here = Path(__file__).resolve().parent
-    examples = str(here.parent / "examples")  # (the extension examples' classes, as a user's own module)
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(here), examples, os.environ.get("PYTHONPATH")) if p)
+    # the helper modules here, the test modules in the folders (laid out as the package), and the extension
+    # examples' classes, as a user's own module
+    tests = sorted(p for p in here.iterdir() if p.is_dir() and p.name[0] not in "._")
+    folders = [here, *tests, here.parent / "examples"]
+    os.environ["PYTHONPATH"] = os.pathsep.join([*map(str, folders), *filter(None, [os.environ.get("PYTHONPATH")])])
     import ray
     from ray.cluster_utils import Cluster
 

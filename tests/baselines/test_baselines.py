@@ -629,7 +629,7 @@ def baseline_modules_imported(path: Path) -> set[str]:
 def test_no_baseline_imports_another():
     """Each baseline reads on its own: besides rlflow it imports the shared runner (``baselines``) and the
     shared pieces (``baselines._nets``, ``baselines._mpe``, ``baselines._presets``), never another baseline."""
-    folder = Path(__file__).resolve().parents[1] / "baselines"
+    folder = Path(__file__).resolve().parents[2] / "baselines"
     allowed = {"baselines", "baselines._nets", "baselines._mpe", "baselines._presets"}
     others = {}
     for path in sorted(folder.glob("*.py")):

@@ -159,7 +159,7 @@ def test_the_learning_benchmark_runs_a_preset_by_name(tmp_path, capsys):
     import sys
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
     try:
         learning = importlib.import_module("learning")
     finally:

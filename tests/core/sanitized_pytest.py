@@ -1,6 +1,6 @@
 """Run pytest with ``rlflow._core`` loaded from a sanitizer build (AddressSanitizer and UBSan) instead of the
-installed one: ``python tests/sanitized_pytest.py CORE_SO [pytest arguments]``, with the sanitizer runtime
-preloaded (``LD_PRELOAD``). Used by ``tests/test_core_sanitized.py``."""
+installed one: ``python tests/core/sanitized_pytest.py CORE_SO [pytest arguments]``, with the sanitizer runtime
+preloaded (``LD_PRELOAD``). Used by ``tests/core/test_core_sanitized.py``."""
 
 import importlib.abc
 import importlib.machinery

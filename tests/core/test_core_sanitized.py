@@ -10,16 +10,16 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # the tests of the parts that call the core (selectors, tables, minibatches, threads, the flexibuff facade, the
 # block filler and writer with frame stacks and multi-agent rows, the n-step items, ReplayBuffer and its call
 # classifier)
-CALLERS = ["tests/test_selectors.py", "tests/test_sequential_draws.py", "tests/test_table.py",
-           "tests/test_minibatches.py", "tests/test_threads.py", "tests/test_priority_fns.py",
-           "tests/test_compat_flexibuff.py", "tests/test_step_block.py", "tests/test_frame_stacks.py",
-           "tests/test_multiagent.py", "tests/test_replay_buffer.py", "tests/test_replay_buffer_streams.py",
-           "tests/test_adders.py", "tests/test_storage.py", "tests/test_row_table.py", "tests/test_core_boundaries.py",
-           "tests/test_checkpoint.py"]
+CALLERS = ["tests/replay/test_selectors.py", "tests/replay/test_sequential_draws.py", "tests/replay/test_table.py",
+           "tests/test_minibatches.py", "tests/replay/test_threads.py", "tests/adders/test_priority_fns.py",
+           "tests/compat/test_compat_flexibuff.py", "tests/adders/test_step_block.py",
+           "tests/replay/test_frame_stacks.py", "tests/adders/test_multiagent.py", "tests/test_replay_buffer.py",
+           "tests/test_replay_buffer_streams.py", "tests/adders/test_adders.py", "tests/replay/test_storage.py",
+           "tests/replay/test_row_table.py", "tests/core/test_core_boundaries.py", "tests/replay/test_checkpoint.py"]
 
 
 def _runtime(name: str) -> str:
@@ -43,7 +43,8 @@ def test_the_callers_tests_pass_on_a_sanitized_core(tmp_path):
     env = dict(os.environ, LD_PRELOAD=f"{_runtime('libasan.so')} {_runtime('libubsan.so')}",
                ASAN_OPTIONS=f"detect_leaks=0:abort_on_error=1:log_path={logs}",
                UBSAN_OPTIONS=f"halt_on_error=1:abort_on_error=1:print_stacktrace=1:log_path={logs}")
-    done = subprocess.run([sys.executable, str(ROOT / "tests" / "sanitized_pytest.py"), str(core), "-q", "-x",
+    runner = Path(__file__).resolve().parent / "sanitized_pytest.py"
+    done = subprocess.run([sys.executable, str(runner), str(core), "-q", "-x",
                            "-p", "no:cacheprovider", *CALLERS], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=1200)
     reports = "".join(f.read_text()[:4000] for f in sorted(tmp_path.glob("sanitizer*")))

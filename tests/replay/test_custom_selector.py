@@ -11,7 +11,7 @@ from scipy import stats
 from rlflow import specs
 from rlflow.replay import CheckpointError, Fifo, SampleToInsertRatio, Selector, StepStore, Table, load, save
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("recency_selector", ROOT / "examples" / "recency_selector.py")
 example = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(example)
