@@ -3,6 +3,7 @@
 ``Stream`` produces random batched TimeSteps (lanes ending at different times, termination or
 truncation, same-step or next-step resets) and records, per lane, every row the adders should store.
 The ``*_items`` functions list the items each adder should have written, from those rows alone.
+``ADDERS`` builds each adder setting that tests run on these streams (``name: make(store, tables)``).
 """
 
 from __future__ import annotations
@@ -11,12 +12,35 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from rlflow import specs
+from rlflow import adders, specs
 from rlflow.types import TimeStep, step_spec
 
 OBS = specs.Field((2,), np.float32)
 ACT = specs.Field((), np.int64, low=0, high=5)
 SPEC = step_spec(OBS, ACT, {"v": specs.Field((), np.float32)})
+
+
+G = 0.9
+
+
+def nstep(n=3, discount=G):
+    return lambda store, tables: adders.NStepTransition(store, tables, n=n, discount=discount)
+
+
+def sequence(length=6, period=4, end="continue"):
+    return lambda store, tables: adders.Sequence(store, tables, length=length, period=period, end_behavior=end)
+
+
+def episode(max_length=120, ragged=False):
+    return lambda store, tables: adders.Episode(store, tables, max_length=max_length, ragged=ragged)
+
+
+ADDERS = {
+    "nstep-1": nstep(1), "nstep-3": nstep(3), "episode": episode(),
+    "sequence-continue": sequence(), "sequence-zero_pad": sequence(end="zero_pad"),
+    "sequence-truncate": sequence(end="truncate"), "sequence-write": sequence(end="write"),
+    "sequence-tiles": sequence(4, 4, "zero_pad"), "sequence-continue-tiles": sequence(5, 5),
+}
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Small deterministic PettingZoo parallel envs for the multi-agent tests."""
+"""Small deterministic PettingZoo parallel envs for the multi-agent tests, and ``all_items`` of a table."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from typing import ClassVar
 import numpy as np
 from gymnasium import spaces
 from pettingzoo import AECEnv, ParallelEnv
+
+from rlflow.replay.items import LANE, LENGTH, START, VALID
 
 
 class DyingAgents(ParallelEnv):
@@ -292,3 +294,13 @@ class LeaderGame(TurnGame):
         if agent == "a0":
             return np.array([self.moves, self.games], np.float64)
         return super().observe(agent)
+
+
+def all_items(table):
+    """Every item of a multi-agent ``table`` as ``(meta, batch)``: the records and the sample they make."""
+    items = table.items()
+    meta = np.zeros((items["key"].size, 6), np.int64)
+    meta[:, LANE], meta[:, START], meta[:, LENGTH], meta[:, VALID] = (
+        items["lane"], items["start"], items["length"], items["valid"])
+    fields = {"return": items["field/return"], "discount": items["field/discount"]}
+    return meta, table.view.gather(table.store, meta, fields)[0]

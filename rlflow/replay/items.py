@@ -206,21 +206,6 @@ class Items(Records):
                                                       priorities)
         return slots, keys, self._placed(slots, lanes, starts, clash, clashes, cols)
 
-    def check_and_add(self, rings: _core.StoreRings, cross_episodes: bool, lanes: np.ndarray,
-                      starts: np.ndarray, lengths: np.ndarray, priorities: np.ndarray,
-                      cols: dict[str, np.ndarray]) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
-        """Check the windows against the store's ``rings`` (rows stored, episodes, frame stacks), then place the
-        items.
-
-        Returns ``(first_bad, slots, keys, seqs)``; when ``first_bad >= 0`` a window is not stored and
-        nothing changed. Needs ``n <= num_free``.
-        """
-        bad, valid = rings.check_windows(lanes, starts, lengths, cross_episodes)
-        if bad >= 0:
-            return bad, valid, valid, valid
-        slots, keys, seqs = self.add(lanes, starts, lengths, valid, priorities, cols)
-        return -1, slots, keys, seqs
-
     def _placed(self, slots: np.ndarray, lanes: np.ndarray, starts: np.ndarray, clash: np.ndarray, clashes: int,
                 cols: dict[str, np.ndarray]) -> np.ndarray:
         """Bookkeeping after the core placed ``slots``: counters, item fields, overflow lists; the seqs."""

@@ -118,13 +118,6 @@ class RowTable(TableBase):
         self._evicted(int(slots.size), times)
 
     # ------------------------------------------------------------------ insert
-    def _insert_at_once(self, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray, prios: np.ndarray,
-                        cols: dict[str, np.ndarray]) -> np.ndarray | None:
-        """Every item has its slot: admitted at once when the rate limiter admits them all."""
-        if not self.rate_limiter.can_insert(starts.size):
-            return None
-        return self._place(lanes, starts, lengths, cols)
-
     def _check_parts(self, lanes: np.ndarray, starts: np.ndarray) -> None:
         """Refuse shared start rows before any part goes in."""
         n = starts.size
@@ -137,10 +130,6 @@ class RowTable(TableBase):
             bad = int(np.flatnonzero(taken | again)[0])
             self._start_taken(lanes, starts, bad, _core.PlaceFault.TAKEN if taken[bad] else _core.PlaceFault.TWICE)
 
-    def _insert_part(self, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray, valid: np.ndarray,
-                     prios: np.ndarray, cols: dict[str, np.ndarray]) -> np.ndarray:
-        return self._place(lanes, starts, lengths, cols)
-
     def _start_taken(self, lanes: np.ndarray, starts: np.ndarray, bad: int, why: _core.PlaceFault) -> None:
         lane, start = int(lanes[bad]), int(starts[bad])
         taken = why == _core.PlaceFault.TAKEN
@@ -149,9 +138,10 @@ class RowTable(TableBase):
             f"item {bad}: row {start} of lane {lane} already starts {holder}; "
             "a RowTable holds at most one item per start row (a Table holds any number)")
 
-    def _place(self, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
-               cols: dict[str, np.ndarray]) -> np.ndarray:
-        """Place the items (windows checked again: any refusal raises and changes nothing); their keys."""
+    def _place(self, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray, valid: np.ndarray | None,
+               prios: np.ndarray, cols: dict[str, np.ndarray]) -> np.ndarray:
+        """Place the items in their start rows' slots (windows checked again, whole ones or not: any refusal
+        raises and changes nothing; priorities are all 1); their keys."""
         n = lanes.size
         items = self._items
         bad, why, slots, keys = items.core.place(self.store.rings(), self.cross_episodes, items.next_seq, lanes,

@@ -115,7 +115,7 @@ class TableBase(ABC):
     :class:`~rlflow.replay.RowTable` are its kinds.
 
     A kind keeps its items in a :class:`~rlflow.replay.items.Records` (``_items``) and says how items go in
-    (:meth:`_insert_at_once`, :meth:`_insert_part`), leave (:meth:`on_overwrite`, :meth:`on_overwrite_range`,
+    (:meth:`_place`; :meth:`_check_parts` for an insert in parts), leave (:meth:`on_overwrite_range`,
     :meth:`_remove`) and are drawn (:meth:`_draw`, :meth:`_retire`); its ``__init__`` calls this one, makes
     its items (:meth:`_new_items`) and then subscribes to the store.
 
@@ -187,20 +187,16 @@ class TableBase(ABC):
         """Remove the live items in ``slots`` (distinct), counting them as deletes."""
 
     @abstractmethod
-    def _insert_at_once(self, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray, prios: np.ndarray,
-                        cols: dict[str, np.ndarray]) -> np.ndarray | None:
-        """When the rate limiter admits all the items and they need no room made, check them and place them
-        (a refusal raises and changes nothing); their keys. Else None, having changed nothing."""
-
-    @abstractmethod
     def _check_parts(self, lanes: np.ndarray, starts: np.ndarray) -> None:
-        """Raise on what a whole insert would refuse, before an insert admitted in parts places any part
-        (windows are checked already)."""
+        """Raise on what :meth:`_place` of the whole insert would refuse beyond its windows, before an insert
+        admitted in parts places its first part (the windows are checked already)."""
 
     @abstractmethod
-    def _insert_part(self, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray, valid: np.ndarray,
-                     prios: np.ndarray, cols: dict[str, np.ndarray]) -> np.ndarray:
-        """Place items the rate limiter admitted (stored windows of valid lengths ``valid``); their keys."""
+    def _place(self, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray, valid: np.ndarray | None,
+               prios: np.ndarray, cols: dict[str, np.ndarray]) -> np.ndarray:
+        """Place items the rate limiter admitted, making room as the table's kind does; their keys. ``valid``:
+        their windows' stored lengths, checked already (an insert in parts), or None: check them here, a
+        refusal raising with nothing changed."""
 
     @abstractmethod
     def _draw(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -305,15 +301,19 @@ class TableBase(ABC):
 
     def insert_many(self, lanes_arr: np.ndarray, starts_arr: np.ndarray, lengths_arr: np.ndarray,
                     prios: np.ndarray, cols: dict[str, np.ndarray], timeout: float | None = None) -> np.ndarray:
-        """Insert items an adder made, asking the rate limiter once when all fit (:meth:`insert` of arguments
-        already converted and checked: int64 arrays of one length, float64 finite non-negative priorities,
-        item fields of the item spec; windows are still checked). Returns their keys."""
+        """Insert items an adder made (:meth:`insert` of arguments already converted and checked: int64 arrays
+        of one length, float64 finite non-negative priorities, item fields of the item spec; windows are
+        still checked). Returns their keys.
+
+        The items go in as parts of what the rate limiter admits, each placed by :meth:`_place`; usually the
+        first part is all of them, checked as it is placed. An insert that goes in several parts is checked
+        whole before its first part, so a refusal still changes nothing; rows written while it waits may
+        overwrite some windows: those items are skipped (key -1), as if inserted and at once evicted."""
         with self._cond:
-            keys = self._insert_at_once(lanes_arr, starts_arr, lengths_arr, prios, cols)
-            if keys is not None:  # the common case
-                return keys
             n = starts_arr.size
-            valid = self._check_windows(lanes_arr, starts_arr, lengths_arr)
+            if self._admissible(n) == n:  # the usual case: all at once, checked as they are placed
+                return self._place(lanes_arr, starts_arr, lengths_arr, None, prios, cols)
+            valid = self._check_windows(lanes_arr, starts_arr, lengths_arr)  # in parts: every refusal first
             self._check_parts(lanes_arr, starts_arr)
             keys = np.full(n, -1, np.int64)
             done = 0
@@ -322,17 +322,15 @@ class TableBase(ABC):
                 k = self._admissible(n - done)
                 if k == 0:
                     self._wait(deadline, f"insert {n - done} more item(s)")
-                    # Rows written while this call waited may have overwritten some windows: those
-                    # items are skipped (key -1), as if inserted and at once evicted.
                     valid[done:] = self._check_windows(lanes_arr[done:], starts_arr[done:], lengths_arr[done:],
                                                        strict=False)
                     continue
                 sl = slice(done, done + k)
                 ok = valid[sl] > 0
                 if ok.any():
-                    keys[sl][ok] = self._insert_part(lanes_arr[sl][ok], starts_arr[sl][ok], lengths_arr[sl][ok],
-                                                     valid[sl][ok], prios[sl][ok],
-                                                     {name: c[sl][ok] for name, c in cols.items()})
+                    part = {name: c[sl][ok] for name, c in cols.items()}
+                    keys[sl][ok] = self._place(lanes_arr[sl][ok], starts_arr[sl][ok], lengths_arr[sl][ok],
+                                               valid[sl][ok], prios[sl][ok], part)
                 done += k
             return keys
 
@@ -604,25 +602,15 @@ class Table(TableBase):
                       RuntimeWarning, stacklevel=2)
 
     # ------------------------------------------------------------------ insert
-    def _insert_at_once(self, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray, prios: np.ndarray,
-                        cols: dict[str, np.ndarray]) -> np.ndarray | None:
-        """Room for all, admitted at once: check and place in one pass."""
-        n = starts.size
-        if n > self._items.num_free or not self.rate_limiter.can_insert(n):
-            return None
-        bad, slots, keys, seqs = self._items.check_and_add(
-            self.store.rings(), self.cross_episodes, lanes, starts, lengths, prios, cols)
-        if bad >= 0:
-            self._window_error(lanes, starts, lengths, bad)
-        self._inserted(slots, prios, seqs)
-        return keys
-
     def _check_parts(self, lanes: np.ndarray, starts: np.ndarray) -> None:
         """Nothing: any number of items may start at a row."""
 
-    def _insert_part(self, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray, valid: np.ndarray,
-                     prios: np.ndarray, cols: dict[str, np.ndarray]) -> np.ndarray:
-        """Make room (the remover chooses whom to evict), then place the items."""
+    def _place(self, lanes: np.ndarray, starts: np.ndarray, lengths: np.ndarray, valid: np.ndarray | None,
+               prios: np.ndarray, cols: dict[str, np.ndarray]) -> np.ndarray:
+        """Check the windows (unless ``valid`` is given), make room (the remover chooses whom to evict), then
+        place the items."""
+        if valid is None:
+            valid = self._check_windows(lanes, starts, lengths)
         overflow = self.size + lanes.size - self.max_size
         if overflow > 0:
             self._remove(self.remover.choose_for_removal(overflow, self._items.live_slots))

@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from ma_envs import DyingAgents, RandomAgents, n_step_targets
+from ma_envs import DyingAgents, RandomAgents, all_items, n_step_targets
 
 from rlflow import adders
 from rlflow.envs import ParallelEnvironment
 from rlflow.replay import Fifo, MinSize, StepStore, Table, Uniform
-from rlflow.replay.items import LANE, LENGTH, START, VALID
+from rlflow.replay.items import LANE, LENGTH, START
 from rlflow.specs import SpecError
 
 
@@ -34,15 +34,6 @@ def make(envs, n=1, discount=0.5, capacity=256, **kw):
     table = Table(store, sampler=Uniform(seed=0), remover=Fifo(), rate_limiter=MinSize(1))
     adder = adders.MultiAgentTransition(store, [table], n=n, discount=discount)
     return env, store, table, adder
-
-
-def all_items(table):
-    items = table.items()
-    meta = np.zeros((items["key"].size, 6), np.int64)
-    meta[:, LANE], meta[:, START], meta[:, LENGTH], meta[:, VALID] = (
-        items["lane"], items["start"], items["length"], items["valid"])
-    fields = {"return": items["field/return"], "discount": items["field/discount"]}
-    return meta, table.view.gather(table.store, meta, fields)[0]
 
 
 # ---------------------------------------------------------------------------------------------- the wrapper

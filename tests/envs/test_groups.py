@@ -9,8 +9,7 @@ import pytest
 from gymnasium import spaces
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from ma_envs import DyingAgents, MixedAgents, n_step_targets
-from test_multiagent import all_items
+from ma_envs import DyingAgents, MixedAgents, all_items, n_step_targets
 
 from rlflow import adders
 from rlflow.envs import ParallelEnvironment

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from adder_reference import SPEC, Stream
+from adder_reference import ADDERS, SPEC, G, Stream, episode, nstep, sequence
 from checkpointed_parts import SeededPolicy
 from ma_envs import DyingAgents
 
@@ -18,31 +18,9 @@ from rlflow.replay import Fifo, Queue, SampleToInsertRatio, StepStore, Table, Un
 from rlflow.replay import checkpoint as replay_checkpoint
 from rlflow.replay.checkpoint import CheckpointError
 
-G = 0.9
-
-
-def nstep(n=3, discount=G):
-    return lambda store, tables: adders.NStepTransition(store, tables, n=n, discount=discount)
-
-
-def sequence(length=6, period=4, end="continue"):
-    return lambda store, tables: adders.Sequence(store, tables, length=length, period=period, end_behavior=end)
-
-
-def episode(max_length=120, ragged=False):
-    return lambda store, tables: adders.Episode(store, tables, max_length=max_length, ragged=ragged)
-
 
 def multiagent(n=3, discount=G):
     return lambda store, tables: adders.MultiAgentTransition(store, tables, n=n, discount=discount)
-
-
-ADDERS = {
-    "nstep-1": nstep(1), "nstep-3": nstep(3), "episode": episode(),
-    "sequence-continue": sequence(), "sequence-zero_pad": sequence(end="zero_pad"),
-    "sequence-truncate": sequence(end="truncate"), "sequence-write": sequence(end="write"),
-    "sequence-tiles": sequence(4, 4, "zero_pad"), "sequence-continue-tiles": sequence(5, 5),
-}
 
 
 def build(make_adder, spec=SPEC, lanes=2, capacity=300):

@@ -8,8 +8,7 @@ import pickle
 
 import numpy as np
 import pytest
-from adder_reference import SPEC, Stream
-from test_resume_settings import ADDERS
+from adder_reference import ADDERS, SPEC, Stream
 
 from rlflow import adders
 from rlflow.replay import Fifo, Prioritized, RowTable, SampleToInsertRatio, StepStore, Table, Uniform

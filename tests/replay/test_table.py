@@ -438,3 +438,31 @@ def test_to_torch_of_nested_arrays_shares_memory_on_the_cpu():
     np.testing.assert_array_equal(out["b"][0].numpy()[1:], base[1:, ::2])
     assert out["c"][0].dtype == torch.int64
     assert to_torch(base, torch.device("meta")).device.type == "meta"
+
+
+def test_a_refused_insert_changes_nothing_however_it_would_go_in():
+    """An insert with a window that is not stored is refused whole, naming the item, whether its items would
+    go in parts the rate limiter admits or at once, evicting items to make room: the table is as before.
+    The same insert with stored windows then goes in (the parts admitted before a timeout stay)."""
+    store = StepStore(SPEC, capacity=8)
+    for _ in range(8):
+        write(store)
+    parts = Table(store, rate_limiter=SampleToInsertRatio(1.0, 1, (-2.0, 2.0)))  # two inserts ahead of samples
+    before = snapshot(parts)
+    with pytest.raises(ValueError, match=r"item 3: window \[7, 9\) of lane 0 is not stored"):
+        parts.insert([0] * 4, [2, 3, 4, 7], [1, 1, 1, 2], timeout=0.01)
+    assert_same(before, snapshot(parts))
+    with pytest.raises(RateLimitTimeout):
+        parts.insert([0] * 4, [2, 3, 4, 6], [1, 1, 1, 2], timeout=0.01)
+    assert parts.items()["start"].tolist() == [2, 3]  # the two admitted before the timeout
+    check_sample_data(parts.sample(2))
+
+    full = Table(store, max_size=3, remover=Fifo())
+    full.insert([0, 0], [0, 1], 1)
+    before = snapshot(full)
+    with pytest.raises(ValueError, match=r"item 2: window \[7, 9\) of lane 0 is not stored"):
+        full.insert([0] * 3, [2, 3, 7], [1, 1, 2])  # at once, two evictions needed
+    assert_same(before, snapshot(full))
+    full.insert([0] * 3, [2, 3, 6], [1, 1, 2])
+    assert sorted(full.items()["start"].tolist()) == [2, 3, 6]
+    check_sample_data(full.sample(3))
