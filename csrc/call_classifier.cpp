@@ -193,7 +193,7 @@ bool CallClassifier::judge_steps(int64_t env, PyObject* obs, PyObject* next_obs,
   return true;
 }
 
-int CallClassifier::add(StepBlockCore& block, int64_t s, PyObject* obs, PyObject* terminated, PyObject* truncated,
+int CallClassifier::add(StepBlockCore& block, PyObject* obs, PyObject* terminated, PyObject* truncated,
                         const CallStep& step) {
   nb::object reward = nb::steal(PyTuple_Pack(1, step.reward));  // made first: nothing can fail after classify
   nb::object no_final = nb::steal(PyTuple_New(0));
@@ -206,7 +206,7 @@ int CallClassifier::add(StepBlockCore& block, int64_t s, PyObject* obs, PyObject
   try {
     StepBlockCore::Sources sources;
     sources.unbatched = true;  // one env's call may leave the env axis out
-    status = block.put(s, 1, false, parts, step.flag_rows, sources);
+    status = block.put(1, false, parts, step.flag_rows, sources);
   } catch (...) {
     std::memcpy(state_, was_, envs_);
     throw;
@@ -283,7 +283,7 @@ StepsPut CallClassifier::extend(StepBlockCore& block, int64_t env, const StepsCa
     sources.first_rows = first_rows.data();
     sources.first_count = t;
   }
-  out.status = block.put_flags(0, m, true, parts, f, sources);
+  out.status = block.put_flags(m, true, parts, f, sources);
   if (out.status == Put::Ok) {
     out.steps = m;
   } else if (out.status == Put::StackStart ||

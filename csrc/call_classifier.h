@@ -92,11 +92,11 @@ class CallClassifier {
   // Keep next_obs (a tuple of leaves) as each env's last; false (nothing kept) where a leaf is not an array of
   // its column's dtype and shape.
   bool remember(PyObject* next_obs);
-  // classify, then, when no env starts an episode before its transition, put the step into `block` at row s
-  // and remember next_obs: one call for a step that goes on. Returns classify's bits (or Convert) with StepPut
+  // classify, then, when no env starts an episode before its transition, put the step into `block` as its next
+  // step and remember next_obs: one call for a step that goes on. Returns classify's bits (or Convert) with StepPut
   // when the step is in the block (else nothing was put: the caller puts it, converting what the filler
   // refuses) and NextKept when next_obs was kept. The states are restored if the put raises.
-  int add(StepBlockCore& block, int64_t s, PyObject* obs, PyObject* terminated, PyObject* truncated,
+  int add(StepBlockCore& block, PyObject* obs, PyObject* terminated, PyObject* truncated,
           const CallStep& step);
   // The same judgement for t consecutive calls of env `env` at once (ReplayBuffer.extend), from its state and
   // last next_obs, changing nothing: obs and next_obs are tuples of leaves [t, *shape] of its columns' dtypes,

@@ -45,22 +45,21 @@ void bind_call_classifier(nb::module_& m) {
           nb::arg("next_obs").none(), "Keep next_obs as each env's last (False: a leaf to convert, nothing kept).")
       .def(
           "add",
-          [](CallClassifier& self, StepBlockCore& block, int64_t s, nb::handle obs, nb::handle action,
-             nb::handle reward, nb::handle extras, nb::handle next_obs, nb::handle terminated, nb::handle truncated,
+          [](CallClassifier& self, StepBlockCore& block, nb::handle obs, nb::handle action, nb::handle reward,
+             nb::handle extras, nb::handle next_obs, nb::handle terminated, nb::handle truncated,
              nb::tuple flag_rows) {
-            if (s < 0 || s >= block.steps()) {
-              throw std::out_of_range("add: row " + std::to_string(s) + " is outside the block's " +
-                                      std::to_string(block.steps()) + " steps");
+            if (block.filled() >= block.steps()) {
+              throw std::out_of_range("add: the block is full (" + std::to_string(block.steps()) + " steps)");
             }
             if (flag_rows.size() != 4) throw std::invalid_argument("add: expected the 4 flag rows");
             CallStep step{action.ptr(), extras.ptr(), next_obs.ptr(), reward.ptr(),
                           {flag_rows[0].ptr(), flag_rows[1].ptr(), flag_rows[2].ptr(), flag_rows[3].ptr()}};
-            return self.add(block, s, obs.ptr(), terminated.ptr(), truncated.ptr(), step);
+            return self.add(block, obs.ptr(), terminated.ptr(), truncated.ptr(), step);
           },
-          nb::arg("block"), nb::arg("s"), nb::arg("obs").none(), nb::arg("action").none(), nb::arg("reward").none(),
+          nb::arg("block"), nb::arg("obs").none(), nb::arg("action").none(), nb::arg("reward").none(),
           nb::arg("extras").none(), nb::arg("next_obs").none(), nb::arg("terminated"), nb::arg("truncated"),
           nb::arg("flag_rows"),
-          "classify, then put a step that goes on into the block at row s and keep next_obs; the bits "
+          "classify, then put a step that goes on into the block as its next step and keep next_obs; the bits "
           "(CALL_PUT: put, CALL_KEPT: kept).")
       .def(
           "extend",
@@ -71,6 +70,7 @@ void bind_call_classifier(nb::module_& m) {
               throw std::out_of_range("extend: env " + std::to_string(env) + " is outside the " +
                                       std::to_string(self.envs()) + " envs");
             }
+            if (block.filled() != 0) throw std::invalid_argument("extend: the block must be empty");
             const int64_t t = array_size(terminated);
             if (t < 1) throw std::invalid_argument("extend: expected at least one step");
             const auto term = array_in<bool>(terminated, NPY_BOOL, t, "terminated");

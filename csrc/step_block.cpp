@@ -276,24 +276,32 @@ Put StepBlockCore::start_at(const std::vector<const uint8_t*>& rows) {
   return Put::Ok;
 }
 
-Put StepBlockCore::put(int64_t s, int64_t count, bool stepped, PyObject* const parts[5], PyObject* const flags[4],
+void StepBlockCore::set_filled(int64_t n) {
+  if (n < 0 || n > steps_) {
+    throw std::out_of_range("filled: " + std::to_string(n) + " steps outside the block's 0.." + std::to_string(steps_));
+  }
+  filled_ = n;
+}
+
+Put StepBlockCore::put(int64_t count, bool stepped, PyObject* const parts[5], PyObject* const flags[4],
                        const Sources& sources) {
   const bool* f[4];
   for (int k = 0; k < 4; ++k) {
     f[k] = step_flags(flags[k], count, stepped);
     if (f[k] == nullptr) {
-      fault_step = s;
+      fault_step = filled_;
       fault_lane = -1;
       fault_column = -1;
       return Put::Flags;
     }
   }
-  return put_flags(s, count, stepped, parts, f, sources);
+  return put_flags(count, stepped, parts, f, sources);
 }
 
-Put StepBlockCore::put_flags(int64_t s, int64_t count, bool stepped, PyObject* const parts[5],
-                             const bool* const flags[4], const Sources& sources) {
-  if (count < 1 || count > steps_ || s < 0 || s > steps_ - count) {
+Put StepBlockCore::put_flags(int64_t count, bool stepped, PyObject* const parts[5], const bool* const flags[4],
+                             const Sources& sources) {
+  const int64_t s = filled_;
+  if (count < 1 || count > steps_ - s) {
     throw std::out_of_range("put: steps " + std::to_string(s) + ".." + std::to_string(s + count) +
                             " outside the block's " + std::to_string(steps_));
   }
@@ -466,6 +474,7 @@ Put StepBlockCore::put_flags(int64_t s, int64_t count, bool stepped, PyObject* c
   std::copy(open.begin(), open.end(), is_open_);
   fault_lane = -1;
   fault_column = -1;
+  filled_ = s + count;
   return Put::Ok;
 }
 

@@ -67,6 +67,10 @@ class StepBlockCore {
 
   int64_t steps() const { return steps_; }
   int64_t lanes() const { return lanes_; }
+  // The steps put so far (rows 0 .. filled - 1): every put goes to row `filled` on and, when the steps are
+  // good, counts them. Set to empty the block (0) or to keep the steps a loaded block holds.
+  int64_t filled() const { return filled_; }
+  void set_filled(int64_t n);
   // The store lane of each block lane, [E] (set_lanes), and the steps' flags, [T, E].
   const int64_t* lane_ids() const { return lane_ids_; }
   const bool* first() const { return first_; }
@@ -98,14 +102,14 @@ class StepBlockCore {
     bool unbatched = false;  // a one-lane step's leaves may leave the lane axis out (ReplayBuffer.add of one env)
   };
 
-  // Check `count` steps from s and put them (one leaf tuple per part, each leaf [E, ...] for one step, or with
+  // Check `count` steps from row `filled` and put them (one leaf tuple per part, each leaf [E, ...] for one step, or with
   // `stepped` [count, E, ...] (one lane: [count, ...]); None: the part's rows are written and checked already;
   // the flags: bool arrays [E], or stepped [count, E] (one lane: [count])). A step that fails leaves the lanes'
-  // states as they were before step s.
-  Put put(int64_t s, int64_t count, bool stepped, PyObject* const parts[5], PyObject* const flags[4],
+  // states as they were before it, and `filled` as it was.
+  Put put(int64_t count, bool stepped, PyObject* const parts[5], PyObject* const flags[4],
           const Sources& sources);
   // The same with the flags given as `count * E` bools each (first, last, terminated, truncated).
-  Put put_flags(int64_t s, int64_t count, bool stepped, PyObject* const parts[5], const bool* const flags[4],
+  Put put_flags(int64_t count, bool stepped, PyObject* const parts[5], const bool* const flags[4],
                 const Sources& sources);
   // The lanes' open rows are observation `rows` (one pointer per observation column, one lane's row each) of a
   // one-lane block: an episode starts there before the block's steps. Value faults and a frame stack that is
@@ -151,6 +155,7 @@ class StepBlockCore {
   void zero_inactive(int64_t s);
 
   int64_t steps_, lanes_;
+  int64_t filled_ = 0;
   const int64_t* lane_ids_ = nullptr;
   nanobind::object lane_array_;
   std::vector<BlockColumn> parts_[5];

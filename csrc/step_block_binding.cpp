@@ -82,39 +82,41 @@ void bind_step_block(nb::module_& m) {
       .def("set_agents", &StepBlockCore::set_agents, nb::arg("column"), nb::arg("active"), nb::arg("zeroed"),
            "Multi-agent rows: the active flags' observation column, the flags at the open rows, and the action "
            "columns zeroed for the agents not active.")
+      .def_prop_rw("filled", &StepBlockCore::filled, &StepBlockCore::set_filled,
+                   "The steps put so far: the next put goes to this row; set 0 to empty the block.")
       .def(
           "put",
-          [](StepBlockCore& self, int64_t s, nb::handle action, nb::handle reward, nb::handle extras,
-             nb::handle observation, nb::handle final, nb::handle first, nb::handle last, nb::handle terminated,
-             nb::handle truncated) {
+          [](StepBlockCore& self, nb::handle action, nb::handle reward, nb::handle extras, nb::handle observation,
+             nb::handle final, nb::handle first, nb::handle last, nb::handle terminated, nb::handle truncated) {
             PyObject* const parts[5] = {action.ptr(), reward.ptr(), extras.ptr(), observation.ptr(), final.ptr()};
             PyObject* const flags[4] = {first.ptr(), last.ptr(), terminated.ptr(), truncated.ptr()};
-            return self.put(s, 1, false, parts, flags, StepBlockCore::Sources{});
+            return self.put(1, false, parts, flags, StepBlockCore::Sources{});
           },
-          nb::arg("s"), nb::arg("action").none(), nb::arg("reward").none(), nb::arg("extras").none(),
-          nb::arg("observation").none(), nb::arg("final").none(), nb::arg("first").none(), nb::arg("last").none(), nb::arg("terminated").none(),
-          nb::arg("truncated").none(),
-          "Check step ``s`` and put it (each part a tuple of its leaves, or None: written to row ``s`` and "
-          "checked already; ``final`` an empty tuple when there are no final observations).")
+          nb::arg("action").none(), nb::arg("reward").none(), nb::arg("extras").none(),
+          nb::arg("observation").none(), nb::arg("final").none(), nb::arg("first").none(), nb::arg("last").none(),
+          nb::arg("terminated").none(), nb::arg("truncated").none(),
+          "Check the next step (row ``filled``) and put it, counting it when it is good (each part a tuple of "
+          "its leaves, or None: written to that row and checked already; ``final`` an empty tuple when there "
+          "are no final observations).")
       .def(
           "put_steps",
-          [](StepBlockCore& self, int64_t s, int64_t count, nb::handle action, nb::handle reward, nb::handle extras,
+          [](StepBlockCore& self, int64_t count, nb::handle action, nb::handle reward, nb::handle extras,
              nb::handle observation, nb::handle final, nb::handle first, nb::handle last, nb::handle terminated,
              nb::handle truncated, nb::handle firsts) {
             PyObject* const parts[5] = {action.ptr(), reward.ptr(), extras.ptr(), observation.ptr(), final.ptr()};
             PyObject* const flags[4] = {first.ptr(), last.ptr(), terminated.ptr(), truncated.ptr()};
             StepBlockCore::Sources sources;
             sources.firsts = firsts.ptr();
-            return self.put(s, count, true, parts, flags, sources);
+            return self.put(count, true, parts, flags, sources);
           },
-          nb::arg("s"), nb::arg("count"), nb::arg("action").none(), nb::arg("reward").none(),
+          nb::arg("count"), nb::arg("action").none(), nb::arg("reward").none(),
           nb::arg("extras").none(), nb::arg("observation").none(), nb::arg("final").none(), nb::arg("first").none(),
           nb::arg("last").none(), nb::arg("terminated").none(), nb::arg("truncated").none(),
           nb::arg("firsts").none() = nb::none(),
-          "put for ``count`` steps from ``s`` at once: each leaf and flag array leads with the steps ([count, E, ...], "
-          "or for one lane [count, ...]); a step that fails leaves the lanes' states as they were. ``firsts``: the "
-          "observations (a tuple of leaves [K, ...], checked already) of the lanes that start an episode, one per "
-          "first flag in order, instead of their observation rows.")
+          "put for the next ``count`` steps at once: each leaf and flag array leads with the steps ([count, E, ...], "
+          "or for one lane [count, ...]); a step that fails leaves the lanes' states and ``filled`` as they were. "
+          "``firsts``: the observations (a tuple of leaves [K, ...], checked already) of the lanes that start an "
+          "episode, one per first flag in order, instead of their observation rows.")
       .def_ro("fault_step", &StepBlockCore::fault_step, "The step of the last fault.")
       .def_ro("fault_lane", &StepBlockCore::fault_lane, "The lane of the last fault (-1: none).")
       .def_ro("fault_column", &StepBlockCore::fault_column, "The column (in its part) of the last fault.")

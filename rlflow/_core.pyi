@@ -119,9 +119,9 @@ class CallClassifier:
         Keep next_obs as each env's last (False: a leaf to convert, nothing kept).
         """
 
-    def add(self, block: StepBlockCore, s: int, obs: object | None, action: object | None, reward: object | None, extras: object | None, next_obs: object | None, terminated: object, truncated: object, flag_rows: tuple) -> int:
+    def add(self, block: StepBlockCore, obs: object | None, action: object | None, reward: object | None, extras: object | None, next_obs: object | None, terminated: object, truncated: object, flag_rows: tuple) -> int:
         """
-        classify, then put a step that goes on into the block at row s and keep next_obs; the bits (CALL_PUT: put, CALL_KEPT: kept).
+        classify, then put a step that goes on into the block as its next step and keep next_obs; the bits (CALL_PUT: put, CALL_KEPT: kept).
         """
 
     def extend(self, block: StepBlockCore, env: int, obs: object, action: object, reward: object | None, extras: object, next_obs: object, terminated: object, truncated: object) -> StepsPut:
@@ -411,14 +411,23 @@ class StepBlockCore:
         Multi-agent rows: the active flags' observation column, the flags at the open rows, and the action columns zeroed for the agents not active.
         """
 
-    def put(self, s: int, action: object | None, reward: object | None, extras: object | None, observation: object | None, final: object | None, first: object | None, last: object | None, terminated: object | None, truncated: object | None) -> Put:
+    @property
+    def filled(self) -> int:
         """
-        Check step ``s`` and put it (each part a tuple of its leaves, or None: written to row ``s`` and checked already; ``final`` an empty tuple when there are no final observations).
+        The steps put so far: the next put goes to this row; set 0 to empty the block.
         """
 
-    def put_steps(self, s: int, count: int, action: object | None, reward: object | None, extras: object | None, observation: object | None, final: object | None, first: object | None, last: object | None, terminated: object | None, truncated: object | None, firsts: object | None = None) -> Put:
+    @filled.setter
+    def filled(self, arg: int, /) -> None: ...
+
+    def put(self, action: object | None, reward: object | None, extras: object | None, observation: object | None, final: object | None, first: object | None, last: object | None, terminated: object | None, truncated: object | None) -> Put:
         """
-        put for ``count`` steps from ``s`` at once: each leaf and flag array leads with the steps ([count, E, ...], or for one lane [count, ...]); a step that fails leaves the lanes' states as they were. ``firsts``: the observations (a tuple of leaves [K, ...], checked already) of the lanes that start an episode, one per first flag in order, instead of their observation rows.
+        Check the next step (row ``filled``) and put it, counting it when it is good (each part a tuple of its leaves, or None: written to that row and checked already; ``final`` an empty tuple when there are no final observations).
+        """
+
+    def put_steps(self, count: int, action: object | None, reward: object | None, extras: object | None, observation: object | None, final: object | None, first: object | None, last: object | None, terminated: object | None, truncated: object | None, firsts: object | None = None) -> Put:
+        """
+        put for the next ``count`` steps at once: each leaf and flag array leads with the steps ([count, E, ...], or for one lane [count, ...]); a step that fails leaves the lanes' states and ``filled`` as they were. ``firsts``: the observations (a tuple of leaves [K, ...], checked already) of the lanes that start an episode, one per first flag in order, instead of their observation rows.
         """
 
     @property

@@ -178,8 +178,8 @@ class ReplayBuffer:
         obs_leaves = self._obs_leaves(obs)
         if infos is None:
             next_leaves = self._obs_leaves(next_obs)
-            filler, s = self.adder.staging()
-            bits = self._classifier.add(filler, s, obs_leaves, self._act_leaves(action), reward,
+            filler = self.adder.staging()
+            bits = self._classifier.add(filler, obs_leaves, self._act_leaves(action), reward,
                                         self._extras_given(extras), next_leaves, terminated, truncated, self._put_flags)
             if bits & _core.CALL_PUT:
                 self.adder.staged(write=e > 1)
@@ -385,7 +385,6 @@ class ReplayBuffer:
                 leaves = tuple(np.ascontiguousarray(v) for v in cols.values())
                 parts[key] = leaves[0] if key == "reward" else leaves
                 converted.add(key)
-        block.took_steps(put.steps)
         then = None  # the episode the last step starts (a reset step's next_obs starts the next one, as add does)
         reset = put.reset
         if reset is not None:  # their next_obs are not stored (but the last's): checked as observations that start one

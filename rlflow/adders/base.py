@@ -244,23 +244,21 @@ class Adder:
         if self._block.steps == self.stage_steps:
             self.write(self._block)
 
-    def staging(self) -> tuple[_core.StepBlockCore, int]:
+    def staging(self) -> _core.StepBlockCore:
         """For a caller that puts a step into the staged block's filler itself (``ReplayBuffer.add`` does, in the
-        same compiled call that sorts it): the filler and the row the step goes to, the block started and the
-        step prechecked as :meth:`stage` does. When the filler took the step, call :meth:`staged`."""
+        same compiled call that sorts it): the filler, the block started and the step prechecked as
+        :meth:`stage` does. When the filler took the step (it counts it), call :meth:`staged`."""
         block = self._block
         if not block.steps:
             block.start(self._open >= 0, self._active_at_open_rows(), self.open_stacks())
         self._precheck(block)
-        return block.filler, block.steps
+        return block.filler
 
     def staged(self, *, write: bool) -> None:
-        """The filler took the step at :meth:`staging`'s row: count it, and write the block when it holds
-        ``stage_steps`` steps, or now if ``write`` (as :meth:`add` does)."""
-        block = self._block
-        block.took_steps()
-        if write or block.steps == self.stage_steps:
-            self.write(block)
+        """The filler took a step from :meth:`staging`: write the block when it holds ``stage_steps`` steps, or
+        now if ``write`` (as :meth:`add` does)."""
+        if write or self._block.steps == self.stage_steps:
+            self.write(self._block)
 
     def flush(self) -> None:
         """Write the steps :meth:`stage` holds, and their items, as one block."""

@@ -161,7 +161,6 @@ class StepBlock:
         if int(steps) < 1:
             raise ValueError(f"a StepBlock holds at least one step, got steps={steps}")
         self.max_steps = int(steps)
-        self.steps = 0
         self.spec = spec
         fields = self._fields = _specs.flatten_spec(spec)
         self._parts = {key: _Part(key, spec[key], fields) for key in ("observation", *_PARTS) if key in spec}
@@ -209,6 +208,15 @@ class StepBlock:
             zeroed = [j for j, name in enumerate(parts["action"].fields) if self.act[name].shape[2:3] == agents]
             core.set_agents(obs_names.index("observation/active"), self._active, zeroed)
         return core
+
+    @property
+    def steps(self) -> int:
+        """The steps put so far (the block filler counts the steps it takes)."""
+        return self._core.filled
+
+    @steps.setter
+    def steps(self, n: int) -> None:
+        self._core.filled = n
 
     @property
     def filler(self) -> _core.StepBlockCore:
@@ -295,16 +303,9 @@ class StepBlock:
         a, r = self._action.leaves(actions), self._reward.leaves(ts.reward)
         x = () if self._extras is None else self._extras.leaves(extras)
         o, f = obs.leaves(ts.observation), () if final is None else obs.leaves(final)
-        status = self._core.put(s, a, r, x, o, f, ts.first, ts.last, ts.terminated, ts.truncated)
+        status = self._core.put(a, r, x, o, f, ts.first, ts.last, ts.terminated, ts.truncated)
         if status is not _OK:
             self._put_converted(status, s, actions, ts, extras, [a, r, x, o, f])
-        self.steps = s + 1
-
-    def took_steps(self, n: int = 1) -> None:
-        """A caller put ``n`` steps from row :attr:`steps` into :attr:`filler` itself, which took them: count them."""
-        if self.steps + n > self.max_steps:
-            raise ValueError(f"the block holds {self.max_steps} steps: {self.steps} + {n} were not put")
-        self.steps += n
 
     def _put_converted(self, status: _core.Put, s: int, actions: Any, ts: Any, extras: Any,
                        parts: list[tuple[Any, ...] | None]) -> None:
@@ -326,8 +327,7 @@ class StepBlock:
                 converted_flags = True
             else:
                 self._step_fault(status, s, actions, ts, extras, flags[1])
-            status = self._core.put(s, *parts, *flags)
-        self.steps = s + 1
+            status = self._core.put(*parts, *flags)
 
     def check(self, actions: Any, timestep: Any, extras: Any = None) -> None:
         """Raise as :meth:`put` would, adding nothing (the block's free row is used as scratch)."""
@@ -437,7 +437,7 @@ class StepBlock:
             () if self._extras is None else self._extras.leaves(extras), leaves, leaves]
         first_leaves = None if firsts is None else tuple(np.ascontiguousarray(firsts[name]) for name in obs.fields)
         while True:
-            status = self._core.put_steps(0, t, parts[0], parts[1], parts[2], parts[3], parts[4], flags[0], flags[1],
+            status = self._core.put_steps(t, parts[0], parts[1], parts[2], parts[3], parts[4], flags[0], flags[1],
                                           flags[2], flags[3], first_leaves)
             if status is _OK:
                 break
@@ -460,7 +460,6 @@ class StepBlock:
                                        else f"add_steps: next_observations[{i}]")
             else:
                 raise RuntimeError(f"put_steps: fault {status} at step {core.fault_step} of a one-lane block")
-        self.steps = t
 
     def _steps_columns(self, part: _core.Part, t: int, actions: Any, rewards: Any, extras: Any,
                        next_observations: Any, restarts: tuple[np.ndarray | None, dict[str, np.ndarray] | None]

@@ -336,15 +336,22 @@ def test_the_block_filler_refuses_arrays_that_are_not_a_blocks():
     with pytest.raises(IndexError, match="is not"):
         core.set_agents(0, np.zeros((3, 2), bool), [])
     leaves = (np.zeros((3, 4), np.float32),)
-    for s in (-1, 2):
-        with pytest.raises(IndexError, match=f"steps {s}..{s + 1} outside the block's 2"):
-            core.put(s, leaves, (), (), (), (), lanes, lanes, lanes, lanes)
+    for n in (-1, 3):
+        with pytest.raises(IndexError, match=f"filled: {n} steps outside the block's 0..2"):
+            core.filled = n
+    core.filled = 2  # full: the next put has no row
+    with pytest.raises(IndexError, match=r"steps 2\.\.3 outside the block's 2"):
+        core.put(leaves, (), (), (), (), lanes, lanes, lanes, lanes)
+    with pytest.raises(IndexError, match=r"steps 2\.\.4 outside the block's 2"):
+        core.put_steps(2, (np.zeros((2, 3, 4), np.float32),), (), (), (), (), *[np.zeros((2, 3), bool)] * 4)
+    core.filled = 0
     # A leaf of another dtype, shape or layout is not copied: the caller converts it.
     for leaf in (np.zeros((3, 4), np.float64), np.zeros((3, 5), np.float32), np.zeros((4, 3), np.float32).T, [0.0]):
-        assert core.put(0, (leaf,), (), (), (), (), lanes, lanes, lanes, lanes) is _core.Put.CONVERT
+        assert core.put((leaf,), (), (), (), (), lanes, lanes, lanes, lanes) is _core.Put.CONVERT
         assert core.fault_part is _core.Part.ACTION and core.fault_column == 0
-    assert core.put(0, leaves, (), (), (), (), lanes, lanes, lanes, lanes.astype(np.int8)) is _core.Put.FLAGS
-    assert core.put(0, leaves, (), (), (), (), lanes, lanes, lanes, lanes) is _core.Put.NO_EPISODE
+    assert core.put(leaves, (), (), (), (), lanes, lanes, lanes, lanes.astype(np.int8)) is _core.Put.FLAGS
+    assert core.put(leaves, (), (), (), (), lanes, lanes, lanes, lanes) is _core.Put.NO_EPISODE
+    assert core.filled == 0  # nothing was put
 
 
 STACKED = step_spec(specs.Field((2, 1), np.float32, stack=2), specs.Field((), np.int64, low=0, high=3))
@@ -384,12 +391,13 @@ def test_put_steps_finds_the_fault_t_puts_find(seed, lanes, t, stacked):
         return b
 
     bulk, one = block(), block()
-    status = bulk.filler.put_steps(0, t, (acts,), (rews,), (), (obs,), (fin,), first, last, term, trunc)
+    status = bulk.filler.put_steps(t, (acts,), (rews,), (), (obs,), (fin,), first, last, term, trunc)
     for i in range(t):
-        ref = one.filler.put(i, (acts[i],), (rews[i],), (), (obs[i],), (fin[i],), first[i], last[i], term[i], trunc[i])
+        ref = one.filler.put((acts[i],), (rews[i],), (), (obs[i],), (fin[i],), first[i], last[i], term[i], trunc[i])
         if ref.name != "OK":
             break
     assert status == ref
+    assert bulk.steps == (t if status.name == "OK" else 0)  # the filler counts the steps it took, all or none
     if status.name != "OK":
         got = (bulk.filler.fault_step, bulk.filler.fault_part, bulk.filler.fault_column, bulk.filler.fault_lane)
         want = (one.filler.fault_step, one.filler.fault_part, one.filler.fault_column, one.filler.fault_lane)
@@ -422,8 +430,8 @@ def test_within_a_step_faults_are_found_in_part_then_lane_order(count):
 
     def put() -> object:
         if count == 1:
-            return core.put(0, (acts[0],), (rews[0],), (), (obs[0],), (obs[0],), z[0], z[0], z[0], z[0])
-        return core.put_steps(0, t, (acts,), (rews,), (), (obs,), (obs.copy(),), z, z, z, z)
+            return core.put((acts[0],), (rews[0],), (), (obs[0],), (obs[0],), z[0], z[0], z[0], z[0])
+        return core.put_steps(t, (acts,), (rews,), (), (obs,), (obs.copy(),), z, z, z, z)
 
     status = put()
     assert (status.name, core.fault_step, core.fault_part.name, core.fault_lane) == ("VALUE", t - 1, "ACTION", 1)
@@ -452,9 +460,10 @@ def test_only_replay_buffer_add_may_leave_the_env_axis_out():
         block.start(np.ones(1, bool))
         rows = tuple(calls[row.value] for row in (_core.CallRow.RESET, _core.CallRow.LAST, _core.CallRow.TERMINATED,
                                                   _core.CallRow.TRUNCATED))
-        bits = classifier.add(block.filler, 0, (obs,), (np.zeros(1, np.int64),), np.ones(1, np.float32), (), (nxt,),
-                              z, z, rows)
+        bits = classifier.add(block.filler, (obs,), (np.zeros(1, np.int64),), np.ones(1, np.float32), (), (nxt,), z,
+                              z, rows)
         assert bits & _core.CALL_PUT and bits & _core.CALL_KEPT, lead
+        assert block.steps == 1  # the filler counted the step it took
         np.testing.assert_array_equal(block.observation["observation"][0, 0], [1, 1])
     from rlflow import ReplayBuffer
     buffer = ReplayBuffer(specs.Field((2,), np.float32), specs.Field((), np.int64, low=0, high=3), capacity=16)
