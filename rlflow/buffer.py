@@ -42,7 +42,7 @@ from rlflow.replay.selectors import Fifo, Prioritized
 from rlflow.replay.storage import StepStore
 from rlflow.replay.table import RateLimitTimeout, Table, TableBase
 from rlflow.specs import AgentGroup, Field, Spec, SpecError
-from rlflow.types import TimeStep, step_spec
+from rlflow.types import ONE_LANE_NO, ONE_LANE_YES, TimeStep, step_spec
 
 __all__ = ["ReplayBuffer"]
 
@@ -114,7 +114,6 @@ class ReplayBuffer:
         self._was = self._state.copy()  # the state before the call in progress (restored if it fails)
         self._reward_in = np.zeros(1, self.store.fields["reward"].dtype)  # an unbatched call's float reward
         self._calls = np.zeros((5, self.num_envs), bool)  # the call classifier's rows (_core.CallRow)
-        self._term_in, self._trunc_in = np.zeros((2, 1), bool)  # an unbatched call's flags
         self._last_next = {n: np.zeros((self.num_envs, *f.shape), f.dtype) for n, f in self._obs_fields.items()}
         self._bind()
 
@@ -163,9 +162,12 @@ class ReplayBuffer:
                 reward = self._reward_in
             else:
                 reward = _lift(reward)
-            self._term_in[0] = terminated if type(terminated) in _BOOLS else _flag("terminated", terminated)
-            self._trunc_in[0] = truncated if type(truncated) in _BOOLS else _flag("truncated", truncated)
-            terminated, truncated = self._term_in, self._trunc_in
+            if type(terminated) not in _BOOLS:
+                terminated = _flag("terminated", terminated)
+            if type(truncated) not in _BOOLS:
+                truncated = _flag("truncated", truncated)
+            terminated = ONE_LANE_YES if terminated else ONE_LANE_NO  # one env's flags: shared read-only arrays
+            truncated = ONE_LANE_YES if truncated else ONE_LANE_NO
         if type(reward) is not np.ndarray:
             reward = np.asarray(reward)
         if reward.dtype != self._reward_dtype and reward.dtype.kind in "fiu":

@@ -604,14 +604,6 @@ class StepBlock:
         return f"StepBlock(lanes={self.lanes.tolist()}, steps={self.steps}/{self.max_steps})"
 
 
-def stack_breaks(new: np.ndarray, prev: np.ndarray) -> np.ndarray:
-    """Per row of ``new`` (stacks ``[N, k, ...]``): whether its frames but the newest differ from ``prev``'s frames
-    but the oldest (it does not continue ``prev``)."""
-    if not len(new):
-        return np.zeros(0, bool)
-    return (new[:, :-1] != prev[:, 1:]).reshape(len(new), -1).any(axis=1)
-
-
 def stack_not_repeated(new: np.ndarray) -> np.ndarray:
     """Per row of ``new`` (stacks ``[N, k, ...]``): whether its frames are not all its newest frame."""
     if not len(new):
