@@ -53,9 +53,9 @@ BlockWriter::BlockWriter(const std::vector<nb::handle>& act, const std::vector<n
 }
 
 void BlockWriter::check_block(const StepBlockCore& block, int64_t a, int64_t steps) const {
-  if (a < 0 || steps < 0 || a > block.steps() || steps > block.steps() - a) {
+  if (a < 0 || steps < 0 || a > block.filled() || steps > block.filled() - a) {
     throw std::out_of_range("write: steps " + std::to_string(a) + ".." + std::to_string(a + steps) +
-                            " outside the block's " + std::to_string(block.steps()));
+                            " outside the block's " + std::to_string(block.filled()) + " steps put");
   }
   std::vector<const BlockColumn*> act;
   for (Part p : {Part::Action, Part::Reward, Part::Extras}) {

@@ -214,9 +214,7 @@ class GymEnvironment:
             other = wrapper_for(env)
             raise TypeError(f"env: expected a gymnasium.Env or gymnasium.vector.VectorEnv, got {type(env).__name__}"
                             + (f"; use {other}" if other else ""))
-        # Each step's TimeStep: a plain env builds its own (one lane, nothing to combine); a vector env's
-        # step is read through its autoreset mode.
-        self._timestep = self._vec.step_timestep if isinstance(self._vec, _OneEnv) else self._vector_timestep
+        self._plain = isinstance(self._vec, _OneEnv)
         self._env = env
         self._mode = to_autoreset_mode(mode)
         self._num_envs = int(self._vec.num_envs)
@@ -291,7 +289,9 @@ class GymEnvironment:
         if self._needs_reset:
             raise RuntimeError("step() before reset(): expected a call to reset() first")
         self._check_actions(actions)
-        return self._timestep(actions)
+        if self._plain:  # a plain env builds its TimeStep itself (one lane: nothing to combine)
+            return self._vec.step_timestep(actions)  # type: ignore[attr-defined]
+        return self._vector_timestep(actions)
 
     def _vector_timestep(self, actions: Any) -> TimeStep:
         """The TimeStep of the vector env's step, its flags and final observations read through its

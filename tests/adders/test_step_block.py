@@ -440,6 +440,27 @@ def test_within_a_step_faults_are_found_in_part_then_lane_order(count):
     assert (status.name, core.fault_step, core.fault_part.name, core.fault_lane) == ("VALUE", t - 1, "OBSERVATION", 0)
 
 
+def test_the_call_classifier_puts_into_a_block_with_room_and_extends_an_empty_one():
+    """ReplayBuffer's compiled calls refuse a block with no row for the step (add) or one that holds steps
+    already (extend), naming it, and change nothing: not the block's count, not the env's state."""
+    from rlflow import _core
+    state, calls = np.full(1, _core.CallState.IN_EPISODE.value, np.int8), np.zeros((5, 1), bool)
+    classifier = _core.CallClassifier(last=[np.zeros((1, 2), np.float32)], state=state, was=state.copy(), calls=calls)
+    block = StepBlock(SPEC, lanes=[0], steps=2)
+    block.start(np.ones(1, bool))
+    rows = tuple(calls[row.value] for row in (_core.CallRow.RESET, _core.CallRow.LAST, _core.CallRow.TERMINATED,
+                                              _core.CallRow.TRUNCATED))
+    z, obs = np.zeros(1, bool), np.zeros((1, 2), np.float32)
+    block.steps = 2
+    with pytest.raises(IndexError, match=r"add: the block is full \(2 steps\)"):
+        classifier.add(block.filler, (obs,), (np.zeros(1, np.int64),), np.ones(1, np.float32), (), (obs,), z, z, rows)
+    block.steps = 1
+    with pytest.raises(ValueError, match="extend: the block must be empty"):
+        classifier.extend(block.filler, 0, (obs,), (np.zeros(1, np.int64),), np.ones(1, np.float32), (), (obs,),
+                          z, z)
+    assert block.steps == 1 and state.tolist() == [_core.CallState.IN_EPISODE.value] and not calls.any()
+
+
 def test_only_replay_buffer_add_may_leave_the_env_axis_out():
     """ReplayBuffer.add's compiled call (the call classifier with the block filler) puts one env's step whose
     observations come without the env axis, as it puts one with it, and the buffer stores them as given; an
