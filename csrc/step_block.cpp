@@ -130,7 +130,6 @@ const bool* StepBlockCore::step_flags(PyObject* flags, int64_t count, bool stepp
 }
 
 bool StepBlockCore::resolve(Part part, PyObject* leaves, int64_t rows, bool stepped, Source& src) {
-  src.resolved = true;
   src.written = leaves == Py_None;  // converted, written and checked by the caller
   if (src.written) return true;
   const auto& cols = parts_[static_cast<int>(part)];
@@ -320,10 +319,11 @@ Put StepBlockCore::put_flags(int64_t count, bool stepped, PyObject* const parts[
   fault_lane = -1;
   fault_column = -1;
   fault_step = s;
-  Source src[5];
-  for (Source& one : src) {
-    one.rows = sources.rows;
-    one.unbatched = sources.unbatched;
+  Source* src = scratch_.src;
+  for (int k = 0; k < 5; ++k) {
+    src[k].written = false;
+    src[k].rows = sources.rows;
+    src[k].unbatched = sources.unbatched;
   }
   for (Part p : {Part::Action, Part::Reward, Part::Extras}) {
     if (!resolve(p, parts[static_cast<int>(p)], source_rows, stepped, src[static_cast<int>(p)])) return Put::Convert;
@@ -337,7 +337,12 @@ Put StepBlockCore::put_flags(int64_t count, bool stepped, PyObject* const parts[
 
   // 1. The flags, step by step: each lane's must follow from its state. The steps before the first that does
   // not (n of them) are copied and checked further.
-  std::vector<uint8_t> open(is_open_, is_open_ + lanes_), needs_obs(count, 0), needs_final(count, 0);
+  std::vector<uint8_t>& open = scratch_.open;
+  std::vector<uint8_t>& needs_obs = scratch_.needs_obs;
+  std::vector<uint8_t>& needs_final = scratch_.needs_final;
+  open.assign(is_open_, is_open_ + lanes_);
+  needs_obs.assign(count, 0);
+  needs_final.assign(count, 0);
   int64_t n = count;
   Put flow = Put::Ok;
   int64_t flow_lane = -1;

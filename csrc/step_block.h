@@ -123,10 +123,15 @@ class StepBlockCore {
 
  private:
   struct Source {  // a part's leaves: each column's first row (a step's rows follow each other), or written
-    bool resolved = false, written = false;
+    bool written = false;
     std::vector<const uint8_t*> data;
     const int64_t* rows = nullptr;  // step i reads row rows[i] (nullptr: row i)
     bool unbatched = false;         // one lane's leaves may come without the lane axis
+  };
+  // What one put works with, kept from put to put so that a put of one step allocates nothing.
+  struct Scratch {
+    Source src[5];
+    std::vector<uint8_t> open, needs_obs, needs_final;
   };
   struct Firsts {  // where the lanes that start an episode take their observation (put's sources.firsts)
     std::vector<const uint8_t*> data;
@@ -156,6 +161,7 @@ class StepBlockCore {
 
   int64_t steps_, lanes_;
   int64_t filled_ = 0;
+  Scratch scratch_;
   const int64_t* lane_ids_ = nullptr;
   nanobind::object lane_array_;
   std::vector<BlockColumn> parts_[5];
