@@ -194,7 +194,7 @@ class Adder:
         ``timestep`` comes from ``env.reset()``: every lane ``first``. The lanes must have no episode in
         progress (end it, or call :meth:`reset` or :meth:`truncate`).
         """
-        lanes_arr = self._lanes if lanes is None else self._lane_subset(lanes)
+        lanes_arr = self.store.check_lanes(lanes)
         n = lanes_arr.size
         first = bool_lanes("first", timestep.first, n, subset=lanes is not None)
         if not first.all():
@@ -362,7 +362,7 @@ class Adder:
         ``CONTINUE`` runs its sequences on across that row, as across any episode end).
         """
         self.flush()
-        lanes_arr = self._lanes if lanes is None else self._lane_subset(lanes)
+        lanes_arr = self.store.check_lanes(lanes)
         with self.store.lock:
             lanes_arr = lanes_arr[self._open[lanes_arr] >= 0]
             if not lanes_arr.size:
@@ -412,15 +412,6 @@ class Adder:
             cols.update(obs)
         self.store.write(lanes, rows, {**self.top(cols), "terminated": np.zeros(k, bool),
                                        "truncated": np.zeros(k, bool), "last": np.ones(k, bool)}, checked=False)
-
-    def _lane_subset(self, lanes: Any) -> np.ndarray:
-        arr = np.asarray(lanes)
-        if arr.ndim != 1 or arr.dtype.kind not in "iu" or (arr.size and (arr.min() < 0 or arr.max() >= self.num_lanes)):
-            raise ValueError(f"lanes: expected distinct integers in [0, {self.num_lanes}), got {arr!r}")
-        arr = arr.astype(np.int64)
-        if np.unique(arr).size != arr.size:
-            raise ValueError(f"lanes: expected distinct integers in [0, {self.num_lanes}), got {arr.tolist()}")
-        return arr
 
     # ------------------------------------------------------------------ subclass hooks
     def on_step(self, events: StepEvents) -> None:

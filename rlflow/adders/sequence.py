@@ -146,7 +146,7 @@ class Sequence(Adder):
         behaviour than CONTINUE) needs ``L + 1``, the first of them starting its episode. A remote actor that
         acts in lockstep with its learner ships blocks of this many steps (``rlflow.distributed``'s
         ``on_policy``), each of which then completes one sequence on every lane."""
-        lanes_arr = self._lanes if lanes is None else self._lane_subset(lanes)
+        lanes_arr = self.store.check_lanes(lanes)
         self.flush()
         start = self._next_start[lanes_arr]
         count = self.store.count[lanes_arr]

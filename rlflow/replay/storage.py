@@ -237,20 +237,22 @@ class StepStore:
                 listener.on_overwrite_range(lane, lo, hi)
 
     # ------------------------------------------------------------------ writes
-    def _check_lanes(self, lanes: Any) -> np.ndarray:
+    def check_lanes(self, lanes: Any) -> np.ndarray:
+        """``lanes`` (None: every lane) as distinct lanes of this store, an int64 array; ValueError naming what
+        came otherwise. Writes and adders that take ``lanes=`` check them here."""
         if lanes is None:
             return self._all_lanes
         arr = lanes if isinstance(lanes, np.ndarray) else np.asarray(lanes)
-        if arr.ndim != 1 or arr.dtype.kind not in "iu":
-            raise ValueError(f"lanes: expected a 1-d integer array, got shape {arr.shape} dtype {arr.dtype}")
-        if arr.size == 1:
-            if not 0 <= int(arr[0]) < self.num_lanes:
-                raise ValueError(f"lanes: expected values in [0, {self.num_lanes}), got {arr[0]}..{arr[0]}")
-        elif arr.size and (arr.min() < 0 or arr.max() >= self.num_lanes):
-            raise ValueError(f"lanes: expected values in [0, {self.num_lanes}), got {arr.min()}..{arr.max()}")
-        if arr.size > 1 and np.bincount(arr).max() > 1:
-            raise ValueError("lanes: each lane may appear once per append")
-        return np.ascontiguousarray(arr, np.int64)
+        n = self.num_lanes
+        if arr.ndim == 1 and arr.dtype.kind in "iu":
+            if arr.size == 1:
+                ok = 0 <= int(arr[0]) < n
+            else:
+                ok = not arr.size or (arr.min() >= 0 and arr.max() < n and np.bincount(arr.astype(np.int64)).max() == 1)
+            if ok:
+                return np.ascontiguousarray(arr, np.int64)
+        got = arr.tolist() if arr.ndim == 1 and arr.size <= 16 else f"{arr.dtype} array of shape {arr.shape}"
+        raise ValueError(f"lanes: expected distinct integers in [0, {n}) (each lane once), got {got}")
 
     def _columns_of(self, data: Any, n: int | None, checked: bool,
                     partial: bool = False) -> tuple[dict[str, np.ndarray], int]:
@@ -303,7 +305,7 @@ class StepStore:
         arrives and its action and reward one step later).
         """
         with self.lock:
-            lanes_arr = self._check_lanes(lanes)
+            lanes_arr = self.check_lanes(lanes)
             n = lanes_arr.size
             cols, _ = self._columns_of(data, n, checked, partial)
             if n == 1:

@@ -1244,3 +1244,31 @@ def test_rows_until_written_counts_the_rows_to_the_next_sequence(length, period,
             pending = []
     for asked, answer, ended in pending:  # not written yet: more rows are needed than were stored
         assert ended or int(store.count[0]) - asked < answer
+
+
+@pytest.mark.parametrize("method", ["add_first", "truncate", "rows_until_written"])
+@pytest.mark.parametrize("lanes", [[0, 0], [3], [-1], [[0]], [0.0], np.array([1, 1], np.uint64)])
+def test_lanes_given_to_an_adder_are_checked_as_a_store_checks_them(method, lanes):
+    """``lanes=`` of add_first, truncate and a Sequence adder's rows_until_written: distinct lanes of the store,
+    or ValueError naming the range and what came, with nothing written."""
+    store = StepStore(step_spec(OBS, ACT), capacity=16, lanes=3)
+    table = Table(store, sampler=Uniform(seed=0), remover=Fifo())
+    if method == "rows_until_written":
+        adder = adders.Sequence(store, [table], length=3, period=1, end_behavior="write")
+    else:
+        adder = adders.NStepTransition(store, [table], n=1)
+    z = np.zeros(3, bool)
+    adder.add_first(TimeStep(np.zeros((3, 2), np.float32), np.zeros(3, np.float32), z, z, ~z, z))
+    adder.add(np.zeros(3, np.int64), TimeStep(np.ones((3, 2), np.float32), np.ones(3, np.float32), z, z, z, z))
+    before = {k: v.copy() for k, v in store.state_dict().items()}, table.size
+    with pytest.raises(ValueError, match=r"lanes: expected distinct integers in \[0, 3\) \(each lane once\), got"):
+        if method == "add_first":
+            k = len(np.asarray(lanes).reshape(-1))
+            one = np.ones(k, bool)
+            adder.add_first(TimeStep(np.zeros((k, 2), np.float32), np.zeros(k, np.float32), ~one, ~one, one, ~one),
+                            lanes=lanes)
+        else:
+            getattr(adder, method)(lanes)
+    for k, v in store.state_dict().items():
+        np.testing.assert_array_equal(v, before[0][k], err_msg=k)
+    assert table.size == before[1]

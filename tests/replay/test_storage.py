@@ -99,8 +99,8 @@ def test_overwrite_notifies_before_writing(make_store):
     [
         (rows([1.0, np.nan]), {}, "finite"),
         ({"obs": np.zeros((2, 2)), "act": np.zeros(2, np.int64)}, {}, "missing"),
-        (rows([1, 2]), {"lanes": [0, 0]}, "once per append"),
-        (rows([1, 2]), {"lanes": [0, 2]}, r"lanes: expected values in \[0, 2\)"),
+        (rows([1, 2]), {"lanes": [0, 0]}, r"lanes: expected distinct integers in \[0, 2\) .*, got \[0, 0\]"),
+        (rows([1, 2]), {"lanes": [0, 2]}, r"lanes: expected distinct integers in \[0, 2\) .*, got \[0, 2\]"),
         (rows([1, 2]), {"first": [1, 0]}, "bool array"),
         (rows([1, 2, 3]), {}, r"expected shape \(2, 2\)"),
         ({**rows([1, 2]), "act": np.array([0.5, 1.0])}, {}, r"field 'act': expected dtype int64, got float64"),
