@@ -128,7 +128,6 @@ class ReplayBuffer:
                                                               _core.CallRow.RESET, _core.CallRow.LAST)]
         term, trunc, reset, last = self._call_rows
         self._put_flags = (reset, last, term, trunc)  # a put step's first, last, terminated, truncated
-        self._blocks: list[StepBlock | None] = [None] * self.num_envs  # extend's blocks, with several envs
 
     def __getstate__(self) -> dict[str, Any]:
         """The buffer, less what :meth:`_bind` derives (unpickling binds it again over the unpickled arrays)."""
@@ -363,7 +362,8 @@ class ReplayBuffer:
         if reward.shape[:1] != (t,):
             raise SpecError(f"extend: reward: expected a leading axis of {t} steps (as the flags), got shape "
                             f"{reward.shape}")
-        checks, adder, block = self._checks, self.adder, self._block_for(lane, t)
+        checks, adder = self._checks, self.adder
+        block = adder.lane_block(t, lane)  # a block per env: every env's steps are put before any is written
         given = {"observation": obs, "action": action, "reward": reward, "extras": extras, "next_obs": next_obs}
         parts = {"observation": self._obs_leaves(obs), "action": self._act_leaves(action), "reward": reward,
                  "extras": self._extras_given(extras), "next_obs": self._obs_leaves(next_obs)}
@@ -422,14 +422,6 @@ class ReplayBuffer:
         """Rows ``rows`` of observations given as leaves (in the store's column order), nested as the spec."""
         return self.adder.top_observation({name: np.asarray(leaf)[rows]
                                            for name, leaf in zip(self._obs_fields, leaves, strict=True)})
-
-    def _block_for(self, lane: int, t: int) -> StepBlock:
-        """The block :meth:`extend` puts env ``lane``'s ``t`` steps into, one per env (every env's steps are put
-        before any is written), kept for the next call."""
-        block = self._blocks[lane]
-        if block is None or block.max_steps < t:
-            block = self._blocks[lane] = self.adder.lane_block(max(t, _EXTEND_STEPS))
-        return block
 
     def _write_lane(self, lane: int, put: _LanePut) -> None:
         """Write what :meth:`_put_lane` put for env ``lane``: the episode started before its steps (ending the one
@@ -558,15 +550,6 @@ def _lift(value: Any) -> Any:
     return (value if type(value) is np.ndarray else np.asarray(value))[None]
 
 
-def _rows(value: Any, rows: np.ndarray) -> Any:
-    """Rows ``rows`` of an argument leading with the steps (nested dicts and tuples followed)."""
-    if isinstance(value, dict):
-        return {k: _rows(v, rows) for k, v in value.items()}
-    if isinstance(value, tuple):
-        return tuple(_rows(v, rows) for v in value)
-    return np.asarray(value)[rows]
-
-
 def _take_rows(value: Any, rows: np.ndarray, envs: int) -> Any:
     """Env rows ``rows`` of a batched argument (nested dicts and tuples followed; all of it when every env)."""
     if rows.size == envs:
@@ -590,17 +573,15 @@ class _LanePut(NamedTuple):
     ended: bool
 
 
-_EXTEND_STEPS = 256  # the fewest steps an extend block holds (a longer call makes a longer one)
-
 # extend's parts: the block filler's part of each (as it names faults); each part's spec key and argument name.
 _EXTEND_PART = {_core.Part.ACTION: "action", _core.Part.REWARD: "reward", _core.Part.EXTRAS: "extras",
                 _core.Part.OBSERVATION: "next_obs", _core.Part.FINAL: "next_obs"}
 _EXTEND_ARG = {"observation": ("observation", "obs"), "next_obs": ("observation", "next_obs"),  # (spec key, name)
                "action": ("action", "action"), "reward": ("reward", "reward"), "extras": ("extras", "extras")}
 
-# Rewards of one env given as a number: written into the reward's dtype without making an array of them.
 # What ReplayBuffer._bind derives, and what a pickle leaves out.
-_DERIVED = frozenset({"_classifier", "_call_rows", "_obs_leaves", "_act_leaves", "_put_flags", "_blocks"})
+_DERIVED = frozenset({"_classifier", "_call_rows", "_obs_leaves", "_act_leaves", "_put_flags"})
 
+# Rewards of one env given as a number: written into the reward's dtype without making an array of them.
 _SCALARS = frozenset({float, int, np.float64, np.float32, np.float16, np.int64, np.int32})
 _BOOLS = frozenset({bool, np.bool_})  # flags of one env taken as they come

@@ -82,7 +82,7 @@ class NStepTransition(Adder):
         self._reward_shape = store.fields["reward"].shape
         self._out = _items_out(self.n * self.num_lanes * self.stage_steps, int(np.prod(self._reward_shape)))
         self._bind_rule()
-        self._one_lane: StepBlock | None = None  # add_steps's block
+        self._lane_blocks: dict[int, StepBlock] = {}  # lane_block's, by slot
 
     _derived = ("_writer", "_rule")
 
@@ -133,9 +133,7 @@ class NStepTransition(Adder):
         term, trunc = _end_flags("terminated", terminated, t), _end_flags("truncated", truncated, t)
         ends = term | trunc  # a step marked both ways is terminated, as in add
         inner = np.count_nonzero(ends[:-1])
-        block = self._one_lane
-        if block is None or block.max_steps < t:
-            block = self._one_lane = self.lane_block(max(t, self.stage_steps))
+        block = self.lane_block(t)
         self.begin_steps(block, lane)
         k = 0 if first_observations is None else block.leading_rows(first_observations,
                                                                      "add_steps: first_observations")
@@ -148,9 +146,14 @@ class NStepTransition(Adder):
         block.put_steps(actions, rewards, next_observations, ends, term, first_observations, extras)
         self.write(block)
 
-    def lane_block(self, t: int) -> StepBlock:
-        """A new empty one-lane block of ``t`` steps (:meth:`begin_steps` starts it on a lane)."""
-        return StepBlock(self.store.spec, [0], t)
+    def lane_block(self, t: int, slot: int = 0) -> StepBlock:
+        """A one-lane block of at least ``t`` steps, kept in ``slot`` for the next call (:meth:`begin_steps` starts
+        it on a lane). :meth:`add_steps` uses slot 0; a caller that puts the steps of several lanes before it
+        writes any (``ReplayBuffer.extend``) takes a slot per lane."""
+        block = self._lane_blocks.get(slot)
+        if block is None or block.max_steps < t:
+            block = self._lane_blocks[slot] = StepBlock(self.store.spec, [0], max(t, self.stage_steps))
+        return block
 
     def begin_steps(self, block: StepBlock, lane: int) -> None:
         """Empty one-lane ``block`` and start it on ``lane``: its steps follow from the lane's open row (its frame
