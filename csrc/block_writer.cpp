@@ -169,14 +169,11 @@ PlanFault BlockWriter::stack_fault(const StepBlockCore& block, const std::vector
           }
         }
         if (kind == StepKind::Start || kind == StepKind::EndStart) {
-          const uint8_t* row = bobs[j].row(s, E) + e * bw;
-          for (int64_t f = 0; f + 1 < k; ++f) {
-            if (std::memcmp(row + f * w, row + (k - 1) * w, w) != 0) {
-              fault_lane = e;
-              fault_step = s;
-              fault_column = static_cast<int64_t>(j);
-              return PlanFault::StackStart;
-            }
+          if (stack_not_repeated(bobs[j].row(s, E) + e * bw, k, w)) {
+            fault_lane = e;
+            fault_step = s;
+            fault_column = static_cast<int64_t>(j);
+            return PlanFault::StackStart;
           }
         }
         prev = s;

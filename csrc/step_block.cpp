@@ -125,10 +125,6 @@ void StepBlockCore::set_agents(int column, nb::handle active, std::vector<int> z
   zeroed_ = std::move(zeroed);
 }
 
-const bool* StepBlockCore::step_flags(PyObject* flags, int64_t count, bool stepped) const {
-  return flags_of(flags, count, lanes_, stepped);
-}
-
 bool StepBlockCore::resolve(Part part, PyObject* leaves, int64_t rows, bool stepped, Source& src) {
   src.written = leaves == Py_None;  // converted, written and checked by the caller
   if (src.written) return true;
@@ -202,13 +198,9 @@ Put StepBlockCore::stack_fault(int64_t s, const bool* first, const bool* last, b
     }
     fault_part = Part::Observation;
     for (int64_t e = 0; e < lanes_; ++e) {
-      if (!first[e]) continue;
-      const uint8_t* row = obs.row(s, lanes_) + e * obs.row_bytes;
-      for (int64_t f = 0; f + 1 < sc.frames; ++f) {
-        if (differ(row + f * w, row + kept, w)) {
-          fault_lane = e;
-          return Put::StackStart;
-        }
+      if (first[e] && stack_not_repeated(obs.row(s, lanes_) + e * obs.row_bytes, sc.frames, w)) {
+        fault_lane = e;
+        return Put::StackStart;
       }
     }
   }
@@ -260,12 +252,8 @@ Put StepBlockCore::start_at(const std::vector<const uint8_t*>& rows) {
     if (row_fault(cols[j], rows[j])) return Put::Value;
   }
   for (const StackColumn& sc : stacks_) {
-    const BlockColumn& c = cols[sc.column];
-    const int64_t w = c.row_bytes / sc.frames, kept = (sc.frames - 1) * w;
     fault_column = sc.column;
-    for (int64_t f = 0; f + 1 < sc.frames; ++f) {
-      if (differ(rows[sc.column] + f * w, rows[sc.column] + kept, w)) return Put::StackStart;
-    }
+    if (stack_not_repeated(rows[sc.column], sc.frames, cols[sc.column].row_bytes / sc.frames)) return Put::StackStart;
   }
   fault_lane = -1;
   fault_column = -1;
@@ -286,7 +274,7 @@ Put StepBlockCore::put(int64_t count, bool stepped, PyObject* const parts[5], Py
                        const Sources& sources) {
   const bool* f[4];
   for (int k = 0; k < 4; ++k) {
-    f[k] = step_flags(flags[k], count, stepped);
+    f[k] = flags_of(flags[k], count, lanes_, stepped);
     if (f[k] == nullptr) {
       fault_step = filled_;
       fault_lane = -1;

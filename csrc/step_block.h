@@ -6,6 +6,7 @@
 #include <nanobind/nanobind.h>
 
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "numpy_api.h"
@@ -140,7 +141,6 @@ class StepBlockCore {
   };
   bool resolve_firsts(const Sources& sources, const bool* first, int64_t count, Firsts& out) const;
   void put_firsts(int64_t s, const bool* first, Firsts& firsts);
-  const bool* step_flags(PyObject* flags, int64_t count, bool stepped) const;
   bool resolve(Part part, PyObject* leaves, int64_t rows, bool stepped, Source& src);
   void copy_rows(Part part, const Source& src, int64_t s, int64_t i, const bool* only_lanes);
   struct Fault {  // a fault a pass over a put's steps found: its step (in the put), what, and where
@@ -181,6 +181,16 @@ class StepBlockCore {
 // A numpy array as a block column (ValueError unless it is a writeable, aligned, C-contiguous, native-order
 // array [steps, lanes, ...]).
 BlockColumn block_column(nanobind::handle array, int64_t steps, int64_t lanes);
+// Whether a frame stack of `frames` frames of `w` bytes each is not its newest frame repeated, as an episode's
+// first stack must be (the block filler's and the block writer's check).
+inline bool stack_not_repeated(const uint8_t* stack, int64_t frames, int64_t w) {
+  const uint8_t* newest = stack + (frames - 1) * w;
+  for (int64_t f = 0; f + 1 < frames; ++f) {
+    if (std::memcmp(stack + f * w, newest, w) != 0) return true;
+  }
+  return false;
+}
+
 // Whether `leaf` is an array of the column's dtype and shape [lanes, *shape] (with `unbatched`, one lane's may
 // leave the lane axis out), C-contiguous: copied as is.
 bool fits(PyObject* leaf, const BlockColumn& column, int64_t lanes, bool unbatched);

@@ -482,24 +482,35 @@ def test_the_episode_a_reset_step_starts_must_begin_with_repeated_frames(how):
         assert len(buffer) == (2 if how == "add" else 0)  # add kept the calls before the refused one
 
 
-def test_a_block_from_elsewhere_whose_stacks_do_not_follow_is_refused_whole():
+@pytest.mark.parametrize("change", ["continues", "starts"])
+def test_a_block_from_elsewhere_whose_stacks_do_not_follow_is_refused_whole(change):
     """A remote actor's block is checked again when written: one whose stacks were changed after they were put
-    raises, and nothing of it is written."""
+    (a stack inside an episode that no longer continues the one before it, or an episode's first stack that is
+    no longer its first frame repeated) raises, and nothing of it is written."""
     from rlflow.adders import StepBlock
 
     env = make_env(3, 2, seed=2)
     store = StepStore(step_spec(env.observation_spec, env.action_spec), capacity=64, lanes=2)
     table = Table(store, sampler=Uniform(), remover=Fifo())
     adder = adders.NStepTransition(store, [table], n=1)
-    adder.add_first(env.reset(seed=0))
     block = StepBlock(store.spec, [0, 1], 4)
-    block.start(np.ones(2, bool), None, adder.open_stacks())
     actions = np.zeros(2, np.int64)
-    for _ in range(4):
+    if change == "continues":
+        adder.add_first(env.reset(seed=0))
+        block.start(np.ones(2, bool), None, adder.open_stacks())
+    else:  # the block's first step starts the lanes' episodes
+        block.start(np.zeros(2, bool))
+        block.put(actions, env.reset(seed=0))
+    while block.steps < 4:
         block.put(actions, env.step(actions))
-    block.observation["observation"][3, 1, 0] += 1  # changed after it was put (a step inside an episode)
+    if change == "continues":
+        block.observation["observation"][3, 1, 0] += 1  # changed after it was put (a step inside an episode)
+        words = r"the stack does not continue"
+    else:
+        block.observation["observation"][0, 1, 0] += 1  # the oldest frame: the next stack does not hold it
+        words = r"starts an episode with a stack that is not its first frame repeated"
     before = (store.count.tolist(), table.size)
-    with pytest.raises(RuntimeError, match=r"write: .*lane 1: the stack does not continue.*nothing was written"):
+    with pytest.raises(RuntimeError, match=rf"write: .*lane 1.*{words}.*nothing was written"):
         adder.write(block)
     assert (store.count.tolist(), table.size) == before
 
